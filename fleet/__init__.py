@@ -1,0 +1,3 @@
+"""Fleet: a Kubernetes-class container orchestrator in Python on Trio."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Object model: kind registry, defaults, validation, selectors, patches. No I/O here."""

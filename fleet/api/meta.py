@@ -1,0 +1,91 @@
+"""Small helpers over object metadata: timestamps, ages, store keys, dotted paths."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+
+def now_rfc3339() -> str:
+    """UTC now with second precision, as Kubernetes writes metav1.Time."""
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(s: str) -> _dt.datetime:
+    return _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
+def human_duration(seconds: float) -> str:
+    """kubectl's `duration.HumanDuration` (the AGE column)."""
+    s = int(seconds)
+    if s < 0:
+        s = 0
+    if s < 60 * 2:
+        return f"{s}s"
+    m = s // 60
+    if m < 10:
+        rem = s % 60
+        return f"{m}m{rem}s" if rem else f"{m}m"
+    if m < 60 * 3:
+        return f"{m}m"
+    h = s // 3600
+    if h < 8:
+        rm = m % 60
+        return f"{h}h{rm}m" if rm else f"{h}h"
+    if h < 48:
+        return f"{h}h"
+    if h < 24 * 8:
+        rh = h % 24
+        return f"{h // 24}d{rh}h" if rh else f"{h // 24}d"
+    if h < 24 * 365 * 2:
+        return f"{h // 24}d"
+    if h < 24 * 365 * 8:
+        d = (h // 24) % 365
+        return f"{h // 24 // 365}y{d}d" if d else f"{h // 24 // 365}y"
+    return f"{h // 24 // 365}y"
+
+
+def age(obj: dict[str, Any]) -> str:
+    ts = obj.get("metadata", {}).get("creationTimestamp")
+    if not ts:
+        return "<unknown>"
+    delta = _dt.datetime.now(_dt.UTC) - parse_rfc3339(ts)
+    return human_duration(delta.total_seconds())
+
+
+def get_path(obj: Any, path: str, default: Any = None) -> Any:
+    """Follow a dotted path (`spec.template.spec.nodeName`) through dicts."""
+    cur = obj
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return default
+        cur = cur[part]
+    return cur
+
+
+def set_path(obj: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    cur = obj
+    for part in parts[:-1]:
+        nxt = cur.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            cur[part] = nxt
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def store_key(group: str, plural: str, namespace: str | None, name: str | None = None) -> str:
+    """Store key `/{group or core}/{plural}/{namespace}/{name}`.
+
+    With `name=None` the result is a prefix ending in `/` that selects every
+    object of the kind (in the namespace, when one is given).
+    """
+    g = group or "core"
+    parts = ["", g, plural]
+    if namespace:
+        parts.append(namespace)
+    if name is None:
+        return "/".join(parts) + "/"
+    parts.append(name)
+    return "/".join(parts)

@@ -1,0 +1,207 @@
+"""The kind registry: one declaration per kind drives REST, discovery, tables and watch.
+
+A `KindInfo` says everything the generic machinery needs to serve a kind:
+identity (group/version/kind/plural/...), scope, verbs, subresources, how to
+default and validate an object, how to print it as a table, which fields can
+be used in a field selector, and where the replica count lives for the scale
+subresource.  CRDs (a later issue) add entries at run time through the same
+`Registry.register`, so nothing downstream special-cases built-in kinds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleet.api import meta
+
+ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+
+Cause = dict[str, str]
+Defaulter = Callable[[dict[str, Any]], None]
+Validator = Callable[[dict[str, Any], dict[str, Any] | None], list[Cause]]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: `value(obj)` gives the cell; `priority > 0` shows only with -o wide."""
+
+    name: str
+    value: Callable[[dict[str, Any]], Any]
+    type: str = "string"
+    priority: int = 0
+    format: str = ""
+    description: str = ""
+
+    def definition(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "format": self.format,
+            "description": self.description or self.name,
+            "priority": self.priority,
+        }
+
+
+def path_column(name: str, path: str, *, type: str = "string", priority: int = 0,
+                default: Any = "<none>", description: str = "") -> Column:
+    """A column that shows the value at a dotted path (or `default` when absent)."""
+
+    def value(obj: dict[str, Any]) -> Any:
+        v = meta.get_path(obj, path)
+        return default if v is None else v
+
+    return Column(name, value, type=type, priority=priority, description=description or path)
+
+
+NAME_COLUMN = Column("Name", lambda o: o["metadata"]["name"], format="name",
+                     description="Name must be unique within a namespace.")
+AGE_COLUMN = Column("Age", meta.age, description="CreationTimestamp is a timestamp representing the server time when this object was created.")
+
+
+@dataclass(frozen=True)
+class ScaleInfo:
+    """Where the scale subresource reads and writes replicas."""
+
+    spec_replicas: str = "spec.replicas"
+    status_replicas: str = "status.replicas"
+    label_selector: str = "spec.selector"  # a LabelSelector dict (or a map for legacy kinds)
+
+
+@dataclass
+class KindInfo:
+    group: str  # "" for the core group
+    version: str
+    kind: str
+    plural: str
+    singular: str
+    namespaced: bool = True
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = ALL_VERBS
+    # Real subresources served for this kind, e.g. ("status", "scale").
+    subresources: tuple[str, ...] = ()
+    # Extra columns between NAME and AGE (NAME is first and AGE last unless
+    # `columns_override` is given).
+    columns: tuple[Column, ...] = ()
+    columns_override: tuple[Column, ...] | None = None
+    default: Defaulter | None = None
+    validate: Validator | None = None
+    # Field paths accepted by fieldSelector (metadata.name/namespace are always accepted).
+    selectable_fields: tuple[str, ...] = ()
+    scale: ScaleInfo | None = None
+    # Root of the strategic-merge schema; None means "look it up by kind in
+    # fleet.api.smp_schema" (built-in kinds), {} means generic (maps merge, lists replace).
+    patch_schema: dict[str, Any] | None = None
+    # Whether strategic merge patch is allowed (Kubernetes refuses it for custom resources).
+    strategic_merge: bool = True
+    # Top-level fields whose change does not bump metadata.generation.
+    non_spec_fields: tuple[str, ...] = ("metadata", "status")
+    # For kinds served at several versions (events.k8s.io/v1 Event vs v1 Event)
+    # the storage plural/group the objects live under, if different.
+    storage_group: str | None = None
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_version(self) -> str:
+        return self.api_version
+
+    @property
+    def list_kind(self) -> str:
+        return self.kind + "List"
+
+    @property
+    def has_status(self) -> bool:
+        return "status" in self.subresources
+
+    def table_columns(self) -> tuple[Column, ...]:
+        if self.columns_override is not None:
+            return self.columns_override
+        return (NAME_COLUMN, *self.columns, AGE_COLUMN)
+
+    def field_selectable(self, path: str) -> bool:
+        return path in ("metadata.name", "metadata.namespace") or path in self.selectable_fields
+
+    def key(self, namespace: str | None, name: str | None = None) -> str:
+        """Store key (or prefix when name is None) for objects of this kind."""
+        return meta.store_key(self.storage_group if self.storage_group is not None else self.group,
+                              self.plural, namespace if self.namespaced else None, name)
+
+    def strategic_schema(self) -> dict[str, Any]:
+        if self.patch_schema is not None:
+            return self.patch_schema
+        from fleet.api import smp_schema
+
+        return smp_schema.schema_for(self.kind)
+
+
+@dataclass
+class Registry:
+    """All kinds the server knows, indexed the ways clients look them up."""
+
+    _by_gvr: dict[tuple[str, str, str], KindInfo] = field(default_factory=dict)
+    _by_gvk: dict[tuple[str, str, str], KindInfo] = field(default_factory=dict)
+
+    def register(self, info: KindInfo) -> None:
+        self._by_gvr[(info.group, info.version, info.plural)] = info
+        self._by_gvk[(info.group, info.version, info.kind)] = info
+
+    def unregister(self, group: str, version: str, plural: str) -> None:
+        info = self._by_gvr.pop((group, version, plural), None)
+        if info is not None:
+            self._by_gvk.pop((group, version, info.kind), None)
+
+    def get(self, group: str, version: str, plural: str) -> KindInfo | None:
+        return self._by_gvr.get((group, version, plural))
+
+    def by_kind(self, api_version: str, kind: str) -> KindInfo | None:
+        group, _, version = api_version.rpartition("/")
+        return self._by_gvk.get((group, version, kind))
+
+    def kinds_named(self, kind: str) -> list[KindInfo]:
+        return [i for i in self._by_gvk.values() if i.kind == kind]
+
+    def resolve(self, name: str) -> KindInfo | None:
+        """Resolve what a user typed (`deploy`, `deployments`, `Deployment`,
+        `deployments.apps`) to a kind, preferring the core group and the first
+        registered version."""
+        name_l = name.lower()
+        resource, _, group = name_l.partition(".")
+        matches: list[KindInfo] = []
+        for info in self._by_gvr.values():
+            if group and info.group != group and not info.group.startswith(group):
+                continue
+            if resource in (info.plural, info.singular, info.kind.lower()) or resource in info.short_names:
+                matches.append(info)
+        if not matches:
+            return None
+        matches.sort(key=lambda i: (i.group != "", i.group == "events.k8s.io"))
+        return matches[0]
+
+    def all(self) -> Iterable[KindInfo]:
+        return list(self._by_gvr.values())
+
+    def group_versions(self) -> dict[str, list[str]]:
+        """group -> versions, in registration order (first is preferred)."""
+        out: dict[str, list[str]] = {}
+        for info in self._by_gvr.values():
+            versions = out.setdefault(info.group, [])
+            if info.version not in versions:
+                versions.append(info.version)
+        return out
+
+    def in_group_version(self, group: str, version: str) -> list[KindInfo]:
+        return [i for i in self._by_gvr.values() if i.group == group and i.version == version]
+
+
+def default_registry() -> Registry:
+    """A registry holding every built-in kind."""
+    from fleet.api.kinds import register_builtin
+
+    reg = Registry()
+    register_builtin(reg)
+    return reg

@@ -1,0 +1,236 @@
+"""The API server's HTTP application (quart-trio on hypercorn).
+
+One catch-all route adapts every request into a `Req` and runs the pipeline
+as explicit stages:
+
+    authenticate → authorize → (decode, default, validate) → admit → store
+
+Discovery, OpenAPI, version and health endpoints are answered here; every
+resource path goes to the generic handlers in rest.py / watch.py.  Errors of
+any stage become Kubernetes `Status` objects.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import sys
+import time
+
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from fleet import __version__
+from fleet.admission import AdmissionChain
+from fleet.api import errors
+from fleet.api.registry import Registry
+from fleet.auth import Attributes, Authenticator, Authorizer, UserInfo
+from fleet.server import discovery
+from fleet.server.http import Req, Resp
+from fleet.server.metrics import Metrics
+from fleet.server.openapi import OpenAPICache
+from fleet.server.rest import MAX_BODY, ResourceAPI, Route, parse_route
+from fleet.server.watch import WatchCounter, watch
+from fleet.store import Store
+
+log = logging.getLogger(__name__)
+
+PUBLIC_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version"})
+METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+def version_info() -> dict[str, str]:
+    major, minor = 1, 32
+    return {
+        "major": str(major),
+        "minor": str(minor),
+        "gitVersion": f"v{major}.{minor}.0-fleet.{__version__}",
+        "gitCommit": "fleet",
+        "gitTreeState": "clean",
+        "buildDate": "2026-11-29T00:00:00Z",
+        "goVersion": "python" + platform.python_version(),
+        "compiler": "cpython",
+        "platform": f"{sys.platform}/{platform.machine()}",
+    }
+
+
+class APIServer:
+    """Holds the pieces of the pipeline and dispatches one request."""
+
+    def __init__(self, store: Store, registry: Registry, authenticator: Authenticator,
+                 authorizer: Authorizer, admission: AdmissionChain, resources: ResourceAPI,
+                 metrics: Metrics, watches: WatchCounter, server_address: str) -> None:
+        self.store = store
+        self.registry = registry
+        self.authenticator = authenticator
+        self.authorizer = authorizer
+        self.admission = admission
+        self.resources = resources
+        self.metrics = metrics
+        self.watches = watches
+        self.server_address = server_address
+        self.openapi = OpenAPICache(registry)
+        self.ready = True
+
+    async def handle(self, req: Req) -> tuple[Resp, str, str]:
+        """Returns the response and the (verb, resource) labels for metrics."""
+        verb, resource = req.method.lower(), ""
+        try:
+            if req.path not in PUBLIC_PATHS:
+                user = self.authenticator.authenticate(req.headers)
+                if user is None:
+                    raise errors.Unauthorized("Unauthorized")
+                req.user = user
+            resp, verb, resource = await self.dispatch(req)
+        except errors.APIError as e:
+            resp = Resp.error(e)
+        except Exception as e:  # never leak a traceback to the client; log it
+            log.exception("internal error on %s %s", req.method, req.path)
+            resp = Resp.error(errors.InternalError(f"Internal error occurred: {type(e).__name__}: {e}"))
+        return resp, verb, resource
+
+    async def dispatch(self, req: Req) -> tuple[Resp, str, str]:
+        path = req.path
+        segs = [s for s in path.split("/") if s]
+        method = req.method
+        if path in ("/healthz", "/livez", "/readyz") or (segs and segs[0] in ("healthz", "livez", "readyz")):
+            ok = self.ready
+            return Resp(200 if ok else 503, b"ok" if ok else b"not ready", "text/plain"), "get", "health"
+        if path == "/version":
+            return Resp.json(200, version_info()), "get", "version"
+        if path == "/":
+            paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version", "/openapi/v3"]
+            paths += [f"/apis/{g}/{v}" for g, vs in self.registry.group_versions().items() if g for v in vs]
+            return Resp.json(200, {"paths": sorted(paths)}), "get", "root"
+        if segs and segs[0] == "openapi":
+            return self.openapi_route(segs), "get", "openapi"
+        if segs == ["api"]:
+            return Resp.json(200, discovery.api_versions(self.server_address)), "get", "discovery"
+        if segs == ["apis"]:
+            return Resp.json(200, discovery.api_group_list(self.registry)), "get", "discovery"
+        if len(segs) == 2 and segs[0] == "apis":
+            doc = discovery.api_group(self.registry, segs[1])
+            if doc is None:
+                raise errors.NotFound("the server could not find the requested resource")
+            return Resp.json(200, doc), "get", "discovery"
+        if (len(segs) == 2 and segs[0] == "api") or (len(segs) == 3 and segs[0] == "apis"):
+            group, version = ("", segs[1]) if segs[0] == "api" else (segs[1], segs[2])
+            doc = discovery.api_resource_list(self.registry, group, version)
+            if doc is None:
+                raise errors.NotFound("the server could not find the requested resource")
+            return Resp.json(200, doc), "get", "discovery"
+        route = parse_route(segs)
+        if route is None:
+            raise errors.NotFound("the server could not find the requested resource")
+        return await self.resource_request(req, route, method)
+
+    def openapi_route(self, segs: list[str]) -> Resp:
+        if len(segs) >= 2 and segs[1] == "v3":
+            if len(segs) == 2:
+                return Resp.json(200, self.openapi.index())
+            raw = self.openapi.get("/".join(segs[2:]))
+            if raw is not None:
+                return Resp(200, raw, "application/json")
+        raise errors.NotFound("the server could not find the requested resource")
+
+    async def resource_request(self, req: Req, route: Route, method: str) -> tuple[Resp, str, str]:
+        api = self.resources
+        info = api.kind_for(route)
+        resource = route.plural + (f"/{route.subresource}" if route.subresource else "")
+        if route.sse_watch:
+            if method != "GET" or route.subresource:
+                raise errors.MethodNotAllowed("the watch path only supports GET")
+            verb = "watch"
+        elif method == "GET":
+            if req.flag("watch"):
+                verb = "watch"
+            else:
+                verb = "get" if route.name is not None else "list"
+        elif method == "POST":
+            verb = "create"
+        elif method == "PUT":
+            verb = "update"
+        elif method == "PATCH":
+            verb = "patch"
+        elif method == "DELETE":
+            verb = "delete" if route.name is not None else "deletecollection"
+        else:
+            raise errors.MethodNotAllowed(f"method {method} is not supported")
+        if route.name is None and verb in ("update", "patch"):
+            raise errors.MethodNotAllowed(f"{method} requires a resource name")
+        if route.subresource and verb not in ("get", "update", "patch"):
+            raise errors.MethodNotAllowed(f"{method} is not supported on {resource}")
+        base_verb = verb if not route.subresource else verb
+        if base_verb not in info.verbs and not route.subresource:
+            raise errors.MethodNotAllowed(f"{verb} is not supported on {info.plural}")
+        assert req.user is not None
+        decision = self.authorizer.authorize(req.user, Attributes(
+            verb, route.group, route.version, route.plural, route.subresource,
+            route.namespace or "", route.name or ""))
+        if not decision.allowed:
+            raise errors.Forbidden(self.forbidden_message(req.user, verb, info.plural, info.group,
+                                                          route.namespace, decision.reason))
+        user = req.user
+        if verb == "watch":
+            return await watch(api, info, route, req, self.watches, sse=route.sse_watch), verb, resource
+        if verb == "get":
+            return await api.get(info, route, req), verb, resource
+        if verb == "list":
+            return await api.list(info, route, req), verb, resource
+        if verb == "create":
+            return await api.create(info, route, req, user), verb, resource
+        if verb == "update":
+            return await api.update(info, route, req, user), verb, resource
+        if verb == "patch":
+            return await api.patch(info, route, req, user), verb, resource
+        if verb == "delete":
+            return await api.delete(info, route, req, user), verb, resource
+        return await api.delete_collection(info, route, req, user), verb, resource
+
+    @staticmethod
+    def forbidden_message(user: UserInfo, verb: str, plural: str, group: str, ns: str | None,
+                          reason: str) -> str:
+        scope = f' in the namespace "{ns}"' if ns else " at the cluster scope"
+        msg = f'{plural} is forbidden: User "{user.name}" cannot {verb} resource "{plural}" in API group "{group}"{scope}'
+        return msg + (f": {reason}" if reason else "")
+
+
+def create_app(server: APIServer) -> QuartTrio:
+    app = QuartTrio("fleet")
+    app.config["MAX_CONTENT_LENGTH"] = None  # we enforce our own limit while reading
+    app.config["BODY_TIMEOUT"] = 60
+    app.config["RESPONSE_TIMEOUT"] = None
+
+    @app.route("/", defaults={"path": ""}, methods=METHODS)
+    @app.route("/<path:path>", methods=METHODS)
+    async def catch_all(path: str) -> Response:
+        t0 = time.perf_counter()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        body = b""
+        too_large = False
+        if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in request.body:
+                size += len(chunk)
+                if size > MAX_BODY:
+                    too_large = True
+                    break
+                chunks.append(chunk)
+            body = b"".join(chunks)
+        query = {k: request.args.get(k, "") for k in request.args}
+        req = Req(request.method, request.path, query, headers, body)
+        if too_large:
+            resp, verb, resource = Resp.error(errors.RequestEntityTooLarge(
+                f"the request body is too large (limit {MAX_BODY} bytes)")), req.method.lower(), ""
+        else:
+            resp, verb, resource = await server.handle(req)
+        server.metrics.observe(verb, resource, resp.status, time.perf_counter() - t0)
+        out = Response(resp.body, status=resp.status, content_type=resp.content_type,
+                       headers=resp.headers)
+        if not isinstance(resp.body, bytes):
+            out.timeout = None  # streams (watch) run as long as the watch does
+        return out
+
+    return app
+

@@ -1,0 +1,88 @@
+"""API discovery documents (legacy shapes), built from the kind registry.
+
+kubectl reads `/api`, `/apis` and then `/api/v1` and every `/apis/{g}/{v}`;
+the Python client and kopf read the same.  We answer the legacy JSON forms
+(kubectl falls back to them whenever the response is plain application/json),
+listing subresources only where the server really serves them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleet.api.registry import KindInfo, Registry
+from fleet.server.rest import SUPPORTED_SUBRESOURCES
+
+SUBRESOURCE_VERBS = {
+    "status": ["get", "patch", "update"],
+    "scale": ["get", "patch", "update"],
+}
+
+
+def api_versions(server_address: str) -> dict[str, Any]:
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    }
+
+
+def api_group_list(registry: Registry) -> dict[str, Any]:
+    groups = []
+    for group, versions in registry.group_versions().items():
+        if not group:
+            continue
+        gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        groups.append({"name": group, "versions": gvs, "preferredVersion": gvs[0]})
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def api_group(registry: Registry, group: str) -> dict[str, Any] | None:
+    versions = registry.group_versions().get(group)
+    if not versions or not group:
+        return None
+    gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": gvs, "preferredVersion": gvs[0]}
+
+
+def _resource(info: KindInfo) -> dict[str, Any]:
+    r: dict[str, Any] = {
+        "name": info.plural,
+        "singularName": info.singular,
+        "namespaced": info.namespaced,
+        "kind": info.kind,
+        "verbs": list(info.verbs),
+    }
+    if info.short_names:
+        r["shortNames"] = list(info.short_names)
+    if info.categories:
+        r["categories"] = list(info.categories)
+    return r
+
+
+def api_resource_list(registry: Registry, group: str, version: str) -> dict[str, Any] | None:
+    kinds = registry.in_group_version(group, version)
+    if not kinds:
+        return None
+    resources = []
+    for info in kinds:
+        resources.append(_resource(info))
+        for sub in info.subresources:
+            if sub not in SUPPORTED_SUBRESOURCES:
+                continue
+            entry: dict[str, Any] = {
+                "name": f"{info.plural}/{sub}",
+                "singularName": "",
+                "namespaced": info.namespaced,
+                "kind": info.kind,
+                "verbs": SUBRESOURCE_VERBS[sub],
+            }
+            if sub == "scale":
+                entry.update(group="autoscaling", version="v1", kind="Scale")
+            resources.append(entry)
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }

@@ -1,0 +1,54 @@
+"""Framework-neutral request/response types used by the generic REST layer.
+
+The Quart app adapts its request into `Req` and turns `Resp` back into a
+response, so the resource logic is plain async Python that tests can drive
+without sockets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleet.api.errors import APIError
+from fleet.auth import UserInfo
+
+JSON = "application/json"
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass
+class Req:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]  # lower-case names
+    body: bytes = b""
+    user: UserInfo | None = None
+
+    def flag(self, name: str) -> bool:
+        return self.query.get(name, "").lower() in ("1", "true", "yes")
+
+
+@dataclass
+class Resp:
+    status: int
+    body: bytes | AsyncIterator[bytes] = b""
+    content_type: str = JSON
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def json(cls, status: int, obj: Any, headers: dict[str, str] | None = None) -> Resp:
+        return cls(status, dumps(obj), JSON, headers or {})
+
+    @classmethod
+    def error(cls, err: APIError) -> Resp:
+        headers = {}
+        if err.retry_after is not None:
+            headers["Retry-After"] = str(err.retry_after)
+        return cls(err.code, dumps(err.status()), JSON, headers)

@@ -1,0 +1,698 @@
+"""Generic REST over the kind registry: one handler for every kind.
+
+A request path is parsed into a `Route` (group, version, namespace, plural,
+name, subresource); the kind's `KindInfo` then drives everything: defaulting,
+validation, tables, scale, status.  The only per-kind code paths are real
+subresources (`status`, `scale`) and namespace lifecycle (a namespace
+delete starts finalization instead of removing the object at once).
+
+Every handler follows the pipeline order of kube-apiserver: decode → default
+→ validate → admission (mutating, validating) → store.  Authentication and
+authorization happened before (see app.py), and anything that goes wrong
+raises an `APIError`, rendered as a Status by the caller.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+import yaml
+
+from fleet.admission import AdmissionChain
+from fleet.api import errors, meta, patch, schema, selectors
+from fleet.api.registry import KindInfo, Registry
+from fleet.auth import Attributes, UserInfo
+from fleet.server.http import JSON, Req, Resp
+from fleet.server.tables import table, wants_table
+from fleet.store import (
+    KeyExists,
+    KeyNotFound,
+    RevisionCompacted,
+    RevisionConflict,
+    Store,
+)
+
+MAX_BODY = 3 * 1024 * 1024  # kube-apiserver's request body limit
+PATCH_RETRIES = 8
+PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+@dataclass
+class Route:
+    group: str
+    version: str
+    plural: str
+    namespace: str | None = None
+    name: str | None = None
+    subresource: str = ""
+    sse_watch: bool = False  # Fleet's /api/v1/watch/{kind} (Server-Sent Events)
+
+
+def parse_route(segments: list[str]) -> Route | None:
+    """Map path segments after /api or /apis to a Route (None: not a resource path)."""
+    if not segments:
+        return None
+    if segments[0] == "api":
+        if len(segments) < 3:
+            return None
+        group, version, rest = "", segments[1], segments[2:]
+    elif segments[0] == "apis":
+        if len(segments) < 4:
+            return None
+        group, version, rest = segments[1], segments[2], segments[3:]
+    else:
+        return None
+    sse = False
+    if rest and rest[0] == "watch":
+        sse, rest = True, rest[1:]
+        if not rest:
+            return None
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+        ns, rest = rest[1], rest[2:]
+        if len(rest) > 3:
+            return None
+        return Route(group, version, rest[0], ns, rest[1] if len(rest) > 1 else None,
+                     rest[2] if len(rest) > 2 else "", sse)
+    if len(rest) > 3:
+        return None
+    return Route(group, version, rest[0], None, rest[1] if len(rest) > 1 else None,
+                 rest[2] if len(rest) > 2 else "", sse)
+
+
+def resource_not_found() -> errors.NotFound:
+    return errors.NotFound("the server could not find the requested resource")
+
+
+def qualified(info: KindInfo) -> str:
+    return f"{info.plural}.{info.group}" if info.group else info.plural
+
+
+def not_found(info: KindInfo, name: str) -> errors.NotFound:
+    return errors.NotFound(f'{qualified(info)} "{name}" not found', name=name,
+                           group=info.group, kind=info.plural)
+
+
+def conflict(info: KindInfo, name: str, why: str = "") -> errors.Conflict:
+    why = why or "the object has been modified; please apply your changes to the latest version and try again"
+    return errors.Conflict(f'Operation cannot be fulfilled on {qualified(info)} "{name}": {why}',
+                           name=name, group=info.group, kind=info.plural)
+
+
+def decode_body(req: Req, *, allow_patch: bool = False) -> Any:
+    if len(req.body) > MAX_BODY:
+        raise errors.RequestEntityTooLarge("the request body is too large (limit 3145728 bytes)")
+    ctype = req.headers.get("content-type", JSON).split(";")[0].strip().lower()
+    if not req.body.strip():
+        raise errors.BadRequest("the request body is empty")
+    if ctype in ("application/json", "") or (allow_patch and ctype in (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH)):
+        try:
+            return json.loads(req.body)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise errors.BadRequest(f"couldn't get version/kind; json parse error: {e}") from None
+    if ctype in ("application/yaml", "application/x-yaml", "text/yaml"):
+        try:
+            return yaml.safe_load(req.body)
+        except yaml.YAMLError as e:
+            raise errors.BadRequest(f"error converting YAML to JSON: {e}") from None
+    raise errors.UnsupportedMediaType(
+        f'the body of the request was in an unknown format - accepted media types include: '
+        f'application/json, application/yaml (got "{ctype}")')
+
+
+def encode_continue(revision: int, key: str) -> str:
+    raw = json.dumps({"v": "fleet/1", "rv": revision, "start": key}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_continue(token: str) -> tuple[int, str]:
+    try:
+        pad = "=" * (-len(token) % 4)
+        data = json.loads(base64.urlsafe_b64decode(token + pad))
+        return int(data["rv"]), str(data["start"])
+    except (ValueError, KeyError, TypeError):
+        raise errors.BadRequest("continue key is not valid: incorrect encoded start resourceVersion "
+                                "(version meta.k8s.io/v1)") from None
+
+
+def random_suffix(n: int = 5) -> str:
+    # kube-apiserver's alphabet for generateName (no vowels, no confusable digits)
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    return "".join(secrets.choice(alphabet) for _ in range(n))
+
+
+def parse_rv(value: Any, what: str = "resourceVersion") -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        rv = int(value)
+    except (TypeError, ValueError):
+        raise errors.BadRequest(f'invalid {what}: "{value}" is not a valid resource version') from None
+    if rv < 0:
+        raise errors.BadRequest(f'invalid {what}: "{value}"')
+    return rv
+
+
+class ResourceAPI:
+    """The generic handlers.  One instance per server."""
+
+    def __init__(self, store: Store, registry: Registry, admission: AdmissionChain,
+                 namespace_finalizer: trio.MemorySendChannel | None = None) -> None:
+        self.store = store
+        self.registry = registry
+        self.admission = admission
+        self._ns_finalizer = namespace_finalizer
+
+    # ----------------------------------------------------------------- helpers
+    def kind_for(self, route: Route) -> KindInfo:
+        info = self.registry.get(route.group, route.version, route.plural)
+        if info is None:
+            raise resource_not_found()
+        if route.namespace is not None and not info.namespaced:
+            raise resource_not_found()
+        if not info.namespaced:
+            route.namespace = None
+        if route.subresource and route.subresource not in SUPPORTED_SUBRESOURCES.intersection(info.subresources):
+            raise resource_not_found()
+        return info
+
+    def attributes(self, route: Route, verb: str, req: Req) -> Attributes:
+        return Attributes(verb=verb, group=route.group, version=route.version, resource=route.plural,
+                          subresource=route.subresource, namespace=route.namespace or "",
+                          name=route.name or "", dry_run=is_dry_run(req))
+
+    def check_type(self, info: KindInfo, obj: Any) -> dict[str, Any]:
+        if not isinstance(obj, dict):
+            raise errors.BadRequest("the body must be a JSON object (got " + type(obj).__name__ + ")")
+        api_version = obj.get("apiVersion")
+        kind = obj.get("kind")
+        if api_version is None and kind is None:
+            obj["apiVersion"], obj["kind"] = info.api_version, info.kind
+        elif kind != info.kind or api_version != info.api_version:
+            raise errors.BadRequest(
+                f"the API version in the data ({api_version}) does not match the expected API "
+                f"version ({info.api_version})" if api_version != info.api_version else
+                f"the kind in the data ({kind}) does not match the expected kind ({info.kind})")
+        md = obj.get("metadata")
+        if md is None:
+            obj["metadata"] = {}
+        elif not isinstance(md, dict):
+            raise errors.BadRequest("metadata must be an object")
+        return obj
+
+    def field_validation(self, info: KindInfo, obj: dict[str, Any], req: Req) -> list[str]:
+        """Unknown fields per fieldValidation: Strict → 400, Warn → warnings, Ignore → nothing."""
+        mode = req.query.get("fieldValidation", "")
+        if mode not in ("", "Strict", "Warn", "Ignore"):
+            raise errors.BadRequest(f'fieldValidation must be one of "Ignore", "Warn", or "Strict" (got "{mode}")')
+        if mode in ("Ignore",):
+            return []
+        type_name = schema.root_type(info.group, info.version, info.kind)
+        if type_name is None:
+            return []
+        unknown = [p for p in schema.unknown_fields(type_name, obj)]
+        if not unknown:
+            return []
+        msgs = [f'unknown field "{p.lstrip(".")}"' for p in unknown]
+        if mode == "Strict":
+            raise errors.BadRequest("strict decoding error: " + ", ".join(msgs))
+        return msgs
+
+    def validate(self, info: KindInfo, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        causes: list[dict[str, str]] = []
+        md = obj["metadata"]
+        if not md.get("name"):
+            causes.append(errors.cause("metadata.name", "Required value: name or generateName is required",
+                                       "FieldValueRequired"))
+        if info.validate is not None:
+            causes.extend(info.validate(obj, old))
+        if causes:
+            # Deduplicate: the kind validator may also report a missing name.
+            seen, uniq = set(), []
+            for c in causes:
+                k = (c.get("field"), c.get("message"))
+                if k not in seen:
+                    seen.add(k)
+                    uniq.append(c)
+            raise errors.Invalid.for_object(info.kind, info.group, md.get("name") or md.get("generateName", ""),
+                                            uniq)
+
+    async def check_namespace(self, namespace: str) -> None:
+        try:
+            ns = await self.store.get(meta.store_key("", "namespaces", None, namespace))
+        except KeyNotFound:
+            raise errors.NotFound(f'namespaces "{namespace}" not found', name=namespace,
+                                  kind="namespaces") from None
+        if ns.get("metadata", {}).get("deletionTimestamp") or ns.get("status", {}).get("phase") == "Terminating":
+            raise errors.Forbidden(
+                f"unable to create new content in namespace {namespace} because it is being terminated",
+                name=namespace, kind="namespaces",
+                causes=[{"reason": "NamespaceTerminating", "message": f"namespace {namespace} is being terminated",
+                         "field": "metadata.namespace"}])
+
+    async def get_current(self, info: KindInfo, route: Route) -> dict[str, Any]:
+        assert route.name is not None
+        try:
+            return await self.store.get(info.key(route.namespace, route.name))
+        except KeyNotFound:
+            raise not_found(info, route.name) from None
+
+    # -------------------------------------------------------------------- read
+    async def get(self, info: KindInfo, route: Route, req: Req) -> Resp:
+        obj = await self.get_current(info, route)
+        if route.subresource == "scale":
+            return Resp.json(200, to_scale(info, obj))
+        if wants_table(req.headers.get("accept", "")):
+            return Resp.json(200, table(info, [obj], resource_version=obj["metadata"].get("resourceVersion", ""),
+                                        include=req.query.get("includeObject", "Metadata")))
+        return Resp.json(200, obj)
+
+    def selectors(self, info: KindInfo, req: Req) -> tuple[selectors.LabelSelector, selectors.FieldSelector]:
+        ls = selectors.parse_label_selector(req.query.get("labelSelector", ""))
+        fs = selectors.parse_field_selector(req.query.get("fieldSelector", ""), info.field_selectable)
+        return ls, fs
+
+    async def list(self, info: KindInfo, route: Route, req: Req) -> Resp:
+        ls, fs = self.selectors(info, req)
+        limit = _int_param(req, "limit", 0)
+        cont = req.query.get("continue", "")
+        prefix = info.key(route.namespace)
+        ns_pin = fs.exact_value("metadata.namespace")
+        if ns_pin and info.namespaced and route.namespace is None:
+            prefix = info.key(ns_pin)
+        revision: int | None = None
+        start_after: str | None = None
+        if cont:
+            revision, start_after = decode_continue(cont)
+        else:
+            rv = parse_rv(req.query.get("resourceVersion"))
+            match = req.query.get("resourceVersionMatch", "")
+            if match == "Exact" and rv:
+                revision = rv
+        items: list[dict[str, Any]] = []
+        next_key: str | None = None
+        remaining: int | None = None
+        name_pin = fs.exact_value("metadata.name")
+        while True:
+            want = (limit - len(items)) if limit else 0
+            try:
+                if name_pin is not None and start_after is None and (route.namespace or not info.namespaced):
+                    # Fast path: a name pin inside one namespace is a point read.
+                    res = await self.store.list(info.key(route.namespace, name_pin), revision=revision)
+                    res.items = [o for o in res.items if o["metadata"]["name"] == name_pin]
+                else:
+                    res = await self.store.list(prefix, revision=revision, limit=want, start_after=start_after)
+            except RevisionCompacted:
+                raise errors.Gone("The provided continue parameter is too old to display a consistent list "
+                                  "result. You can start a new list without the continue parameter.") from None
+            revision = res.revision
+            for o in res.items:
+                if ls.matches(o.get("metadata", {}).get("labels")) and fs.matches(o):
+                    items.append(o)
+            if res.continue_key is None:
+                next_key = None
+                break
+            start_after = res.continue_key
+            if limit and len(items) >= limit:
+                next_key = res.continue_key
+                remaining = res.remaining
+                break
+        token = encode_continue(revision, next_key) if next_key else ""
+        rv_s = str(revision)
+        if wants_table(req.headers.get("accept", "")):
+            return Resp.json(200, table(info, items, resource_version=rv_s, cont=token,
+                                        include=req.query.get("includeObject", "Metadata"),
+                                        remaining=remaining if (ls.empty and fs.empty) else None))
+        md: dict[str, Any] = {"resourceVersion": rv_s}
+        if token:
+            md["continue"] = token
+            if remaining is not None and ls.empty and fs.empty:
+                md["remainingItemCount"] = remaining
+        body = {"kind": info.list_kind, "apiVersion": info.api_version, "metadata": md, "items": items}
+        return Resp.json(200, body)
+
+    # ------------------------------------------------------------------- write
+    async def create(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
+        if route.name is not None:
+            raise errors.MethodNotAllowed(f"POST is not supported on a named {info.kind}")
+        obj = self.check_type(info, decode_body(req))
+        warnings = self.field_validation(info, obj, req)
+        md = obj["metadata"]
+        if info.namespaced:
+            ns = md.get("namespace") or route.namespace
+            if route.namespace and md.get("namespace") and md["namespace"] != route.namespace:
+                raise errors.BadRequest("the namespace of the provided object does not match the namespace "
+                                        "sent on the request")
+            if not ns:
+                raise errors.BadRequest("the namespace of the object is required")
+            md["namespace"] = ns
+            route.namespace = ns
+        else:
+            md.pop("namespace", None)
+        for f in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+                  "deletionGracePeriodSeconds", "generation", "managedFields", "selfLink"):
+            md.pop(f, None)
+        if not md.get("name") and md.get("generateName"):
+            md["name"] = str(md["generateName"]) + random_suffix()
+        if info.has_status and info.kind != "Node":
+            obj.pop("status", None)
+        if info.default is not None:
+            info.default(obj)
+        self.validate(info, obj, None)
+        if info.namespaced:
+            await self.check_namespace(route.namespace or "")
+        attrs = Attributes("create", info.group, info.version, info.plural, "", route.namespace or "",
+                           md["name"], is_dry_run(req))
+        obj = await self.admission.admit(attrs, user, obj, None)
+        assert obj is not None
+        if is_dry_run(req):
+            md.setdefault("creationTimestamp", meta.now_rfc3339())
+            md.setdefault("generation", 1)
+            return Resp.json(201, obj, warning_headers(warnings))
+        try:
+            stored = await self.store.create(info.key(route.namespace, md["name"]), obj)
+        except KeyExists:
+            raise errors.AlreadyExists(f'{qualified(info)} "{md["name"]}" already exists', name=md["name"],
+                                       group=info.group, kind=info.plural) from None
+        return Resp.json(201, stored, warning_headers(warnings))
+
+    async def update(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
+        assert route.name is not None
+        body = decode_body(req)
+        if route.subresource == "scale":
+            return await self._write_scale(info, route, req, user, lambda scale: _check_scale_body(body))
+        obj = self.check_type(info, body)
+        md = obj["metadata"]
+        if md.get("name") and md["name"] != route.name:
+            raise errors.BadRequest(f"the name of the object ({md['name']}) does not match the name on "
+                                    f"the URL ({route.name})")
+        if info.namespaced and md.get("namespace") and md["namespace"] != route.namespace:
+            raise errors.BadRequest("the namespace of the provided object does not match the namespace "
+                                    "sent on the request")
+        warnings = self.field_validation(info, obj, req)
+        precondition = parse_rv(md.get("resourceVersion"))
+        return await self._write(info, route, req, user, lambda old: copy.deepcopy(obj), precondition,
+                                 warnings, verb="update")
+
+    async def patch(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
+        assert route.name is not None
+        ctype = req.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype == APPLY_PATCH:
+            raise errors.UnsupportedMediaType("server-side apply is not supported yet: use client-side "
+                                              "kubectl apply (the default)")
+        if ctype not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH):
+            raise errors.UnsupportedMediaType(
+                f'the body of the request was in an unknown format - accepted media types include: '
+                f'{JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_PATCH}')
+        if ctype == STRATEGIC_PATCH and not info.strategic_merge:
+            raise errors.UnsupportedMediaType(f"strategic merge patch is not supported for {info.kind}; "
+                                              "use a merge or JSON patch")
+        body = decode_body(req, allow_patch=True)
+        if ctype == JSON_PATCH and not isinstance(body, list):
+            raise errors.BadRequest("json patch must be a list of operations")
+        if ctype != JSON_PATCH and not isinstance(body, dict):
+            raise errors.BadRequest("a merge patch must be a JSON object")
+
+        def apply(doc: dict[str, Any], smp_schema: dict[str, Any]) -> dict[str, Any]:
+            if ctype == JSON_PATCH:
+                out = patch.json_patch(doc, body)
+            elif ctype == MERGE_PATCH:
+                out = patch.json_merge_patch(doc, body)
+            else:
+                out = patch.strategic_merge_patch(doc, body, smp_schema)
+            if not isinstance(out, dict):
+                raise errors.BadRequest("the patch produced something that is not an object")
+            return out
+
+        if route.subresource == "scale":
+            return await self._write_scale(info, route, req, user, lambda scale: apply(scale, {}))
+        precondition = None
+        if isinstance(body, dict):
+            precondition = parse_rv((body.get("metadata") or {}).get("resourceVersion")
+                                    if isinstance(body.get("metadata"), dict) else None)
+        schema_root = info.strategic_schema() if ctype == STRATEGIC_PATCH else {}
+
+        def build(old: dict[str, Any]) -> dict[str, Any]:
+            new = apply(old, schema_root)
+            self.check_type(info, new)
+            return new
+
+        return await self._write(info, route, req, user, build, precondition, None, verb="patch",
+                                 validate_fields=True)
+
+    async def _write(self, info: KindInfo, route: Route, req: Req, user: UserInfo, build: Any,
+                     precondition: int | None, warnings: list[str] | None, *, verb: str,
+                     validate_fields: bool = False) -> Resp:
+        """Read-modify-write with optimistic concurrency.  Without a client precondition a
+        conflict with a concurrent writer is retried on the fresh object (as kube-apiserver
+        does for patches and unconditional updates)."""
+        assert route.name is not None
+        key = info.key(route.namespace, route.name)
+        for _attempt in range(PATCH_RETRIES):
+            old = await self.get_current(info, route)
+            old_rv = int(old["metadata"]["resourceVersion"])
+            if precondition is not None and precondition != old_rv:
+                raise conflict(info, route.name)
+            new = build(copy.deepcopy(old))
+            md = new.setdefault("metadata", {})
+            if md.get("name") not in (None, route.name):
+                raise errors.BadRequest("metadata.name cannot be changed")
+            md["name"] = route.name
+            if info.namespaced:
+                if md.get("namespace") not in (None, route.namespace):
+                    raise errors.BadRequest("metadata.namespace cannot be changed")
+                md["namespace"] = route.namespace
+            if validate_fields:
+                warnings = self.field_validation(info, new, req)
+            if route.subresource == "status":
+                status = new.get("status")
+                new = copy.deepcopy(old)
+                if status is None:
+                    new.pop("status", None)
+                else:
+                    new["status"] = status
+            elif info.has_status:
+                if "status" in old:
+                    new["status"] = copy.deepcopy(old["status"])
+                else:
+                    new.pop("status", None)
+            # Server-managed metadata is not the client's to change.
+            for f in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+                      "generation"):
+                if f in old["metadata"]:
+                    md_new = new["metadata"]
+                    md_new[f] = old["metadata"][f]
+                else:
+                    new["metadata"].pop(f, None)
+            new["metadata"]["resourceVersion"] = str(old_rv)
+            if info.default is not None:
+                info.default(new)
+            self.validate(info, new, old)
+            attrs = Attributes(verb, info.group, info.version, info.plural, route.subresource,
+                               route.namespace or "", route.name, is_dry_run(req))
+            new = await self.admission.admit(attrs, user, new, old)
+            assert new is not None
+            if is_dry_run(req):
+                return Resp.json(200, new, warning_headers(warnings or []))
+            try:
+                stored = await self.store.update(key, new, expected_revision=old_rv)
+            except RevisionConflict:
+                if precondition is not None:
+                    raise conflict(info, route.name) from None
+                continue
+            except KeyNotFound:
+                raise not_found(info, route.name) from None
+            if route.subresource == "scale":
+                return Resp.json(200, to_scale(info, stored))
+            return Resp.json(200, stored, warning_headers(warnings or []))
+        raise conflict(info, route.name, "too many concurrent writers; try again")
+
+    async def _write_scale(self, info: KindInfo, route: Route, req: Req, user: UserInfo, change: Any) -> Resp:
+        scale_info = info.scale
+        assert scale_info is not None and route.name is not None
+        holder: dict[str, Any] = {}
+
+        def build(old: dict[str, Any]) -> dict[str, Any]:
+            new_scale = change(to_scale(info, old))
+            holder["scale"] = new_scale
+            replicas = (new_scale.get("spec") or {}).get("replicas")
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                raise errors.Invalid.for_object("Scale", "autoscaling", route.name or "", [
+                    errors.cause("spec.replicas", f"Invalid value: {json.dumps(replicas)}: must be greater "
+                                 "than or equal to 0")])
+            meta.set_path(old, scale_info.spec_replicas, replicas)
+            return old
+
+        # The Scale's own resourceVersion is a precondition when the client sent one.
+        precondition = None
+        if req.method == "PUT":
+            try:
+                precondition = parse_rv(((json.loads(req.body) or {}).get("metadata") or {}).get("resourceVersion"))
+            except ValueError:
+                precondition = None
+        sub_route = Route(route.group, route.version, route.plural, route.namespace, route.name, "scale")
+        return await self._write(info, sub_route, req, user, build, precondition, None, verb="update")
+
+    # ------------------------------------------------------------------ delete
+    async def delete(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
+        assert route.name is not None
+        opts = delete_options(req)
+        pre = opts.get("preconditions") or {}
+        expected_rv = parse_rv(pre.get("resourceVersion"))
+        expected_uid = pre.get("uid") or None
+        old = await self.get_current(info, route)
+        attrs = Attributes("delete", info.group, info.version, info.plural, "", route.namespace or "",
+                           route.name, is_dry_run(req))
+        await self.admission.admit(attrs, user, None, old)
+        if info.kind == "Namespace" and not info.group:
+            return await self._delete_namespace(info, route, old, req, expected_rv, expected_uid)
+        if is_dry_run(req):
+            return Resp.json(200, old)
+        try:
+            obj, removed = await self.store.delete(info.key(route.namespace, route.name),
+                                                   expected_revision=expected_rv, expected_uid=expected_uid)
+        except KeyNotFound:
+            raise not_found(info, route.name) from None
+        except RevisionConflict:
+            raise conflict(info, route.name, "the precondition (uid or resourceVersion) did not match") from None
+        return Resp.json(200 if removed else 202, obj)
+
+    async def _delete_namespace(self, info: KindInfo, route: Route, old: dict[str, Any], req: Req,
+                                expected_rv: int | None, expected_uid: str | None) -> Resp:
+        assert route.name is not None
+        if route.name in PROTECTED_NAMESPACES:
+            raise errors.Forbidden(f'namespaces "{route.name}" is forbidden: this namespace may not be deleted',
+                                   name=route.name, kind="namespaces")
+        if expected_uid and old["metadata"].get("uid") != expected_uid:
+            raise conflict(info, route.name, "the UID precondition did not match")
+        if expected_rv is not None and int(old["metadata"]["resourceVersion"]) != expected_rv:
+            raise conflict(info, route.name)
+        if is_dry_run(req):
+            return Resp.json(200, old)
+        if old["metadata"].get("deletionTimestamp"):
+            return Resp.json(202, old)
+        new = copy.deepcopy(old)
+        new["metadata"]["deletionTimestamp"] = meta.now_rfc3339()
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        new.setdefault("status", {})["phase"] = "Terminating"
+        try:
+            stored = await self.store.update(info.key(None, route.name), new,
+                                             expected_revision=int(old["metadata"]["resourceVersion"]))
+        except RevisionConflict:
+            raise conflict(info, route.name) from None
+        if self._ns_finalizer is not None:
+            self._ns_finalizer.send_nowait(route.name)
+        return Resp.json(202, stored)
+
+    async def delete_collection(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
+        ls, fs = self.selectors(info, req)
+        res = await self.store.list(info.key(route.namespace))
+        deleted = []
+        for o in res.items:
+            if not (ls.matches(o["metadata"].get("labels")) and fs.matches(o)):
+                continue
+            r = Route(route.group, route.version, route.plural, o["metadata"].get("namespace"),
+                      o["metadata"]["name"])
+            try:
+                resp = await self.delete(info, r, Req("DELETE", req.path, dict(req.query), req.headers, b""), user)
+            except errors.NotFound:
+                continue
+            deleted.append(json.loads(resp.body))  # type: ignore[arg-type]
+        return Resp.json(200, {"kind": info.list_kind, "apiVersion": info.api_version,
+                               "metadata": {"resourceVersion": str(self.store.current_revision())},
+                               "items": deleted})
+
+
+SUPPORTED_SUBRESOURCES = frozenset({"status", "scale"})
+
+
+def is_dry_run(req: Req) -> bool:
+    v = req.query.get("dryRun", "")
+    if v and v != "All":
+        raise errors.BadRequest(f'dryRun: Unsupported value: "{v}": supported values: "All"')
+    return v == "All"
+
+
+def _int_param(req: Req, name: str, default: int) -> int:
+    v = req.query.get(name)
+    if v in (None, ""):
+        return default
+    try:
+        n = int(v)
+    except ValueError:
+        raise errors.BadRequest(f'{name}: invalid value "{v}": must be an integer') from None
+    if n < 0:
+        raise errors.BadRequest(f"{name}: must be non-negative")
+    return n
+
+
+def warning_headers(warnings: list[str]) -> dict[str, str]:
+    if not warnings:
+        return {}
+    # One Warning header per message; joined with ", " (HTTP allows folding repeated headers).
+    return {"Warning": ", ".join('299 - "' + w.replace('"', '\\"') + '"' for w in warnings)}
+
+
+def delete_options(req: Req) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    if req.body.strip():
+        body = decode_body(req)
+        if not isinstance(body, dict):
+            raise errors.BadRequest("DeleteOptions must be an object")
+        opts = body
+    if "gracePeriodSeconds" in req.query:
+        opts["gracePeriodSeconds"] = _int_param(req, "gracePeriodSeconds", 0)
+    if "propagationPolicy" in req.query:
+        opts["propagationPolicy"] = req.query["propagationPolicy"]
+    if "dryRun" in req.query:
+        opts["dryRun"] = [req.query["dryRun"]]
+    pp = opts.get("propagationPolicy")
+    if pp not in (None, "Background", "Foreground", "Orphan"):
+        raise errors.BadRequest(f'propagationPolicy: Unsupported value: "{pp}": supported values: '
+                                f'"Background", "Foreground", "Orphan"')
+    dry = opts.get("dryRun")
+    if dry and dry != ["All"]:
+        raise errors.BadRequest(f"dryRun: Unsupported value: {dry}")
+    if dry == ["All"]:
+        req.query.setdefault("dryRun", "All")
+    return opts
+
+
+def to_scale(info: KindInfo, obj: dict[str, Any]) -> dict[str, Any]:
+    s = info.scale
+    assert s is not None
+    md = obj["metadata"]
+    sel = meta.get_path(obj, s.label_selector)
+    if isinstance(sel, dict) and ("matchLabels" in sel or "matchExpressions" in sel):
+        sel_s = selectors.label_selector_to_string(sel)
+    elif isinstance(sel, dict):
+        sel_s = ",".join(f"{k}={v}" for k, v in sorted(sel.items()))
+    else:
+        sel_s = ""
+    scale_md = {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in md}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": scale_md,
+        "spec": {"replicas": meta.get_path(obj, s.spec_replicas, 0)},
+        "status": {"replicas": meta.get_path(obj, s.status_replicas, 0) or 0, "selector": sel_s},
+    }
+
+
+def _check_scale_body(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict) or body.get("kind", "Scale") != "Scale":
+        raise errors.BadRequest("the body must be an autoscaling/v1 Scale")
+    return body
+
+
+__all__ = ["ResourceAPI", "Route", "parse_route"]

@@ -1,0 +1,169 @@
+"""`fleet server`: the store, the API, metrics and namespace lifecycle in one nursery.
+
+Start-up order follows nesting (DESIGN.md): the store opens first and closes
+last; the API and metrics listeners start only after the default namespaces
+exist, and `task_status.started()` fires when the API answers — which is also
+when the admin kubeconfig is written and its path printed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+from hypercorn.config import Config as HyperConfig
+from hypercorn.trio import serve
+from quart_trio import QuartTrio
+
+from fleet.admission import AdmissionChain
+from fleet.api import meta
+from fleet.api.registry import Registry, default_registry
+from fleet.auth import ADMIN, AllowAll, TokenAuthenticator, load_or_create_admin_token
+from fleet.server import nslifecycle
+from fleet.server.app import APIServer, create_app
+from fleet.server.metrics import Metrics
+from fleet.server.rest import ResourceAPI
+from fleet.server.watch import WatchCounter
+from fleet.store import KeyExists, Store, open_store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+def default_data_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/fleet")
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "fleet"
+
+
+@dataclass
+class ServerConfig:
+    data_dir: Path = field(default_factory=default_data_dir)
+    port: int = 9300
+    metrics_port: int = 9302
+    address: str = "127.0.0.1"
+    retention: int = 10000
+    compact_interval: float = 60.0
+    sync: str = "FULL"
+
+
+@dataclass
+class ServerInfo:
+    url: str
+    kubeconfig: Path
+    token: str
+    metrics_url: str
+
+
+async def ensure_default_namespaces(store: Store, registry: Registry) -> None:
+    info = registry.get("", "v1", "namespaces")
+    assert info is not None
+    for name in DEFAULT_NAMESPACES:
+        obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        if info.default is not None:
+            info.default(obj)
+        try:
+            await store.create(meta.store_key("", "namespaces", None, name), obj)
+        except KeyExists:
+            pass
+
+
+def kubeconfig_text(url: str, token: str) -> str:
+    return (
+        "apiVersion: v1\n"
+        "kind: Config\n"
+        "clusters:\n"
+        "- name: fleet\n"
+        "  cluster:\n"
+        f"    server: {url}\n"
+        "contexts:\n"
+        "- name: fleet\n"
+        "  context:\n"
+        "    cluster: fleet\n"
+        "    user: admin\n"
+        "    namespace: default\n"
+        "current-context: fleet\n"
+        "preferences: {}\n"
+        "users:\n"
+        "- name: admin\n"
+        "  user:\n"
+        f"    token: {token}\n"
+    )
+
+
+def write_private(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+async def _serve(app: QuartTrio, address: str, port: int, *,
+                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    cfg = HyperConfig()
+    cfg.bind = [f"{address}:{port}"]
+    cfg.accesslog = None
+    cfg.errorlog = logging.getLogger("hypercorn.error")
+    cfg.keep_alive_timeout = 75
+    cfg.graceful_timeout = 2
+    await serve(app, cfg, task_status=task_status)  # type: ignore[arg-type]
+
+
+def _metrics_app(metrics: Metrics) -> QuartTrio:
+    from quart import Response
+
+    app = QuartTrio("fleet-metrics")
+
+    @app.route("/metrics")
+    async def metrics_route() -> Response:
+        body, ctype = metrics.render()
+        return Response(body, content_type=ctype)
+
+    @app.route("/healthz")
+    async def health() -> Response:
+        return Response(b"ok", content_type="text/plain")
+
+    return app
+
+
+async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED,
+              handle_signals: bool = False) -> None:
+    data_dir = Path(cfg.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    token = load_or_create_admin_token(data_dir)
+    async with open_store(data_dir / "fleet.db", retention=cfg.retention, sync=cfg.sync,
+                          compact_interval=cfg.compact_interval) as store:
+        registry = default_registry()
+        await ensure_default_namespaces(store, registry)
+        async with trio.open_nursery() as nursery:
+            if handle_signals:
+                nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)
+            ns_send, ns_recv = trio.open_memory_channel[str](1000)
+            await nursery.start(nslifecycle.run, store, registry, ns_recv)
+            watches = WatchCounter()
+            metrics = Metrics(store.stats, lambda: watches.open)
+            host = "127.0.0.1" if cfg.address in ("0.0.0.0", "::", "") else cfg.address
+            url = f"http://{host}:{cfg.port}"
+            api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), AdmissionChain(),
+                            ResourceAPI(store, registry, AdmissionChain(), ns_send), metrics, watches,
+                            f"{host}:{cfg.port}")
+            await nursery.start(_serve, create_app(api), cfg.address, cfg.port)
+            await nursery.start(_serve, _metrics_app(metrics), cfg.address, cfg.metrics_port)
+            kubeconfig = data_dir / "admin.kubeconfig"
+            write_private(kubeconfig, kubeconfig_text(url, token))
+            task_status.started(ServerInfo(url, kubeconfig, token, f"http://{host}:{cfg.metrics_port}/metrics"))
+
+
+async def _cancel_on_signal(scope: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return

@@ -1,0 +1,94 @@
+"""Generate fleet/api/k8s_schema.json from the official `kubernetes` Python client's models.
+
+The client's models are generated from Kubernetes' own OpenAPI document, so
+their `openapi_types` / `attribute_map` tables are a faithful, offline copy
+of the field names and types of every built-in kind.  Fleet uses the result
+for strict field validation (`fieldValidation=Strict`) and to serve
+`/openapi/v3` (which `kubectl apply` and `kubectl explain` read).
+
+Run: python packaging/gen_k8s_schema.py   (needs the `kubernetes` package)
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import sys
+from pathlib import Path
+
+from kubernetes.client import models
+
+ROOTS = {
+    # (group, version, kind): model class name
+    ("", "v1", "Namespace"): "V1Namespace",
+    ("", "v1", "Pod"): "V1Pod",
+    ("", "v1", "Node"): "V1Node",
+    ("", "v1", "Service"): "V1Service",
+    ("", "v1", "Endpoints"): "V1Endpoints",
+    ("", "v1", "ConfigMap"): "V1ConfigMap",
+    ("", "v1", "Secret"): "V1Secret",
+    ("", "v1", "ServiceAccount"): "V1ServiceAccount",
+    ("", "v1", "Event"): "CoreV1Event",
+    ("", "v1", "Binding"): "V1Binding",
+    ("events.k8s.io", "v1", "Event"): "EventsV1Event",
+    ("coordination.k8s.io", "v1", "Lease"): "V1Lease",
+    ("apps", "v1", "Deployment"): "V1Deployment",
+    ("apps", "v1", "ReplicaSet"): "V1ReplicaSet",
+    ("apps", "v1", "StatefulSet"): "V1StatefulSet",
+    ("apps", "v1", "DaemonSet"): "V1DaemonSet",
+    ("batch", "v1", "Job"): "V1Job",
+    ("batch", "v1", "CronJob"): "V1CronJob",
+    ("autoscaling", "v1", "Scale"): "V1Scale",
+    ("meta.k8s.io", "v1", "DeleteOptions"): "V1DeleteOptions",
+    ("policy", "v1", "Eviction"): "V1Eviction",
+}
+
+SCALARS = {"str": "string", "int": "integer", "bool": "boolean", "float": "number",
+           "datetime": "date-time", "date": "date", "object": "any",
+           "bytes": "byte"}
+
+
+def parse_type(t: str, todo: list[str]):
+    t = t.strip()
+    if t in SCALARS:
+        return SCALARS[t]
+    m = re.fullmatch(r"(?:List|list)\[(.*)\]", t)
+    if m:
+        return {"list": parse_type(m.group(1), todo)}
+    m = re.fullmatch(r"(?:Dict|dict)\(?\[?str, (.*?)[\])]", t)
+    if m:
+        return {"map": parse_type(m.group(1), todo)}
+    todo.append(t)
+    return {"ref": t}
+
+
+def describe(cls, attr: str) -> str:
+    # The models are pydantic classes whose field descriptions come from the OpenAPI document.
+    field = getattr(cls, "model_fields", {}).get(attr)
+    return (field.description or "") if field is not None else ""
+
+
+def main() -> None:
+    types: dict[str, dict] = {}
+    todo = list(ROOTS.values())
+    while todo:
+        name = todo.pop()
+        if name in types:
+            continue
+        cls = getattr(models, name)
+        fields = {}
+        for attr, typ in cls.openapi_types.items():
+            json_name = cls.attribute_map[attr]
+            fields[json_name] = {"type": parse_type(typ, todo), "description": describe(cls, attr)}
+        doc = (inspect.getdoc(cls) or "").split("Attributes:")[0]
+        types[name] = {"fields": fields, "description": " ".join(doc.split())}
+    roots = [{"group": g, "version": v, "kind": k, "type": t} for (g, v, k), t in ROOTS.items()]
+    out = {"roots": roots, "types": dict(sorted(types.items()))}
+    path = Path(__file__).resolve().parent.parent / "fleet" / "api" / "k8s_schema.json"
+    path.write_text(json.dumps(out, separators=(",", ":"), sort_keys=True) + "\n")
+    print(f"wrote {path} ({len(types)} types, {path.stat().st_size} bytes)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
