@@ -332,11 +332,11 @@ class ResourceAPI:
         if wants_table(req.headers.get("accept", "")):
             return Resp.json(200, table(info, items, resource_version=rv_s, cont=token,
                                         include=req.query.get("includeObject", "Metadata"),
-                                        remaining=remaining if (ls.empty and fs.empty) else None))
+                                        remaining=remaining if (ls.empty() and fs.empty()) else None))
         md: dict[str, Any] = {"resourceVersion": rv_s}
         if token:
             md["continue"] = token
-            if remaining is not None and ls.empty and fs.empty:
+            if remaining is not None and ls.empty() and fs.empty():
                 md["remainingItemCount"] = remaining
         body = {"kind": info.list_kind, "apiVersion": info.api_version, "metadata": md, "items": items}
         return Resp.json(200, body)

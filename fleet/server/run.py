@@ -8,6 +8,7 @@ when the admin kubeconfig is written and its path printed.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import signal
@@ -24,6 +25,7 @@ from fleet.admission import AdmissionChain
 from fleet.api import meta
 from fleet.api.registry import Registry, default_registry
 from fleet.auth import ADMIN, AllowAll, TokenAuthenticator, load_or_create_admin_token
+from fleet.auth.pki import ServingTLS, ensure_serving_tls
 from fleet.server import nslifecycle
 from fleet.server.app import APIServer, create_app
 from fleet.server.metrics import Metrics
@@ -60,6 +62,7 @@ class ServerInfo:
     kubeconfig: Path
     token: str
     metrics_url: str
+    ca_pem: bytes
 
 
 async def ensure_default_namespaces(store: Store, registry: Registry) -> None:
@@ -75,7 +78,7 @@ async def ensure_default_namespaces(store: Store, registry: Registry) -> None:
             pass
 
 
-def kubeconfig_text(url: str, token: str) -> str:
+def kubeconfig_text(url: str, token: str, ca_pem: bytes) -> str:
     return (
         "apiVersion: v1\n"
         "kind: Config\n"
@@ -83,6 +86,7 @@ def kubeconfig_text(url: str, token: str) -> str:
         "- name: fleet\n"
         "  cluster:\n"
         f"    server: {url}\n"
+        f"    certificate-authority-data: {base64.b64encode(ca_pem).decode()}\n"
         "contexts:\n"
         "- name: fleet\n"
         "  context:\n"
@@ -106,10 +110,13 @@ def write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-async def _serve(app: QuartTrio, address: str, port: int, *,
+async def _serve(app: QuartTrio, address: str, port: int, tls: ServingTLS | None = None, *,
                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     cfg = HyperConfig()
-    cfg.bind = [f"{address}:{port}"]
+    cfg.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
+    if tls is not None:
+        cfg.certfile = str(tls.cert_file)
+        cfg.keyfile = str(tls.key_file)
     cfg.accesslog = None
     cfg.errorlog = logging.getLogger("hypercorn.error")
     cfg.keep_alive_timeout = 75
@@ -139,6 +146,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
     data_dir = Path(cfg.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = load_or_create_admin_token(data_dir)
+    tls = ensure_serving_tls(data_dir, [cfg.address])
     async with open_store(data_dir / "fleet.db", retention=cfg.retention, sync=cfg.sync,
                           compact_interval=cfg.compact_interval) as store:
         registry = default_registry()
@@ -151,15 +159,16 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             watches = WatchCounter()
             metrics = Metrics(store.stats, lambda: watches.open)
             host = "127.0.0.1" if cfg.address in ("0.0.0.0", "::", "") else cfg.address
-            url = f"http://{host}:{cfg.port}"
+            url = f"https://{host}:{cfg.port}"
             api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), AdmissionChain(),
                             ResourceAPI(store, registry, AdmissionChain(), ns_send), metrics, watches,
                             f"{host}:{cfg.port}")
-            await nursery.start(_serve, create_app(api), cfg.address, cfg.port)
+            await nursery.start(_serve, create_app(api), cfg.address, cfg.port, tls)
             await nursery.start(_serve, _metrics_app(metrics), cfg.address, cfg.metrics_port)
             kubeconfig = data_dir / "admin.kubeconfig"
-            write_private(kubeconfig, kubeconfig_text(url, token))
-            task_status.started(ServerInfo(url, kubeconfig, token, f"http://{host}:{cfg.metrics_port}/metrics"))
+            write_private(kubeconfig, kubeconfig_text(url, token, tls.ca_cert_pem))
+            task_status.started(ServerInfo(url, kubeconfig, token, f"http://{host}:{cfg.metrics_port}/metrics",
+                                           tls.ca_cert_pem))
 
 
 async def _cancel_on_signal(scope: trio.CancelScope) -> None:

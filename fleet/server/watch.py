@@ -88,7 +88,7 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
             return False
         return ls.matches(md.get("labels")) and fs.matches(obj)
 
-    filtered = not (ls.empty and fs.empty) or name_pin is not None
+    filtered = not (ls.empty() and fs.empty()) or name_pin is not None
     initial: list[dict[str, Any]] = []
     if send_initial or not rv:
         res = await api.store.list(prefix)
@@ -123,45 +123,54 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
     cache_key = ("sse" if sse else "nd", as_table)
 
     async def stream() -> AsyncIterator[bytes]:
+        # No `yield` may sit inside a cancel scope in an async generator (the
+        # consumer runs between yields), so the deadline is checked by hand and
+        # only the wait for the next event is wrapped in a timeout.
         counter.open += 1
+        deadline = trio.current_time() + timeout
         try:
-            with trio.move_on_after(timeout):
-                for obj in initial:
-                    yield encode(ADDED, obj)
-                if send_initial:
-                    yield bookmark(start, initial_end=True)
-                last_sent = trio.current_time()
-                it = store_watch.__aiter__()
-                while True:
-                    ev = None
-                    with trio.move_on_after(BOOKMARK_INTERVAL if bookmarks else math.inf):
-                        ev = await it.__anext__()
-                    if ev is None:
-                        if bookmarks and trio.current_time() - last_sent >= BOOKMARK_INTERVAL:
-                            yield bookmark(store_watch.progress)
-                            last_sent = trio.current_time()
-                        continue
-                    out = _transform(ev, match) if filtered else (ev.type, ev.obj)
-                    if out is None:
-                        continue
-                    type_, obj = out
-                    if not filtered and not as_table:
-                        line = ev.cache.get(cache_key)
-                        if line is None:
-                            line = encode(type_, obj)
-                            ev.cache[cache_key] = line
-                    else:
+            for obj in initial:
+                yield encode(ADDED, obj)
+            if send_initial:
+                yield bookmark(start, initial_end=True)
+            last_sent = trio.current_time()
+            it = store_watch.__aiter__()
+            while True:
+                now = trio.current_time()
+                if now >= deadline:
+                    return
+                wait = deadline - now
+                if bookmarks:
+                    wait = min(wait, max(0.0, last_sent + BOOKMARK_INTERVAL - now))
+                ev = None
+                with trio.move_on_after(wait):
+                    ev = await it.__anext__()
+                if ev is None:
+                    if bookmarks and trio.current_time() - last_sent >= BOOKMARK_INTERVAL:
+                        yield bookmark(store_watch.progress)
+                        last_sent = trio.current_time()
+                    continue
+                out = _transform(ev, match) if filtered else (ev.type, ev.obj)
+                if out is None:
+                    continue
+                type_, obj = out
+                if not filtered and not as_table:
+                    line = ev.cache.get(cache_key)
+                    if line is None:
                         line = encode(type_, obj)
-                    yield line
-                    last_sent = trio.current_time()
+                        ev.cache[cache_key] = line
+                else:
+                    line = encode(type_, obj)
+                yield line
+                last_sent = trio.current_time()
         except StopAsyncIteration:
             return
-        except StoreError as e:
+        except RevisionCompacted as e:
+            async for chunk in _expired_stream(e, sse):
+                yield chunk
+        except StoreError:
             # The store ended this watch (a slow consumer overflowed its buffer):
             # close the stream; the client re-watches from its last resourceVersion.
-            if isinstance(e, RevisionCompacted):
-                async for chunk in _expired_stream(e, sse):
-                    yield chunk
             return
         finally:
             counter.open -= 1

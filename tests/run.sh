@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs into a project virtualenv, then run it all.
+# Used by the README and by CI (.ci/run). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV="${FLEET_VENV:-.venv}"
+PY="${PYTHON:-python3}"
+
+# Debian tools the suite uses (kubectl 1.32 comes with these machines; later
+# issues add runc, nftables, busybox-static, docker-registry, ...).
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    need=()
+    command -v sqlite3 >/dev/null || need+=(sqlite3)
+    if [ "${#need[@]}" -gt 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    fi
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PY" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+"$VENV/bin/python" -m pip install -q -e '.[test]'
+
+"$VENV/bin/ruff" check fleet tests bench
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
