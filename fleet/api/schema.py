@@ -94,9 +94,43 @@ def openapi_expr(expr: Any) -> dict[str, Any]:
     return {"type": "object", "additionalProperties": openapi_expr(expr["map"])}
 
 
+@functools.cache
+def patch_metadata() -> dict[str, dict[str, tuple[str | None, str]]]:
+    """type name -> field -> (merge key, strategy), from the strategic-merge schema.
+
+    Published in OpenAPI as `x-kubernetes-patch-merge-key` / `-strategy`, which
+    kubectl's client-side apply reads to compute the same keyed-list patches it
+    sends to Kubernetes (instead of replacing whole lists).
+    """
+    from fleet.api import smp_schema
+
+    out: dict[str, dict[str, tuple[str | None, str]]] = {}
+
+    def walk(type_name: str, node: dict[str, Any]) -> None:
+        fields = types().get(type_name, {}).get("fields", {})
+        for fname, sub in node.items():
+            f = fields.get(fname)
+            if f is None:
+                continue
+            expr = f["type"]
+            if isinstance(sub, smp_schema.ListSchema):
+                if sub.strategy == "merge":
+                    out.setdefault(type_name, {})[fname] = (sub.merge_key, "merge")
+                if sub.item and isinstance(expr, dict) and isinstance(expr.get("list"), dict) \
+                        and "ref" in expr["list"]:
+                    walk(expr["list"]["ref"], sub.item)
+            elif isinstance(sub, dict) and isinstance(expr, dict) and "ref" in expr:
+                walk(expr["ref"], sub)
+
+    for r in _data()["roots"]:
+        walk(r["type"], smp_schema.schema_for(r["kind"]))
+    return out
+
+
 def openapi_schemas(type_names: list[str]) -> dict[str, Any]:
     """OpenAPI v3 component schemas for the given types and everything they reach."""
     seen: dict[str, Any] = {}
+    patch_meta = patch_metadata()
     todo = list(type_names)
     while todo:
         name = todo.pop()
@@ -108,6 +142,11 @@ def openapi_schemas(type_names: list[str]) -> dict[str, Any]:
             sch = openapi_expr(f["type"])
             if f.get("description"):
                 sch["description"] = f["description"]
+            pm = patch_meta.get(name, {}).get(fname)
+            if pm is not None:
+                if pm[0]:
+                    sch["x-kubernetes-patch-merge-key"] = pm[0]
+                sch["x-kubernetes-patch-strategy"] = pm[1]
             props[fname] = sch
             todo.extend(_refs(f["type"]))
         seen[name] = {"type": "object", "description": t.get("description", ""), "properties": props}

@@ -21,7 +21,6 @@ fan-out to many plain watchers serializes each event once.
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
