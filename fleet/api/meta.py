@@ -6,9 +6,14 @@ import datetime as _dt
 from typing import Any
 
 
+def utcnow() -> _dt.datetime:
+    """The wall clock for ages and timestamps (one place, so tests can pin it)."""
+    return _dt.datetime.now(_dt.UTC)
+
+
 def now_rfc3339() -> str:
     """UTC now with second precision, as Kubernetes writes metav1.Time."""
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_rfc3339(s: str) -> _dt.datetime:
@@ -49,7 +54,7 @@ def age(obj: dict[str, Any]) -> str:
     ts = obj.get("metadata", {}).get("creationTimestamp")
     if not ts:
         return "<unknown>"
-    delta = _dt.datetime.now(_dt.UTC) - parse_rfc3339(ts)
+    delta = utcnow() - parse_rfc3339(ts)
     return human_duration(delta.total_seconds())
 
 

@@ -18,6 +18,7 @@ import base64
 import copy
 import json
 import secrets
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -364,6 +365,8 @@ class ResourceAPI:
             md.pop(f, None)
         if not md.get("name") and md.get("generateName"):
             md["name"] = str(md["generateName"]) + random_suffix()
+        # Assigned before defaulting: some defaults derive from it (a Job's selector).
+        md["uid"] = str(uuid.uuid4())
         if info.has_status and info.kind != "Node":
             obj.pop("status", None)
         if info.default is not None:

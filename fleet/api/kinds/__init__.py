@@ -1,0 +1,30 @@
+"""The built-in kinds, one `KindInfo` each, grouped by API group.
+
+`register_builtin` is the only entry point the rest of Fleet needs: the
+server, discovery, tables and kfleet all read kinds from a `Registry`.
+Registration order matters for discovery (the first version of a group is its
+preferred version) and for `Registry.resolve` ties, so core comes first.
+"""
+
+from __future__ import annotations
+
+from fleet.api.kinds import apps, batch, coordination, core, events
+from fleet.api.registry import KindInfo, Registry
+
+BUILTIN_KINDS: tuple[KindInfo, ...] = (
+    *core.KINDS,
+    events.CORE_EVENT,
+    *apps.KINDS,
+    *batch.KINDS,
+    *coordination.KINDS,
+    events.EVENTS_EVENT,
+)
+
+
+def register_builtin(reg: Registry) -> None:
+    """Register every built-in kind in `reg`."""
+    for info in BUILTIN_KINDS:
+        reg.register(info)
+
+
+__all__ = ["BUILTIN_KINDS", "register_builtin"]

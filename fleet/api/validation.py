@@ -1,0 +1,910 @@
+"""Shared validators for built-in kinds, worded the way kube-apiserver words them.
+
+Kind modules (`fleet.api.kinds.*`) compose these into `validate(obj, old)`
+functions that return a list of Status causes.  The messages are
+apimachinery's (`field.Error.ErrorBody()` plus the `validation.Is*` texts) so
+that `kubectl` users see what they would see against Kubernetes, and so that
+tooling which matches on those strings keeps working.
+
+Every validator here takes *untrusted* JSON: any field may have the wrong
+type.  A wrong type is reported as a cause instead of raising, so one bad
+field never hides the others and never becomes a 500.
+
+Field paths use Kubernetes notation: `spec.containers[0].ports[1].containerPort`,
+`metadata.labels`, `data[key]`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from decimal import Decimal
+from typing import Any
+
+from fleet.api.errors import cause
+from fleet.api.quantity import QUANTITY_ERROR, QuantityError, parse_quantity
+
+Cause = dict[str, str]
+
+# ---------------------------------------------------------------------------
+# field.Error equivalents: the cause message is what ErrorBody() renders.
+# ---------------------------------------------------------------------------
+
+
+def go_value(value: Any) -> str:
+    """Render a bad value like Go's `%#v` does for the common cases (strings quoted)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int | float | Decimal):
+        return str(value)
+    if value is None:
+        return "null"
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def required(path: str, detail: str = "") -> Cause:
+    return cause(path, "Required value" + (f": {detail}" if detail else ""), "FieldValueRequired")
+
+
+def invalid(path: str, value: Any, detail: str) -> Cause:
+    return cause(path, f"Invalid value: {go_value(value)}: {detail}", "FieldValueInvalid")
+
+
+def duplicate(path: str, value: Any) -> Cause:
+    return cause(path, f"Duplicate value: {go_value(value)}", "FieldValueDuplicate")
+
+
+def not_supported(path: str, value: Any, supported: Iterable[str]) -> Cause:
+    quoted = ", ".join(json.dumps(s) for s in supported)
+    return cause(path, f"Unsupported value: {go_value(value)}: supported values: {quoted}",
+                 "FieldValueNotSupported")
+
+
+def not_found(path: str, value: Any) -> Cause:
+    return cause(path, f"Not found: {go_value(value)}", "FieldValueNotFound")
+
+
+def forbidden(path: str, detail: str) -> Cause:
+    return cause(path, f"Forbidden: {detail}", "FieldValueForbidden")
+
+
+def too_long(path: str, max_bytes: int) -> Cause:
+    unit = "byte" if max_bytes == 1 else "bytes"
+    return cause(path, f"Too long: may not be more than {max_bytes} {unit}", "FieldValueTooLong")
+
+
+def type_invalid(path: str, value: Any, expected: str) -> Cause:
+    """A field of the wrong JSON type (Kubernetes rejects these while decoding)."""
+    return invalid(path, value, f"must be of type {expected}")
+
+
+# ---------------------------------------------------------------------------
+# Name and string format checks (apimachinery/pkg/util/validation).  Each
+# returns a list of messages, empty when valid.
+# ---------------------------------------------------------------------------
+
+
+def _regex_error(msg: str, fmt: str, *examples: str) -> str:
+    # Mirrors validation.RegexError, including its doubled space before "or".
+    if not examples:
+        return f"{msg} (regex used for validation is '{fmt}')"
+    out = msg + " (e.g. "
+    for i, ex in enumerate(examples):
+        if i > 0:
+            out += " or "
+        out += f"'{ex}', "
+    return out + f"regex used for validation is '{fmt}')"
+
+
+def max_len_error(n: int) -> str:
+    return f"must be no more than {n} characters"
+
+
+DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS1123_LABEL_MAX = 63
+DNS1123_LABEL_ERR = _regex_error(
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character", DNS1123_LABEL_FMT, "my-name", "123-abc")
+_DNS1123_LABEL_RE = re.compile(DNS1123_LABEL_FMT)
+
+DNS1123_SUBDOMAIN_FMT = DNS1123_LABEL_FMT + r"(\." + DNS1123_LABEL_FMT + ")*"
+DNS1123_SUBDOMAIN_MAX = 253
+DNS1123_SUBDOMAIN_ERR = _regex_error(
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character", DNS1123_SUBDOMAIN_FMT, "example.com")
+_DNS1123_SUBDOMAIN_RE = re.compile(DNS1123_SUBDOMAIN_FMT)
+
+QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+QUALIFIED_NAME_MAX = 63
+_QUALIFIED_NAME_RE = re.compile(QUALIFIED_NAME_FMT)
+_QUALIFIED_NAME_ERR = ("must consist of alphanumeric characters, '-', '_' or '.', and must start "
+                       "and end with an alphanumeric character")
+
+LABEL_VALUE_FMT = "(" + QUALIFIED_NAME_FMT + ")?"
+LABEL_VALUE_MAX = 63
+_LABEL_VALUE_RE = re.compile(LABEL_VALUE_FMT)
+LABEL_VALUE_ERR = _regex_error(
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+    "and must start and end with an alphanumeric character", LABEL_VALUE_FMT,
+    "MyValue", "my_value", "12345")
+
+ENV_VAR_NAME_FMT = "[-._a-zA-Z][-._a-zA-Z0-9]*"
+_ENV_VAR_NAME_RE = re.compile(ENV_VAR_NAME_FMT)
+ENV_VAR_NAME_ERR = _regex_error(
+    "a valid environment variable name must consist of alphabetic characters, digits, '_', '-', "
+    "or '.', and must not start with a digit", ENV_VAR_NAME_FMT,
+    "my.env-name", "MY_ENV.NAME", "MyEnvName1")
+
+CONFIG_KEY_FMT = "[-._a-zA-Z0-9]+"
+_CONFIG_KEY_RE = re.compile(CONFIG_KEY_FMT)
+CONFIG_KEY_ERR = _regex_error(
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
+    CONFIG_KEY_FMT, "key.name", "KEY_NAME", "key-name")
+
+_PORT_NAME_CHARS_RE = re.compile("[-a-z0-9]+")
+_PORT_NAME_LETTER_RE = re.compile("[a-z]")
+
+
+def is_dns1123_label(value: str) -> list[str]:
+    errs = []
+    if len(value) > DNS1123_LABEL_MAX:
+        errs.append(max_len_error(DNS1123_LABEL_MAX))
+    if not _DNS1123_LABEL_RE.fullmatch(value):
+        errs.append(DNS1123_LABEL_ERR)
+    return errs
+
+
+def is_dns1123_subdomain(value: str) -> list[str]:
+    errs = []
+    if len(value) > DNS1123_SUBDOMAIN_MAX:
+        errs.append(max_len_error(DNS1123_SUBDOMAIN_MAX))
+    if not _DNS1123_SUBDOMAIN_RE.fullmatch(value):
+        errs.append(DNS1123_SUBDOMAIN_ERR)
+    return errs
+
+
+def is_qualified_name(value: str) -> list[str]:
+    """Label and annotation keys: `[prefix/]name`, prefix a DNS subdomain."""
+    parts = value.split("/")
+    if len(parts) == 1:
+        name = parts[0]
+        errs: list[str] = []
+    elif len(parts) == 2:
+        prefix, name = parts
+        errs = []
+        if not prefix:
+            errs.append("prefix part " + "must be non-empty")
+        else:
+            errs.extend("prefix part " + m for m in is_dns1123_subdomain(prefix))
+    else:
+        return ["a qualified name " + _regex_error(_QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT,
+                                                   "MyName", "my.name", "123-abc")
+                + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"]
+    if not name:
+        errs.append("name part must be non-empty")
+    elif len(name) > QUALIFIED_NAME_MAX:
+        errs.append("name part " + max_len_error(QUALIFIED_NAME_MAX))
+    if name and not _QUALIFIED_NAME_RE.fullmatch(name):
+        errs.append("name part " + _regex_error(_QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT,
+                                                "MyName", "my.name", "123-abc"))
+    return errs
+
+
+def is_valid_label_value(value: str) -> list[str]:
+    errs = []
+    if len(value) > LABEL_VALUE_MAX:
+        errs.append(max_len_error(LABEL_VALUE_MAX))
+    if not _LABEL_VALUE_RE.fullmatch(value):
+        errs.append(LABEL_VALUE_ERR)
+    return errs
+
+
+def validate_label_key(key: str) -> str | None:
+    """First problem with a label key, or None (same contract as fleet.api.selectors)."""
+    errs = is_qualified_name(key) if isinstance(key, str) else ["must be a string"]
+    return "; ".join(errs) or None
+
+
+def validate_label_value(value: str) -> str | None:
+    errs = is_valid_label_value(value) if isinstance(value, str) else ["must be a string"]
+    return "; ".join(errs) or None
+
+
+def is_env_var_name(value: str) -> list[str]:
+    return [] if _ENV_VAR_NAME_RE.fullmatch(value) else [ENV_VAR_NAME_ERR]
+
+
+def is_config_map_key(value: str) -> list[str]:
+    errs = []
+    if len(value) > DNS1123_SUBDOMAIN_MAX:
+        errs.append(max_len_error(DNS1123_SUBDOMAIN_MAX))
+    if not _CONFIG_KEY_RE.fullmatch(value):
+        errs.append(CONFIG_KEY_ERR)
+    if value == ".":
+        errs.append("must not be '.'")
+    elif value == "..":
+        errs.append("must not be '..'")
+    elif value.startswith(".."):
+        errs.append("must not start with '..'")
+    return errs
+
+
+def is_valid_port_num(port: Any) -> list[str]:
+    if isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535:
+        return []
+    return ["must be between 1 and 65535, inclusive"]
+
+
+def is_valid_port_name(name: str) -> list[str]:
+    """IANA_SVC_NAME: <=15 chars of [-a-z0-9], at least one letter, no '--', no edge '-'."""
+    errs = []
+    if len(name) > 15:
+        errs.append(max_len_error(15))
+    if not _PORT_NAME_CHARS_RE.fullmatch(name):
+        errs.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
+    if "--" in name:
+        errs.append("must not contain consecutive hyphens")
+    if not _PORT_NAME_LETTER_RE.search(name):
+        errs.append("must contain at least one letter (a-z)")
+    if name.startswith("-") or name.endswith("-"):
+        errs.append("must not begin or end with a hyphen")
+    return errs
+
+
+# ---------------------------------------------------------------------------
+# Typed access to untrusted JSON.
+# ---------------------------------------------------------------------------
+
+
+def as_int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def nonnegative(obj: dict[str, Any], key: str, path: str, out: list[Cause]) -> None:
+    v = obj.get(key)
+    if v is None:
+        return
+    if as_int(v) is None:
+        out.append(type_invalid(path, v, "integer"))
+    elif v < 0:
+        out.append(invalid(path, v, "must be greater than or equal to 0"))
+
+
+def positive(obj: dict[str, Any], key: str, path: str, out: list[Cause]) -> None:
+    v = obj.get(key)
+    if v is None:
+        return
+    if as_int(v) is None:
+        out.append(type_invalid(path, v, "integer"))
+    elif v <= 0:
+        out.append(invalid(path, v, "must be greater than 0"))
+
+
+def immutable(new: Any, old: Any, path: str) -> list[Cause]:
+    """`field is immutable` when a value changed between old and new."""
+    if new != old:
+        return [invalid(path, new, "field is immutable")]
+    return []
+
+
+# ---------------------------------------------------------------------------
+# Object metadata.
+# ---------------------------------------------------------------------------
+
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
+
+NameValidator = Callable[[str], list[str]]
+
+
+def _name_prefix_check(validator: NameValidator, prefix: str) -> list[str]:
+    # generateName prefixes may end in '-': apimachinery validates them with the
+    # trailing dash masked (replaced by 'a') so "web-" is a good prefix.
+    if prefix.endswith("-"):
+        prefix = prefix[:-1] + "a"
+    return validator(prefix)
+
+
+def validate_labels(labels: Any, path: str = "metadata.labels") -> list[Cause]:
+    if labels is None:
+        return []
+    if not isinstance(labels, dict):
+        return [type_invalid(path, labels, "object")]
+    out: list[Cause] = []
+    for k, v in labels.items():
+        for msg in is_qualified_name(k):
+            out.append(invalid(path, k, msg))
+        if not isinstance(v, str):
+            out.append(type_invalid(path, v, "string"))
+            continue
+        for msg in is_valid_label_value(v):
+            out.append(invalid(path, v, msg))
+    return out
+
+
+def validate_annotations(annotations: Any, path: str = "metadata.annotations") -> list[Cause]:
+    if annotations is None:
+        return []
+    if not isinstance(annotations, dict):
+        return [type_invalid(path, annotations, "object")]
+    out: list[Cause] = []
+    total = 0
+    for k, v in annotations.items():
+        for msg in is_qualified_name(k.lower()):
+            out.append(invalid(path, k, msg))
+        if not isinstance(v, str):
+            out.append(type_invalid(path, v, "string"))
+            continue
+        total += len(k.encode()) + len(v.encode())
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT:
+        out.append(too_long(path, TOTAL_ANNOTATION_SIZE_LIMIT))
+    return out
+
+
+def validate_object_meta(meta: Any, *, namespaced: bool,
+                         name_validator: NameValidator = is_dns1123_subdomain,
+                         path: str = "metadata") -> list[Cause]:
+    """Name (or generateName), namespace, labels, annotations, finalizers."""
+    if not isinstance(meta, dict):
+        return [required(path)] if meta is None else [type_invalid(path, meta, "object")]
+    out: list[Cause] = []
+    name = meta.get("name")
+    gen = meta.get("generateName")
+    if gen is not None:
+        if not isinstance(gen, str):
+            out.append(type_invalid(f"{path}.generateName", gen, "string"))
+        elif gen:
+            for msg in _name_prefix_check(name_validator, gen):
+                out.append(invalid(f"{path}.generateName", gen, msg))
+    if name is None or name == "":
+        if not gen:
+            out.append(required(f"{path}.name", "name or generateName is required"))
+    elif not isinstance(name, str):
+        out.append(type_invalid(f"{path}.name", name, "string"))
+    else:
+        for msg in name_validator(name):
+            out.append(invalid(f"{path}.name", name, msg))
+    ns = meta.get("namespace")
+    if ns:
+        if not namespaced:
+            out.append(forbidden(f"{path}.namespace", "not allowed on this type"))
+        elif not isinstance(ns, str):
+            out.append(type_invalid(f"{path}.namespace", ns, "string"))
+        else:
+            for msg in is_dns1123_label(ns):
+                out.append(invalid(f"{path}.namespace", ns, msg))
+    out.extend(validate_labels(meta.get("labels"), f"{path}.labels"))
+    out.extend(validate_annotations(meta.get("annotations"), f"{path}.annotations"))
+    fins = meta.get("finalizers")
+    if fins is not None:
+        if not isinstance(fins, list):
+            out.append(type_invalid(f"{path}.finalizers", fins, "array"))
+        else:
+            seen: set[str] = set()
+            for i, f in enumerate(fins):
+                fp = f"{path}.finalizers[{i}]"
+                if not isinstance(f, str):
+                    out.append(type_invalid(fp, f, "string"))
+                    continue
+                for msg in is_qualified_name(f):
+                    out.append(invalid(fp, f, msg))
+                if f in seen:
+                    out.append(duplicate(fp, f))
+                seen.add(f)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Label selectors (metav1.LabelSelector) — validation and matching, kept local
+# so kinds do not depend on fleet.api.selectors.
+# ---------------------------------------------------------------------------
+
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def validate_label_selector(sel: Any, path: str) -> list[Cause]:
+    if sel is None:
+        return []
+    if not isinstance(sel, dict):
+        return [type_invalid(path, sel, "object")]
+    out = validate_labels(sel.get("matchLabels"), f"{path}.matchLabels")
+    exprs = sel.get("matchExpressions")
+    if exprs is None:
+        return out
+    if not isinstance(exprs, list):
+        return out + [type_invalid(f"{path}.matchExpressions", exprs, "array")]
+    for i, expr in enumerate(exprs):
+        ep = f"{path}.matchExpressions[{i}]"
+        if not isinstance(expr, dict):
+            out.append(type_invalid(ep, expr, "object"))
+            continue
+        op = expr.get("operator")
+        values = expr.get("values") or []
+        if not isinstance(values, list):
+            out.append(type_invalid(f"{ep}.values", values, "array"))
+            values = []
+        if op in ("In", "NotIn"):
+            if not values:
+                out.append(required(f"{ep}.values",
+                                    "must be specified when `operator` is 'In' or 'NotIn'"))
+        elif op in ("Exists", "DoesNotExist"):
+            if values:
+                out.append(forbidden(f"{ep}.values",
+                                     "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
+        else:
+            out.append(invalid(f"{ep}.operator", op, "not a valid selector operator"))
+        key = expr.get("key")
+        if not isinstance(key, str) or not key:
+            out.append(required(f"{ep}.key"))
+        else:
+            for msg in is_qualified_name(key):
+                out.append(invalid(f"{ep}.key", key, msg))
+        for j, v in enumerate(values):
+            if not isinstance(v, str):
+                out.append(type_invalid(f"{ep}.values[{j}]", v, "string"))
+                continue
+            for msg in is_valid_label_value(v):
+                out.append(invalid(f"{ep}.values[{j}]", v, msg))
+    return out
+
+
+def selector_is_empty(sel: dict[str, Any]) -> bool:
+    return not sel.get("matchLabels") and not sel.get("matchExpressions")
+
+
+def selector_matches(sel: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a (valid) LabelSelector selects `labels`."""
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for expr in sel.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------
+# Resources.
+# ---------------------------------------------------------------------------
+
+
+def validate_quantity(value: Any, path: str) -> tuple[Decimal | None, list[Cause]]:
+    try:
+        q = parse_quantity(value)
+    except QuantityError:
+        return None, [invalid(path, value, QUANTITY_ERROR)]
+    if q < 0:
+        return None, [invalid(path, value, "must be greater than or equal to 0")]
+    return q, []
+
+
+def _resource_list(rl: Any, path: str, out: list[Cause]) -> dict[str, Decimal]:
+    if rl is None:
+        return {}
+    if not isinstance(rl, dict):
+        out.append(type_invalid(path, rl, "object"))
+        return {}
+    parsed: dict[str, Decimal] = {}
+    for name, value in rl.items():
+        rp = f"{path}[{name}]"
+        for msg in is_qualified_name(name):
+            out.append(invalid(rp, name, msg))
+        q, errs = validate_quantity(value, rp)
+        out.extend(errs)
+        if q is not None:
+            parsed[name] = q
+    return parsed
+
+
+def validate_resources(res: Any, path: str) -> list[Cause]:
+    """requests/limits parse as quantities and every request is <= its limit."""
+    if res is None:
+        return []
+    if not isinstance(res, dict):
+        return [type_invalid(path, res, "object")]
+    out: list[Cause] = []
+    limits = _resource_list(res.get("limits"), f"{path}.limits", out)
+    requests = _resource_list(res.get("requests"), f"{path}.requests", out)
+    for name, req in requests.items():
+        lim = limits.get(name)
+        if lim is not None and req > lim:
+            out.append(invalid(f"{path}.requests[{name}]", res["requests"][name],
+                               f"must be less than or equal to {name} limit of {res['limits'][name]}"))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Pod spec.
+# ---------------------------------------------------------------------------
+
+RESTART_POLICIES = ("Always", "OnFailure", "Never")
+DNS_POLICIES = ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None")
+PROTOCOLS = ("SCTP", "TCP", "UDP")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+TERMINATION_MESSAGE_POLICIES = ("File", "FallbackToLogsOnError")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+PROBE_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
+LIFECYCLE_HANDLERS = ("exec", "httpGet", "tcpSocket", "sleep")
+
+
+def _check_port_ref(port: Any, path: str, out: list[Cause]) -> None:
+    """An IntOrString port: a number 1..65535 or an IANA service name."""
+    if port is None:
+        out.append(required(path))
+    elif isinstance(port, str):
+        for msg in is_valid_port_name(port):
+            out.append(invalid(path, port, msg))
+    else:
+        for msg in is_valid_port_num(port):
+            out.append(invalid(path, port, msg))
+
+
+def _validate_handler(h: dict[str, Any], path: str, allowed: tuple[str, ...],
+                      out: list[Cause]) -> None:
+    present = [k for k in allowed if h.get(k) is not None]
+    if not present:
+        out.append(required(path, "must specify a handler type"))
+        return
+    for extra in present[1:]:
+        out.append(forbidden(f"{path}.{extra}", "may not specify more than 1 handler type"))
+    kind = present[0]
+    hp = f"{path}.{kind}"
+    body = h[kind]
+    if not isinstance(body, dict):
+        out.append(type_invalid(hp, body, "object"))
+        return
+    if kind == "exec":
+        cmd = body.get("command")
+        if not cmd:
+            out.append(required(f"{hp}.command"))
+        elif not isinstance(cmd, list) or not all(isinstance(c, str) for c in cmd):
+            out.append(type_invalid(f"{hp}.command", cmd, "array of strings"))
+    elif kind in ("httpGet", "tcpSocket"):
+        _check_port_ref(body.get("port"), f"{hp}.port", out)
+        if kind == "httpGet":
+            scheme = body.get("scheme")
+            if scheme is not None and scheme not in ("HTTP", "HTTPS"):
+                out.append(not_supported(f"{hp}.scheme", scheme, ("HTTP", "HTTPS")))
+    elif kind == "grpc":
+        port = body.get("port")
+        if port is None:
+            out.append(required(f"{hp}.port"))
+        else:
+            for msg in is_valid_port_num(port):
+                out.append(invalid(f"{hp}.port", port, msg))
+    elif kind == "sleep":
+        positive(body, "seconds", f"{hp}.seconds", out)
+
+
+def validate_probe(probe: Any, path: str, *, liveness_or_startup: bool = False) -> list[Cause]:
+    if probe is None:
+        return []
+    if not isinstance(probe, dict):
+        return [type_invalid(path, probe, "object")]
+    out: list[Cause] = []
+    _validate_handler(probe, path, PROBE_HANDLERS, out)
+    for key in ("initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold",
+                "failureThreshold", "terminationGracePeriodSeconds"):
+        nonnegative(probe, key, f"{path}.{key}", out)
+    # Liveness and startup probes decide "dead or alive" on a single success,
+    # so Kubernetes pins their successThreshold to 1.
+    st = probe.get("successThreshold")
+    if liveness_or_startup and as_int(st) is not None and st != 1:
+        out.append(invalid(f"{path}.successThreshold", st, "must be 1"))
+    return out
+
+
+def _validate_env(env: Any, path: str, out: list[Cause]) -> None:
+    if env is None:
+        return
+    if not isinstance(env, list):
+        out.append(type_invalid(path, env, "array"))
+        return
+    for i, e in enumerate(env):
+        ep = f"{path}[{i}]"
+        if not isinstance(e, dict):
+            out.append(type_invalid(ep, e, "object"))
+            continue
+        name = e.get("name")
+        if not name:
+            out.append(required(f"{ep}.name"))
+        elif not isinstance(name, str):
+            out.append(type_invalid(f"{ep}.name", name, "string"))
+        else:
+            for msg in is_env_var_name(name):
+                out.append(invalid(f"{ep}.name", name, msg))
+        if e.get("value") is not None and e.get("valueFrom") is not None:
+            out.append(invalid(f"{ep}.valueFrom", "", "may not be specified when `value` is not empty"))
+        vf = e.get("valueFrom")
+        if vf is not None:
+            if not isinstance(vf, dict):
+                out.append(type_invalid(f"{ep}.valueFrom", vf, "object"))
+                continue
+            sources = [k for k in ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
+                       if vf.get(k) is not None]
+            if len(sources) != 1:
+                out.append(invalid(f"{ep}.valueFrom", "",
+                                   "must specify one of: `fieldRef`, `resourceFieldRef`, "
+                                   "`configMapKeyRef` or `secretKeyRef`"))
+            for src in ("configMapKeyRef", "secretKeyRef"):
+                ref = vf.get(src)
+                if isinstance(ref, dict) and not ref.get("key"):
+                    out.append(required(f"{ep}.valueFrom.{src}.key"))
+
+
+def _validate_ports(ports: Any, path: str, out: list[Cause]) -> None:
+    if ports is None:
+        return
+    if not isinstance(ports, list):
+        out.append(type_invalid(path, ports, "array"))
+        return
+    names: set[str] = set()
+    for i, p in enumerate(ports):
+        pp = f"{path}[{i}]"
+        if not isinstance(p, dict):
+            out.append(type_invalid(pp, p, "object"))
+            continue
+        name = p.get("name")
+        if name:
+            if not isinstance(name, str):
+                out.append(type_invalid(f"{pp}.name", name, "string"))
+            else:
+                for msg in is_valid_port_name(name):
+                    out.append(invalid(f"{pp}.name", name, msg))
+                if name in names:
+                    out.append(duplicate(f"{pp}.name", name))
+                names.add(name)
+        cp = p.get("containerPort")
+        if cp is None or cp == 0:
+            out.append(required(f"{pp}.containerPort"))
+        else:
+            for msg in is_valid_port_num(cp):
+                out.append(invalid(f"{pp}.containerPort", cp, msg))
+        hp = p.get("hostPort")
+        if hp not in (None, 0):
+            for msg in is_valid_port_num(hp):
+                out.append(invalid(f"{pp}.hostPort", hp, msg))
+        proto = p.get("protocol")
+        if proto is None or proto == "":
+            out.append(required(f"{pp}.protocol"))
+        elif proto not in PROTOCOLS:
+            out.append(not_supported(f"{pp}.protocol", proto, PROTOCOLS))
+
+
+def validate_container(c: Any, path: str, volumes: set[str], *, init: bool = False) -> list[Cause]:
+    """One container; container-name uniqueness is checked by the pod spec."""
+    if not isinstance(c, dict):
+        return [type_invalid(path, c, "object")]
+    out: list[Cause] = []
+    image = c.get("image")
+    if not image or (isinstance(image, str) and not image.strip()):
+        out.append(required(f"{path}.image"))
+    elif not isinstance(image, str):
+        out.append(type_invalid(f"{path}.image", image, "string"))
+    for key in ("command", "args"):
+        v = c.get(key)
+        if v is not None and (not isinstance(v, list) or not all(isinstance(x, str) for x in v)):
+            out.append(type_invalid(f"{path}.{key}", v, "array of strings"))
+    _validate_ports(c.get("ports"), f"{path}.ports", out)
+    _validate_env(c.get("env"), f"{path}.env", out)
+    out.extend(validate_resources(c.get("resources"), f"{path}.resources"))
+    pull = c.get("imagePullPolicy")
+    if pull is not None and pull not in PULL_POLICIES:
+        out.append(not_supported(f"{path}.imagePullPolicy", pull, PULL_POLICIES))
+    tmp = c.get("terminationMessagePolicy")
+    if tmp is not None and tmp not in TERMINATION_MESSAGE_POLICIES:
+        out.append(not_supported(f"{path}.terminationMessagePolicy", tmp, TERMINATION_MESSAGE_POLICIES))
+    mounts = c.get("volumeMounts")
+    if mounts is not None:
+        if not isinstance(mounts, list):
+            out.append(type_invalid(f"{path}.volumeMounts", mounts, "array"))
+        else:
+            paths: set[str] = set()
+            for i, m in enumerate(mounts):
+                mp = f"{path}.volumeMounts[{i}]"
+                if not isinstance(m, dict):
+                    out.append(type_invalid(mp, m, "object"))
+                    continue
+                vname = m.get("name")
+                if not vname:
+                    out.append(required(f"{mp}.name"))
+                elif vname not in volumes:
+                    out.append(not_found(f"{mp}.name", vname))
+                mpath = m.get("mountPath")
+                if not mpath:
+                    out.append(required(f"{mp}.mountPath"))
+                elif isinstance(mpath, str):
+                    if mpath in paths:
+                        out.append(invalid(f"{mp}.mountPath", mpath, "must be unique"))
+                    paths.add(mpath)
+    if init:
+        # Init containers (other than restartable sidecars) run to completion,
+        # so Kubernetes forbids the probes that only make sense for long runners.
+        sidecar = c.get("restartPolicy") == "Always"
+        rp = c.get("restartPolicy")
+        if rp is not None and rp != "Always":
+            out.append(not_supported(f"{path}.restartPolicy", rp, ("Always",)))
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            if c.get(probe) is not None and not sidecar:
+                out.append(forbidden(f"{path}.{probe}", "may not be set for init containers"))
+    for probe, strict in (("livenessProbe", True), ("readinessProbe", False), ("startupProbe", True)):
+        out.extend(validate_probe(c.get(probe), f"{path}.{probe}", liveness_or_startup=strict))
+    lifecycle = c.get("lifecycle")
+    if isinstance(lifecycle, dict):
+        for hook in ("postStart", "preStop"):
+            h = lifecycle.get(hook)
+            if h is not None:
+                if isinstance(h, dict):
+                    _validate_handler(h, f"{path}.lifecycle.{hook}", LIFECYCLE_HANDLERS, out)
+                else:
+                    out.append(type_invalid(f"{path}.lifecycle.{hook}", h, "object"))
+    elif lifecycle is not None:
+        out.append(type_invalid(f"{path}.lifecycle", lifecycle, "object"))
+    return out
+
+
+_VOLUME_SOURCES = ("emptyDir", "hostPath", "configMap", "secret", "persistentVolumeClaim",
+                   "downwardAPI", "projected", "nfs", "csi", "ephemeral", "local", "image")
+
+
+def _validate_volumes(volumes: Any, path: str, out: list[Cause]) -> set[str]:
+    names: set[str] = set()
+    if volumes is None:
+        return names
+    if not isinstance(volumes, list):
+        out.append(type_invalid(path, volumes, "array"))
+        return names
+    for i, v in enumerate(volumes):
+        vp = f"{path}[{i}]"
+        if not isinstance(v, dict):
+            out.append(type_invalid(vp, v, "object"))
+            continue
+        name = v.get("name")
+        if not name:
+            out.append(required(f"{vp}.name"))
+        elif not isinstance(name, str):
+            out.append(type_invalid(f"{vp}.name", name, "string"))
+        else:
+            for msg in is_dns1123_label(name):
+                out.append(invalid(f"{vp}.name", name, msg))
+            if name in names:
+                out.append(duplicate(f"{vp}.name", name))
+            names.add(name)
+        sources = [k for k in _VOLUME_SOURCES if v.get(k) is not None]
+        if len(sources) > 1:
+            out.append(forbidden(f"{vp}.{sources[1]}", "may not specify more than 1 volume type"))
+        hp = v.get("hostPath")
+        if isinstance(hp, dict) and not hp.get("path"):
+            out.append(required(f"{vp}.hostPath.path"))
+        pvc = v.get("persistentVolumeClaim")
+        if isinstance(pvc, dict) and not pvc.get("claimName"):
+            out.append(required(f"{vp}.persistentVolumeClaim.claimName"))
+    return names
+
+
+def _validate_tolerations(tols: Any, path: str, out: list[Cause]) -> None:
+    if tols is None:
+        return
+    if not isinstance(tols, list):
+        out.append(type_invalid(path, tols, "array"))
+        return
+    for i, t in enumerate(tols):
+        tp = f"{path}[{i}]"
+        if not isinstance(t, dict):
+            out.append(type_invalid(tp, t, "object"))
+            continue
+        key = t.get("key")
+        op = t.get("operator") or "Equal"
+        if key:
+            for msg in is_qualified_name(key):
+                out.append(invalid(f"{tp}.key", key, msg))
+        elif op != "Exists":
+            out.append(invalid(f"{tp}.operator", op,
+                               "operator must be Exists when `key` is empty, which means \"match all values and all keys\""))
+        if op == "Exists" and t.get("value"):
+            out.append(invalid(f"{tp}.operator", t.get("value"),
+                               "value must be empty when `operator` is 'Exists'"))
+        elif op not in ("Equal", "Exists"):
+            out.append(not_supported(f"{tp}.operator", op, ("Equal", "Exists")))
+        eff = t.get("effect")
+        if eff and eff not in TAINT_EFFECTS:
+            out.append(not_supported(f"{tp}.effect", eff, TAINT_EFFECTS))
+
+
+def validate_pod_spec(spec: Any, path: str = "spec", *,
+                      restart_policies: tuple[str, ...] = RESTART_POLICIES,
+                      restart_policy_required_detail: str = "") -> list[Cause]:
+    """A PodSpec (of a Pod, or of a template with `path` = `spec.template.spec`)."""
+    if spec is None:
+        return [required(path)]
+    if not isinstance(spec, dict):
+        return [type_invalid(path, spec, "object")]
+    out: list[Cause] = []
+    volumes = _validate_volumes(spec.get("volumes"), f"{path}.volumes", out)
+    names: set[str] = set()
+    for field_name, init in (("initContainers", True), ("containers", False)):
+        cs = spec.get(field_name)
+        fp = f"{path}.{field_name}"
+        if cs is None or cs == []:
+            if not init:
+                out.append(required(fp))
+            continue
+        if not isinstance(cs, list):
+            out.append(type_invalid(fp, cs, "array"))
+            continue
+        for i, c in enumerate(cs):
+            cp = f"{fp}[{i}]"
+            if isinstance(c, dict):
+                name = c.get("name")
+                if not name:
+                    out.append(required(f"{cp}.name"))
+                elif not isinstance(name, str):
+                    out.append(type_invalid(f"{cp}.name", name, "string"))
+                else:
+                    for msg in is_dns1123_label(name):
+                        out.append(invalid(f"{cp}.name", name, msg))
+                    if name in names:
+                        out.append(duplicate(f"{cp}.name", name))
+                    names.add(name)
+            out.extend(validate_container(c, cp, volumes, init=init))
+    rp = spec.get("restartPolicy")
+    if rp is None or rp == "":
+        out.append(required(f"{path}.restartPolicy", restart_policy_required_detail))
+    elif rp not in restart_policies:
+        out.append(not_supported(f"{path}.restartPolicy", rp, restart_policies))
+    dp = spec.get("dnsPolicy")
+    if dp is not None and dp not in DNS_POLICIES:
+        out.append(not_supported(f"{path}.dnsPolicy", dp, DNS_POLICIES))
+    nonnegative(spec, "terminationGracePeriodSeconds", f"{path}.terminationGracePeriodSeconds", out)
+    positive(spec, "activeDeadlineSeconds", f"{path}.activeDeadlineSeconds", out)
+    ns = spec.get("nodeSelector")
+    if ns is not None:
+        out.extend(validate_labels(ns, f"{path}.nodeSelector"))
+    for key in ("nodeName", "serviceAccountName", "hostname", "subdomain", "priorityClassName"):
+        v = spec.get(key)
+        if v in (None, ""):
+            continue
+        if not isinstance(v, str):
+            out.append(type_invalid(f"{path}.{key}", v, "string"))
+            continue
+        check = is_dns1123_label if key in ("hostname", "subdomain") else is_dns1123_subdomain
+        for msg in check(v):
+            out.append(invalid(f"{path}.{key}", v, msg))
+    _validate_tolerations(spec.get("tolerations"), f"{path}.tolerations", out)
+    return out
+
+
+def validate_pod_template(template: Any, path: str, *, selector: dict[str, Any] | None,
+                          restart_policies: tuple[str, ...] = RESTART_POLICIES,
+                          restart_policy_required_detail: str = "") -> list[Cause]:
+    """A PodTemplateSpec: its labels (which must satisfy `selector`) and its pod spec."""
+    if template is None:
+        return [required(path)]
+    if not isinstance(template, dict):
+        return [type_invalid(path, template, "object")]
+    out: list[Cause] = []
+    tmeta = template.get("metadata") or {}
+    if not isinstance(tmeta, dict):
+        out.append(type_invalid(f"{path}.metadata", tmeta, "object"))
+        tmeta = {}
+    labels = tmeta.get("labels") or {}
+    out.extend(validate_labels(tmeta.get("labels"), f"{path}.metadata.labels"))
+    out.extend(validate_annotations(tmeta.get("annotations"), f"{path}.metadata.annotations"))
+    if selector is not None and isinstance(labels, dict) and not selector_is_empty(selector):
+        if not selector_matches(selector, labels):
+            out.append(invalid(f"{path}.metadata.labels", labels,
+                               "`selector` does not match template `labels`"))
+    out.extend(validate_pod_spec(template.get("spec"), f"{path}.spec",
+                                 restart_policies=restart_policies,
+                                 restart_policy_required_detail=restart_policy_required_detail))
+    return out
