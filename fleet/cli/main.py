@@ -65,16 +65,10 @@ def _leaves(group: BaseException) -> list[BaseException]:
     return [group]
 
 
-def _mount_ctl() -> None:
-    try:
-        from fleet.cli.kfleet import app as kfleet_app
-    except ImportError:
-        return
-    app.command(kfleet_app, name="ctl")
-
-
 def main() -> None:
-    _mount_ctl()
+    from fleet.cli.kfleet import app as kfleet_app
+
+    app.command(kfleet_app, name="ctl")
     app()
 
 

@@ -1,0 +1,808 @@
+"""kfleet: the kubectl-like command line for Fleet (also mounted as `fleet ctl`).
+
+A thin synchronous shell over the async `fleet.client`: each command parses
+its arguments with cyclopts, opens one `Client` inside `trio.run`, does its
+work, and returns an exit code.  Output (tables, yaml/json, describe text)
+is formatted by `fleet.cli.printing`; apply logic lives in
+`fleet.client.apply` so other tools can reuse it.  Messages follow kubectl's
+wording (`deployment.apps/web created`, `Error from server (NotFound): ...`)
+because people paste them into searches and scripts grep for them.
+
+Global options (--kubeconfig, --context, -n/--namespace) are accepted both
+before the command (`app` is the meta app that takes them) and after it (every
+command takes them, flattened from `Globals`), like kubectl.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Annotated, Any, Literal
+
+import httpx
+import trio
+from cyclopts import App, CycloptsError, Parameter
+
+import fleet
+from fleet.cli import printing
+from fleet.client.apply import ApplyError, ApplyFailed, apply_object
+from fleet.client.discovery import APIResource, ResourceNotFound, in_category
+from fleet.client.kubeconfig import ClientConfig, KubeconfigError, load_kubeconfig
+from fleet.client.manifests import ManifestError, load_manifests
+from fleet.client.rest import TABLE_ACCEPT, ApiException, Client
+
+
+@Parameter(name="*")
+@dataclass(frozen=True)
+class Globals:
+    """Options every command accepts."""
+
+    kubeconfig: Annotated[str | None, Parameter(help="Path to the kubeconfig file.")] = None
+    context: Annotated[str | None, Parameter(help="The kubeconfig context to use.")] = None
+    namespace: Annotated[str | None, Parameter(
+        name=["--namespace", "-n"], help="Namespace (default: the context's, else 'default').",
+    )] = None
+
+
+HELP = "Control a Fleet cluster (a kubectl-compatible CLI)."
+
+# `commands` holds the subcommands; `app` (defined at the end of the module)
+# is its meta app, which also takes the global options before the command
+# name.  Mount `app` (as `fleet ctl` does); add new commands to `commands`.
+commands = App(name="kfleet", help=HELP, version=fleet.__version__, version_flags=[])
+
+# Options given before the command name, set by the meta launcher for the
+# duration of one invocation; per-command options win over these.
+_leading = Globals()
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _out(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def api_error_text(exc: ApiException) -> str:
+    """`Error from server (NotFound): pods "x" not found`, as kubectl prints it."""
+    return f"Error from server ({exc.reason}): {exc.message}"
+
+
+@dataclass(frozen=True)
+class Session:
+    config: ClientConfig
+    namespace: str
+
+
+def _cause_text(exc: BaseException) -> str:
+    """The first non-empty message along the cause chain (TLS errors hide in there)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if str(seen):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return type(exc).__name__
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _run(g: Globals | None, fn: Callable[[Client, Session], Awaitable[int]]) -> int:
+    """Load the kubeconfig, run `fn` under Trio with a Client, map errors to exit codes."""
+    g = g or Globals()
+    merged = replace(_leading, **{k: v for k, v in vars(g).items() if v is not None})
+    try:
+        config = load_kubeconfig(merged.kubeconfig, merged.context)
+    except KubeconfigError as exc:
+        _err(f"error: {exc}")
+        return 1
+    session = Session(config, merged.namespace or config.namespace)
+
+    async def main() -> int:
+        async with Client(config) as client:
+            return await fn(client, session)
+
+    try:
+        return trio.run(main)
+    except KeyboardInterrupt:
+        return 130
+    except (Exception, BaseExceptionGroup) as raised:
+        exc = _unwrap(raised)  # a nursery wraps errors in groups; report the one inside
+        if isinstance(exc, ApiException):
+            _err(api_error_text(exc))
+        elif isinstance(exc, ResourceNotFound | ManifestError | ApplyError):
+            _err(f"error: {exc}")
+        elif isinstance(exc, httpx.TransportError):
+            _err(f"Unable to connect to the server at {config.server}: {_cause_text(exc)}")
+        elif isinstance(exc, KeyboardInterrupt):
+            return 130
+        else:
+            raise
+        return 1
+
+
+# -- argument helpers ---------------------------------------------------------
+
+
+def _split_type_args(args: list[str]) -> tuple[list[tuple[str, list[str]]], str | None]:
+    """[(typed resource, [names])] from `TYPE[,TYPE] NAME...` or `TYPE/NAME ...`."""
+    if not args:
+        return [], "you must specify the type of resource to get"
+    if "/" in args[0]:
+        out: list[tuple[str, list[str]]] = []
+        for a in args:
+            typ, sep, name = a.partition("/")
+            if not sep or not typ or not name:
+                return [], f"there is no need to specify a resource type as a separate argument when passing arguments in resource/name form (got {a!r})"
+            for entry in out:
+                if entry[0] == typ:
+                    entry[1].append(name)
+                    break
+            else:
+                out.append((typ, [name]))
+        return out, None
+    types = [t for t in args[0].split(",") if t]
+    return [(t, list(args[1:])) for t in types], None
+
+
+async def _expand_types(client: Client, pairs: list[tuple[str, list[str]]]
+                        ) -> list[tuple[APIResource, list[str]]]:
+    out: list[tuple[APIResource, list[str]]] = []
+    for typed, names in pairs:
+        if typed.lower() == "all" and not names:
+            for res in in_category(await client.discover(), "all"):
+                out.append((res, []))
+            continue
+        out.append((await client.resolve(typed), names))
+    return out
+
+
+def _ns_for(res: APIResource, namespace: str | None) -> str | None:
+    return namespace if res.namespaced else None
+
+
+def _no_resources(session: Session, all_namespaces: bool, any_namespaced: bool) -> str:
+    if all_namespaces or not any_namespaced:
+        return "No resources found"
+    return f"No resources found in {session.namespace} namespace."
+
+
+def _fallback_table(res: APIResource, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """A NAME/AGE table built client-side, for servers that ignore the Table Accept."""
+    from fleet.api import meta
+
+    return {
+        "kind": "Table", "apiVersion": "meta.k8s.io/v1",
+        "columnDefinitions": [
+            {"name": "Name", "type": "string", "format": "name", "priority": 0},
+            {"name": "Age", "type": "string", "format": "", "priority": 0},
+        ],
+        "rows": [{"cells": [(o.get("metadata") or {}).get("name"), meta.age(o)],
+                  "object": {"kind": "PartialObjectMetadata",
+                             "apiVersion": "meta.k8s.io/v1",
+                             "metadata": o.get("metadata") or {}}} for o in items],
+    }
+
+
+def _as_table(res: APIResource, body: dict[str, Any]) -> dict[str, Any]:
+    if body.get("kind") == "Table":
+        return body
+    if "items" in body:
+        return _fallback_table(res, body.get("items") or [])
+    return _fallback_table(res, [body])
+
+
+def _with_type(res: APIResource, obj: dict[str, Any]) -> dict[str, Any]:
+    out = {"apiVersion": res.api_version, "kind": res.kind}
+    out.update(obj)
+    return out
+
+
+# -- apply ----------------------------------------------------------------------
+
+
+@commands.command
+def apply(
+    *,
+    filename: Annotated[list[str], Parameter(
+        name=["--filename", "-f"], allow_leading_hyphen=True, consume_multiple=False,
+        help="Files, directories or - (stdin) to apply (repeatable).")],
+    recursive: Annotated[bool, Parameter(name=["--recursive", "-R"], negative="",
+                                         help="Recurse into directories.")] = False,
+    dry_run: Annotated[Literal["none", "server"], Parameter(
+        help="server: ask the server to validate without persisting.")] = "none",
+    g: Globals | None = None,
+) -> int:
+    """Create or update objects from manifests (client-side three-way apply)."""
+    try:
+        manifests = load_manifests(filename, recursive=recursive)
+    except ManifestError as exc:
+        _err(f"error: {exc}")
+        return 1
+    if not manifests:
+        _err("error: no objects passed to apply")
+        return 1
+
+    async def run(client: Client, session: Session) -> int:
+        rc = 0
+        for m in manifests:
+            try:
+                result = await apply_object(client, m.obj, session.namespace,
+                                            dry_run=dry_run == "server")
+            except ApplyFailed as exc:
+                _err(f'Error from server ({exc.error.reason}): error when {exc.operation} '
+                     f'"{m.source}": {exc.error.message}')
+                rc = 1
+                continue
+            except (ApiException, ApplyError) as exc:
+                _err(api_error_text(exc) if isinstance(exc, ApiException) else f"error: {exc}")
+                rc = 1
+                continue
+            suffix = " (server dry run)" if dry_run == "server" else ""
+            _out(result.describe() + suffix)
+        return rc
+
+    return _run(g, run)
+
+
+# -- get ------------------------------------------------------------------------
+
+
+OutputFormat = Literal["wide", "yaml", "json", "name"]
+
+
+@commands.command
+def get(
+    *args: str,
+    output: Annotated[OutputFormat | None, Parameter(name=["--output", "-o"])] = None,
+    selector: Annotated[str | None, Parameter(name=["--selector", "-l"])] = None,
+    field_selector: str | None = None,
+    all_namespaces: Annotated[bool, Parameter(name=["--all-namespaces", "-A"], negative="")] = False,
+    show_labels: Annotated[bool, Parameter(negative="")] = False,
+    show_kind: Annotated[bool, Parameter(negative="")] = False,
+    no_headers: Annotated[bool, Parameter(negative="")] = False,
+    watch: Annotated[bool, Parameter(name=["--watch", "-w"], negative="")] = False,
+    watch_only: Annotated[bool, Parameter(negative="")] = False,
+    g: Globals | None = None,
+) -> int:
+    """Display one or many resources: TYPE[,TYPE...] [NAME...] or TYPE/NAME..."""
+    pairs, problem = _split_type_args(list(args))
+    if problem:
+        _err(f"error: {problem}")
+        return 1
+
+    async def run(client: Client, session: Session) -> int:
+        targets = await _expand_types(client, pairs)
+        if all_namespaces and any(names for _, names in targets):
+            _err("error: a resource cannot be retrieved by name across all namespaces")
+            return 1
+        ns = None if all_namespaces else session.namespace
+        if watch or watch_only:
+            if len(targets) != 1:
+                _err("error: you may only specify a single resource type")
+                return 1
+            res, names = targets[0]
+            return await _watch(client, session, res, names, ns, output, selector,
+                                field_selector, all_namespaces, show_labels, no_headers,
+                                watch_only)
+        if output in ("yaml", "json"):
+            return await _get_objects(client, targets, ns, output, selector, field_selector)
+        return await _get_tables(client, session, targets, ns, output, selector,
+                                 field_selector, all_namespaces, show_labels,
+                                 show_kind or len(targets) > 1, no_headers)
+
+    return _run(g, run)
+
+
+async def _get_objects(client: Client, targets: list[tuple[APIResource, list[str]]],
+                       ns: str | None, output: str, selector: str | None,
+                       field_selector: str | None) -> int:
+    items: list[dict[str, Any]] = []
+    rc = 0
+    single = len(targets) == 1 and len(targets[0][1]) == 1
+    for res, names in targets:
+        if names:
+            for name in names:
+                try:
+                    items.append(_with_type(res, await client.get_object(
+                        res.api_version, res.name, name, _ns_for(res, ns))))
+                except ApiException as exc:
+                    _err(api_error_text(exc))
+                    rc = 1
+        else:
+            body = await client.list_all(res.api_version, res.name, _ns_for(res, ns),
+                                         label_selector=selector, field_selector=field_selector)
+            items.extend(_with_type(res, o) for o in body.get("items") or [])
+    if single and items:
+        doc: Any = items[0]
+    elif single:
+        return rc
+    else:
+        doc = printing.as_list(items)
+    text = printing.to_yaml(doc) if output == "yaml" else printing.to_json(doc)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+    return rc
+
+
+async def _table_for(client: Client, res: APIResource, names: list[str], ns: str | None,
+                     selector: str | None, field_selector: str | None
+                     ) -> tuple[dict[str, Any] | None, list[ApiException]]:
+    """One Table for a type (merging per-name GETs), and the errors met on the way."""
+    errors: list[ApiException] = []
+    headers = {"Accept": TABLE_ACCEPT}
+    rns = _ns_for(res, ns)
+    if not names:
+        body = await client.list(res.api_version, res.name, rns, label_selector=selector,
+                                 field_selector=field_selector, headers=headers)
+        return _as_table(res, body), errors
+    merged: dict[str, Any] | None = None
+    for name in names:
+        try:
+            body = await client.get_object(res.api_version, res.name, name, rns, headers=headers)
+        except ApiException as exc:
+            errors.append(exc)
+            continue
+        table = _as_table(res, body)
+        if merged is None:
+            merged = table
+        else:
+            merged["rows"] = (merged.get("rows") or []) + (table.get("rows") or [])
+    return merged, errors
+
+
+async def _get_tables(client: Client, session: Session,
+                      targets: list[tuple[APIResource, list[str]]], ns: str | None,
+                      output: str | None, selector: str | None, field_selector: str | None,
+                      all_namespaces: bool, show_labels: bool, with_kind: bool,
+                      no_headers: bool) -> int:
+    rc = 0
+    printed_any = False
+    for res, names in targets:
+        table, errors = await _table_for(client, res, names, ns, selector, field_selector)
+        for exc in errors:
+            _err(api_error_text(exc))
+            rc = 1
+        if table is None or not table.get("rows"):
+            continue
+        if output == "name":
+            for row in table["rows"]:
+                md = (row.get("object") or {}).get("metadata") or {}
+                _out(f"{res.kind_prefix}/{md.get('name', '')}")
+            printed_any = True
+            continue
+        opts = printing.TableOptions(
+            wide=output == "wide", all_namespaces=all_namespaces and res.namespaced,
+            show_labels=show_labels, no_headers=no_headers,
+            name_prefix=res.kind_prefix if with_kind else None,
+        )
+        if printed_any and output != "name":
+            _out("")
+        _out(printing.format_table(table, opts))
+        printed_any = True
+    if not printed_any and rc == 0:
+        _err(_no_resources(session, all_namespaces, any(r.namespaced for r, _ in targets)))
+    return rc
+
+
+async def _watch(client: Client, session: Session, res: APIResource, names: list[str],
+                 ns: str | None, output: str | None, selector: str | None,
+                 field_selector: str | None, all_namespaces: bool, show_labels: bool,
+                 no_headers: bool, watch_only: bool) -> int:
+    rns = _ns_for(res, ns)
+    if names:
+        if len(names) > 1:
+            _err("error: watch is only supported on individual resources and resource collections")
+            return 1
+        name_sel = f"metadata.name={names[0]}"
+        field_selector = f"{field_selector},{name_sel}" if field_selector else name_sel
+    opts = printing.TableOptions(wide=output == "wide",
+                                 all_namespaces=all_namespaces and res.namespaced,
+                                 show_labels=show_labels, no_headers=no_headers)
+    structured = output in ("yaml", "json", "name")
+    headers = {} if structured else {"Accept": TABLE_ACCEPT}
+    initial = await client.list(res.api_version, res.name, rns, label_selector=selector,
+                                field_selector=field_selector, headers=headers)
+    rv = (initial.get("metadata") or {}).get("resourceVersion")
+    widths: list[int] = []
+    header_printed = no_headers
+
+    def emit_objects(objs: list[dict[str, Any]]) -> None:
+        for obj in objs:
+            if output == "name":
+                _out(printing.object_name(obj, res.kind_prefix))
+            elif output == "json":
+                _out(printing.to_json(_with_type(res, obj)))
+            else:
+                sys.stdout.write("---\n" + printing.to_yaml(_with_type(res, obj)))
+                sys.stdout.flush()
+
+    columns: list[dict[str, Any]] = []
+
+    def emit_table(table: dict[str, Any]) -> None:
+        nonlocal widths, header_printed, columns
+        # Servers send column definitions once per stream (in the list and the
+        # first watch event); later events carry rows only.
+        if table.get("columnDefinitions"):
+            columns = table["columnDefinitions"]
+        else:
+            table = {**table, "columnDefinitions": columns}
+        rendered = printing.table_rows(table, opts)
+        lines = ([] if header_printed else [rendered.header]) + rendered.rows
+        if not lines:
+            return
+        widths = printing.column_widths(lines, widths)
+        for line in lines:
+            _out(printing.pad_row(line, widths))
+        header_printed = True
+
+    if not watch_only:
+        if structured:
+            emit_objects(initial.get("items") or [])
+        else:
+            table = _as_table(res, initial)
+            if table.get("rows"):
+                emit_table(table)
+            else:
+                columns = table.get("columnDefinitions") or []
+                _err(_no_resources(session, all_namespaces, res.namespaced))
+    elif not structured:
+        columns = _as_table(res, initial).get("columnDefinitions") or []
+
+    events = client.watch(res.api_version, res.name, rns, resource_version=rv,
+                          label_selector=selector, field_selector=field_selector,
+                          headers=headers)
+    async with contextlib.aclosing(events):
+        async for event in events:
+            obj = event.get("object") or {}
+            if structured:
+                emit_objects([obj])
+            elif obj.get("kind") == "Table":
+                emit_table(obj)
+            else:
+                emit_table(await _event_table(client, res, event))
+    return 0
+
+
+async def _event_table(client: Client, res: APIResource, event: dict[str, Any]) -> dict[str, Any]:
+    """A one-row Table for a plain watch event (servers without Table watch)."""
+    obj = event.get("object") or {}
+    md = obj.get("metadata") or {}
+    if event.get("type") != "DELETED" and md.get("name"):
+        try:
+            body = await client.get_object(res.api_version, res.name, md["name"],
+                                           md.get("namespace"), headers={"Accept": TABLE_ACCEPT})
+            if body.get("kind") == "Table":
+                return body
+        except ApiException:
+            pass
+    return _fallback_table(res, [obj])
+
+
+# -- describe -------------------------------------------------------------------
+
+
+async def _events_for(client: Client, obj: dict[str, Any]) -> list[dict[str, Any]] | None:
+    md = obj.get("metadata") or {}
+    ns = md.get("namespace") or "default"
+    sel = f"involvedObject.name={md.get('name')},involvedObject.kind={obj.get('kind')}"
+    try:
+        body = await client.list("v1", "events", ns, field_selector=sel)
+        items = body.get("items") or []
+    except ApiException as exc:
+        if exc.code != 400:
+            return None
+        # The server does not index involvedObject: filter on our side.
+        try:
+            body = await client.list("v1", "events", ns)
+        except ApiException:
+            return None
+        items = body.get("items") or []
+    uid = md.get("uid")
+    out = []
+    for ev in items:
+        inv = ev.get("involvedObject") or ev.get("regarding") or {}
+        if inv.get("name") != md.get("name") or inv.get("kind") != obj.get("kind"):
+            continue
+        if uid and inv.get("uid") and inv["uid"] != uid:
+            continue
+        out.append(ev)
+    return out
+
+
+@commands.command
+def describe(
+    *args: str,
+    selector: Annotated[str | None, Parameter(name=["--selector", "-l"])] = None,
+    all_namespaces: Annotated[bool, Parameter(name=["--all-namespaces", "-A"], negative="")] = False,
+    show_events: bool = True,
+    g: Globals | None = None,
+) -> int:
+    """Show details of objects: TYPE [NAME...] or TYPE/NAME..."""
+    pairs, problem = _split_type_args(list(args))
+    if problem:
+        _err(f"error: {problem}")
+        return 1
+
+    async def run(client: Client, session: Session) -> int:
+        targets = await _expand_types(client, pairs)
+        ns = None if all_namespaces else session.namespace
+        rc = 0
+        objs: list[tuple[APIResource, dict[str, Any]]] = []
+        for res, names in targets:
+            if names:
+                for name in names:
+                    try:
+                        objs.append((res, await client.get_object(
+                            res.api_version, res.name, name, _ns_for(res, ns))))
+                    except ApiException as exc:
+                        _err(api_error_text(exc))
+                        rc = 1
+            else:
+                body = await client.list_all(res.api_version, res.name, _ns_for(res, ns),
+                                             label_selector=selector)
+                objs.extend((res, o) for o in body.get("items") or [])
+        if not objs and rc == 0:
+            _err(_no_resources(session, all_namespaces, any(r.namespaced for r, _ in targets)))
+        for i, (res, obj) in enumerate(objs):
+            obj = _with_type(res, obj)
+            events = await _events_for(client, obj) if show_events else None
+            if i:
+                _out("")
+                _out("")
+            _out(printing.describe_object(obj, events))
+        return rc
+
+    return _run(g, run)
+
+
+# -- delete ---------------------------------------------------------------------
+
+_PROPAGATION = {"background": "Background", "foreground": "Foreground", "orphan": "Orphan",
+                "true": "Background", "false": "Orphan"}
+
+
+@commands.command
+def delete(
+    *args: str,
+    filename: Annotated[list[str] | None, Parameter(
+        name=["--filename", "-f"], allow_leading_hyphen=True, consume_multiple=False,
+        help="Files, directories or - (stdin) naming what to delete (repeatable).")] = None,
+    recursive: Annotated[bool, Parameter(name=["--recursive", "-R"], negative="")] = False,
+    selector: Annotated[str | None, Parameter(name=["--selector", "-l"])] = None,
+    field_selector: str | None = None,
+    all: Annotated[bool, Parameter(name="--all", negative="")] = False,
+    wait: bool = True,
+    timeout: Annotated[float, Parameter(help="Seconds to wait for deletion (with --wait).")] = 60.0,
+    grace_period: int | None = None,
+    now: Annotated[bool, Parameter(negative="")] = False,
+    force: Annotated[bool, Parameter(negative="")] = False,
+    cascade: Literal["background", "foreground", "orphan", "true", "false"] = "background",
+    ignore_not_found: Annotated[bool, Parameter(negative="")] = False,
+    g: Globals | None = None,
+) -> int:
+    """Delete objects by file, by TYPE NAME..., TYPE/NAME, label selector or --all."""
+    manifests = []
+    if filename:
+        if args:
+            _err("error: resource(s) were provided, but no name was specified")
+            return 1
+        try:
+            manifests = load_manifests(filename, recursive=recursive)
+        except ManifestError as exc:
+            _err(f"error: {exc}")
+            return 1
+        pairs: list[tuple[str, list[str]]] = []
+    else:
+        pairs, problem = _split_type_args(list(args))
+        if problem:
+            _err(f"error: {problem}")
+            return 1
+        if not any(names for _, names in pairs) and not (selector or field_selector or all):
+            _err("error: resource(s) were provided, but no name was specified")
+            return 1
+    body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1",
+                            "propagationPolicy": _PROPAGATION[cascade]}
+    if force:
+        body["gracePeriodSeconds"] = 0
+    elif now:
+        body["gracePeriodSeconds"] = 1
+    elif grace_period is not None and grace_period >= 0:
+        body["gracePeriodSeconds"] = grace_period
+
+    async def run(client: Client, session: Session) -> int:
+        rc = 0
+        todo: list[tuple[APIResource, str, str | None]] = []
+        for m in manifests:
+            md = m.obj.get("metadata") or {}
+            res = await client.resource_for_kind(m.obj["apiVersion"], m.obj["kind"])
+            todo.append((res, md.get("name", ""),
+                         (md.get("namespace") or session.namespace) if res.namespaced else None))
+        for res, names in await _expand_types(client, pairs):
+            ns = _ns_for(res, session.namespace)
+            if names:
+                todo.extend((res, n, ns) for n in names)
+            else:
+                listed = await client.list_all(res.api_version, res.name, ns,
+                                               label_selector=selector,
+                                               field_selector=field_selector)
+                todo.extend((res, (o.get("metadata") or {}).get("name", ""), ns)
+                            for o in listed.get("items") or [])
+        if not todo:
+            _err("No resources found")
+            return 0
+        deleted: list[tuple[APIResource, str, str | None, str | None]] = []
+        for res, name, ns in todo:
+            try:
+                result = await client.delete(res.api_version, res.name, name, ns, body=body)
+            except ApiException as exc:
+                if exc.code == 404 and ignore_not_found:
+                    continue
+                _err(api_error_text(exc))
+                rc = 1
+                continue
+            _out(f'{res.kind_prefix} "{name}" deleted')
+            uid = (result.get("metadata") or {}).get("uid") if result.get("kind") != "Status" \
+                else (result.get("details") or {}).get("uid")
+            deleted.append((res, name, ns, uid))
+        if wait and deleted:
+            rc = max(rc, await _wait_deleted(client, deleted, timeout))
+        return rc
+
+    return _run(g, run)
+
+
+async def _wait_deleted(client: Client, deleted: list[tuple[APIResource, str, str | None, str | None]],
+                        timeout: float) -> int:
+    """Poll until each object is gone (404, or replaced by one with another uid)."""
+    pending = list(deleted)
+    with trio.move_on_after(timeout):
+        while pending:
+            still = []
+            for res, name, ns, uid in pending:
+                try:
+                    live = await client.get_object(res.api_version, res.name, name, ns)
+                except ApiException as exc:
+                    if exc.code == 404:
+                        continue
+                    raise
+                if uid and (live.get("metadata") or {}).get("uid") not in (None, uid):
+                    continue
+                still.append((res, name, ns, uid))
+            pending = still
+            if pending:
+                await trio.sleep(0.25)
+    for res, name, _ns, _uid in pending:
+        _err(f"error: timed out waiting for the condition on {res.group_resource}/{name}")
+    return 1 if pending else 0
+
+
+# -- api-resources, version -----------------------------------------------------------
+
+
+@commands.command(name="api-resources")
+def api_resources(
+    *,
+    output: Annotated[Literal["wide", "name"] | None, Parameter(name=["--output", "-o"])] = None,
+    namespaced: bool | None = None,
+    api_group: str | None = None,
+    verbs: Annotated[list[str] | None, Parameter(name="--verbs")] = None,
+    g: Globals | None = None,
+) -> int:
+    """List the resource types the server serves."""
+
+    async def run(client: Client, session: Session) -> int:
+        resources = [r for r in await client.discover() if r.preferred]
+        if namespaced is not None:
+            resources = [r for r in resources if r.namespaced == namespaced]
+        if api_group is not None:
+            resources = [r for r in resources if r.group == api_group]
+        if verbs:
+            resources = [r for r in resources if all(v in r.verbs for v in verbs)]
+        group_order: dict[str, int] = {}
+        for r in resources:
+            group_order.setdefault(r.group, len(group_order))
+        resources.sort(key=lambda r: (group_order[r.group], r.name))
+        if output == "name":
+            for r in resources:
+                _out(r.group_resource)
+        else:
+            _out(printing.api_resources_table(resources, wide=output == "wide"))
+        return 0
+
+    return _run(g, run)
+
+
+@commands.command
+def version(
+    *,
+    client_only: Annotated[bool, Parameter(name="--client", negative="")] = False,
+    output: Annotated[Literal["yaml", "json"] | None, Parameter(name=["--output", "-o"])] = None,
+    g: Globals | None = None,
+) -> int:
+    """Print the client and server versions."""
+    client_version = {"gitVersion": f"v{fleet.__version__}", "major": "", "minor": ""}
+    major, _, rest = fleet.__version__.partition(".")
+    client_version.update(major=major, minor=rest.partition(".")[0])
+
+    def show(server: dict[str, Any] | None) -> None:
+        if output:
+            doc: dict[str, Any] = {"clientVersion": client_version}
+            if server is not None:
+                doc["serverVersion"] = server
+            _out(printing.to_json(doc) if output == "json" else printing.to_yaml(doc).rstrip())
+            return
+        _out(f"Client Version: {client_version['gitVersion']}")
+        if server is not None:
+            _out(f"Server Version: {server.get('gitVersion', '<unknown>')}")
+
+    if client_only:
+        show(None)
+        return 0
+
+    async def run(client: Client, session: Session) -> int:
+        try:
+            server = await client.version()
+        except (ApiException, httpx.TransportError):
+            show(None)
+            raise
+        show(server)
+        return 0
+
+    return _run(g, run)
+
+
+# -- entry points -----------------------------------------------------------------------
+
+
+@commands.meta.default
+def _launcher(
+    *tokens: Annotated[str, Parameter(show=False, allow_leading_hyphen=True)],
+    g: Globals | None = None,
+) -> Any:
+    """Accept the global options before the command name, then run the command."""
+    global _leading
+    previous = _leading
+    _leading = g or Globals()
+    try:
+        return commands(tokens)
+    finally:
+        _leading = previous
+
+
+app = commands.meta
+app.help = HELP
+
+
+def run(argv: list[str]) -> int:
+    """Run kfleet in-process with `argv` (no program name); return the exit code."""
+    try:
+        result = app(argv, result_action="return_value", exit_on_error=False)
+    except CycloptsError:
+        return 2  # a usage error; cyclopts has printed it
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return int(result or 0)
+
+
+def main() -> None:
+    """The `kfleet` console script."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        # `kfleet get ... | head`: the reader left; exit quietly like other Unix tools.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+
+
+if __name__ == "__main__":
+    main()
