@@ -26,7 +26,7 @@ import trio
 import yaml
 
 from fleet.admission import AdmissionChain
-from fleet.api import errors, meta, patch, schema, selectors
+from fleet.api import errors, meta, patch, protobuf, schema, selectors
 from fleet.api.registry import KindInfo, Registry
 from fleet.auth import Attributes, UserInfo
 from fleet.server.http import JSON, Req, Resp
@@ -116,6 +116,9 @@ def decode_body(req: Req, *, allow_patch: bool = False) -> Any:
     ctype = req.headers.get("content-type", JSON).split(";")[0].strip().lower()
     if not req.body.strip():
         raise errors.BadRequest("the request body is empty")
+    if ctype == protobuf.MEDIA_TYPE:
+        # kubectl create/expose/run (client-go typed clients) send protobuf; see fleet/api/protobuf.py.
+        return protobuf.decode_body(req.body)
     if ctype in ("application/json", "") or (allow_patch and ctype in (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH)):
         try:
             return json.loads(req.body)

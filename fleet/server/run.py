@@ -27,7 +27,7 @@ from fleet.api.registry import Registry, default_registry
 from fleet.auth import ADMIN, AllowAll, TokenAuthenticator, load_or_create_admin_token
 from fleet.auth.pki import ServingTLS, ensure_serving_tls
 from fleet.server import nslifecycle
-from fleet.server.app import APIServer, create_app
+from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
 from fleet.server.rest import ResourceAPI
 from fleet.server.watch import WatchCounter
@@ -110,7 +110,7 @@ def write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-async def _serve(app: QuartTrio, address: str, port: int, tls: ServingTLS | None = None, *,
+async def _serve(app: QuartTrio | FleetASGI, address: str, port: int, tls: ServingTLS | None = None, *,
                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     cfg = HyperConfig()
     cfg.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
