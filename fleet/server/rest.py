@@ -30,6 +30,7 @@ from fleet.api import errors, meta, patch, protobuf, schema, selectors
 from fleet.api.registry import KindInfo, Registry
 from fleet.auth import Attributes, UserInfo
 from fleet.server.http import JSON, Req, Resp
+from fleet.server.nscache import NamespaceCache
 from fleet.server.tables import table, wants_table
 from fleet.store import (
     KeyExists,
@@ -171,8 +172,10 @@ class ResourceAPI:
     """The generic handlers.  One instance per server."""
 
     def __init__(self, store: Store, registry: Registry, admission: AdmissionChain,
-                 namespace_finalizer: trio.MemorySendChannel | None = None) -> None:
+                 namespace_finalizer: trio.MemorySendChannel | None = None,
+                 namespaces: NamespaceCache | None = None) -> None:
         self.store = store
+        self.namespaces = namespaces
         self.registry = registry
         self.admission = admission
         self._ns_finalizer = namespace_finalizer
@@ -252,11 +255,13 @@ class ResourceAPI:
                                             uniq)
 
     async def check_namespace(self, namespace: str) -> None:
-        try:
-            ns = await self.store.get(meta.store_key("", "namespaces", None, namespace))
-        except KeyNotFound:
-            raise errors.NotFound(f'namespaces "{namespace}" not found', name=namespace,
-                                  kind="namespaces") from None
+        ns = self.namespaces.get(namespace) if self.namespaces is not None else None
+        if ns is None:
+            try:
+                ns = await self.store.get(meta.store_key("", "namespaces", None, namespace))
+            except KeyNotFound:
+                raise errors.NotFound(f'namespaces "{namespace}" not found', name=namespace,
+                                      kind="namespaces") from None
         if ns.get("metadata", {}).get("deletionTimestamp") or ns.get("status", {}).get("phase") == "Terminating":
             raise errors.Forbidden(
                 f"unable to create new content in namespace {namespace} because it is being terminated",

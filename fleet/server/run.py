@@ -29,6 +29,7 @@ from fleet.auth.pki import ServingTLS, ensure_serving_tls
 from fleet.server import nslifecycle
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
+from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI
 from fleet.server.watch import WatchCounter
 from fleet.store import KeyExists, Store, open_store
@@ -156,12 +157,14 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                 nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)
             ns_send, ns_recv = trio.open_memory_channel[str](1000)
             await nursery.start(nslifecycle.run, store, registry, ns_recv)
+            namespaces = NamespaceCache()
+            await nursery.start(namespaces.run, store)
             watches = WatchCounter()
             metrics = Metrics(store.stats, lambda: watches.open)
             host = "127.0.0.1" if cfg.address in ("0.0.0.0", "::", "") else cfg.address
             url = f"https://{host}:{cfg.port}"
             api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), AdmissionChain(),
-                            ResourceAPI(store, registry, AdmissionChain(), ns_send), metrics, watches,
+                            ResourceAPI(store, registry, AdmissionChain(), ns_send, namespaces), metrics, watches,
                             f"{host}:{cfg.port}")
             await nursery.start(_serve, create_app(api), cfg.address, cfg.port, tls)
             await nursery.start(_serve, _metrics_app(metrics), cfg.address, cfg.metrics_port)

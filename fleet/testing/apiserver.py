@@ -23,6 +23,7 @@ from fleet.server import nslifecycle
 from fleet.server.app import APIServer
 from fleet.server.http import Req, Resp
 from fleet.server.metrics import Metrics
+from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI
 from fleet.server.run import ensure_default_namespaces
 from fleet.server.watch import WatchCounter
@@ -64,10 +65,12 @@ async def open_api(data_dir: Path, **store_kw: Any) -> AsyncIterator[InProcessAP
         async with trio.open_nursery() as nursery:
             send, recv = trio.open_memory_channel[str](100)
             await nursery.start(nslifecycle.run, store, registry, recv)
+            namespaces = NamespaceCache()
+            await nursery.start(namespaces.run, store)
             watches = WatchCounter()
             admission = AdmissionChain()
             server = APIServer(store, registry, TokenAuthenticator({TOKEN: ADMIN}), AllowAll(), admission,
-                               ResourceAPI(store, registry, admission, send),
+                               ResourceAPI(store, registry, admission, send, namespaces),
                                Metrics(store.stats, lambda: watches.open), watches, "127.0.0.1:0")
             yield InProcessAPI(server)
             nursery.cancel_scope.cancel()
