@@ -29,7 +29,7 @@ from fleet.api import errors
 from fleet.api.registry import Registry
 from fleet.auth import Attributes, Authenticator, Authorizer, UserInfo
 from fleet.server import discovery
-from fleet.server.http import Req, Resp
+from fleet.server.http import Req, Resp, dumps
 from fleet.server.metrics import Metrics
 from fleet.server.openapi import OpenAPICache
 from fleet.server.rest import MAX_BODY, ResourceAPI, Route, parse_route
@@ -106,6 +106,9 @@ class APIServer:
             return Resp.json(200, {"paths": sorted(paths)}), "get", "root"
         if segs and segs[0] == "openapi":
             return self.openapi_route(segs), "get", "openapi"
+        if segs in (["api"], ["apis"]) and discovery.wants_aggregated(req.headers.get("accept", "")):
+            doc = discovery.aggregated(self.registry, core=segs == ["api"])
+            return Resp(200, dumps(doc), discovery.AGGREGATED_CTYPE), "get", "discovery"
         if segs == ["api"]:
             return Resp.json(200, discovery.api_versions(self.server_address)), "get", "discovery"
         if segs == ["apis"]:

@@ -86,3 +86,63 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict[str,
         "groupVersion": f"{group}/{version}" if group else version,
         "resources": resources,
     }
+
+
+# ---------------------------------------------------------------- aggregated
+AGGREGATED_CTYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+
+def wants_aggregated(accept: str) -> bool:
+    """True when the client asks for apidiscovery.k8s.io/v2 (kubectl, client-go do)."""
+    for part in accept.split(","):
+        params = dict(p.strip().split("=", 1) for p in part.split(";")[1:] if "=" in p)
+        if (params.get("as") == "APIGroupDiscoveryList" and params.get("g") == "apidiscovery.k8s.io"
+                and params.get("v") == "v2"):
+            return True
+    return False
+
+
+def _scope(info: KindInfo) -> str:
+    return "Namespaced" if info.namespaced else "Cluster"
+
+
+def _aggregated_resource(info: KindInfo) -> dict[str, Any]:
+    r: dict[str, Any] = {
+        "resource": info.plural,
+        "responseKind": {"group": info.group, "version": info.version, "kind": info.kind},
+        "scope": _scope(info),
+        "singularResource": info.singular,
+        "verbs": list(info.verbs),
+    }
+    if info.short_names:
+        r["shortNames"] = list(info.short_names)
+    if info.categories:
+        r["categories"] = list(info.categories)
+    subs = []
+    for sub in info.subresources:
+        if sub not in SUPPORTED_SUBRESOURCES:
+            continue
+        kind = ({"group": "autoscaling", "version": "v1", "kind": "Scale"} if sub == "scale"
+                else {"group": info.group, "version": info.version, "kind": info.kind})
+        subs.append({"subresource": sub, "responseKind": kind, "verbs": SUBRESOURCE_VERBS[sub]})
+    if subs:
+        r["subresources"] = subs
+    return r
+
+
+def aggregated(registry: Registry, *, core: bool) -> dict[str, Any]:
+    """APIGroupDiscoveryList for /api (core=True) or /apis (every named group)."""
+    items = []
+    for group, versions in registry.group_versions().items():
+        if (group == "") != core:
+            continue
+        items.append({
+            "metadata": {"name": group},
+            "versions": [{
+                "version": v,
+                "resources": [_aggregated_resource(i) for i in registry.in_group_version(group, v)],
+                "freshness": "Current",
+            } for v in versions],
+        })
+    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
+            "items": items}

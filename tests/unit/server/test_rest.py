@@ -130,7 +130,8 @@ async def test_validation_is_422_with_causes_and_stores_nothing(api):
 @pytest.mark.parametrize("raw,ctype,code,reason", [
     (b"{not json", "application/json", 400, "BadRequest"),
     (b"[1,2]", "application/json", 400, "BadRequest"),
-    (b"k8s\x00\x01", "application/vnd.kubernetes.protobuf", 415, "UnsupportedMediaType"),
+    (b"k8s\x00\x01", "application/vnd.kubernetes.protobuf", 400, "BadRequest"),
+    (b"a: b", "text/plain", 415, "UnsupportedMediaType"),
 ])
 async def test_malformed_bodies(api, raw, ctype, code, reason):
     rev = api.store.current_revision()
@@ -329,3 +330,22 @@ async def test_openapi_v3_declares_field_validation(api):
     p = doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"]
     assert p["x-kubernetes-group-version-kind"] == {"group": "apps", "version": "v1", "kind": "Deployment"}
     assert any(q["name"] == "fieldValidation" for q in p["parameters"])
+
+
+async def test_aggregated_discovery(api):
+    accept = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
+              "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json")
+    resp = await api.call("GET", "/apis", headers={"accept": accept})
+    assert resp.content_type.startswith("application/json;g=apidiscovery.k8s.io;v=v2")
+    body = json.loads(resp.body)
+    assert body["kind"] == "APIGroupDiscoveryList"
+    apps = next(i for i in body["items"] if i["metadata"]["name"] == "apps")
+    deploy = next(r for r in apps["versions"][0]["resources"] if r["resource"] == "deployments")
+    assert deploy["scope"] == "Namespaced" and deploy["shortNames"] == ["deploy"]
+    assert {s["subresource"] for s in deploy["subresources"]} == {"status", "scale"}
+    resp = await api.call("GET", "/api", headers={"accept": accept})
+    core = json.loads(resp.body)["items"]
+    assert [i["metadata"]["name"] for i in core] == [""]
+    # Plain JSON still gets the legacy shape.
+    code, legacy = await api.json("GET", "/api")
+    assert legacy["kind"] == "APIVersions"
