@@ -349,3 +349,14 @@ async def test_aggregated_discovery(api):
     # Plain JSON still gets the legacy shape.
     code, legacy = await api.json("GET", "/api")
     assert legacy["kind"] == "APIVersions"
+
+
+async def test_job_selector_uses_the_stored_uid(api):
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+           "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                          "containers": [{"name": "c", "image": "busybox"}]}}}}
+    code, body = await api.json("POST", "/apis/batch/v1/namespaces/default/jobs", job)
+    assert code == 201, body
+    uid = body["metadata"]["uid"]
+    assert body["spec"]["selector"]["matchLabels"]["batch.kubernetes.io/controller-uid"] == uid
+    assert body["spec"]["template"]["metadata"]["labels"]["controller-uid"] == uid
