@@ -76,7 +76,9 @@ class APIServer:
 
     async def handle(self, req: Req) -> tuple[Resp, str, str]:
         """Returns the response and the (verb, resource) labels for metrics."""
-        verb, resource = req.method.lower(), ""
+        # Labels come from the request itself, so refused requests (401, 404,
+        # 409, 422, ...) are counted under the verb and resource they aimed at.
+        verb, resource = request_labels(req)
         try:
             if req.path not in PUBLIC_PATHS:
                 user = self.authenticator.authenticate(req.headers)
@@ -295,6 +297,25 @@ async def _stream(body: AsyncIterator[bytes], receive: Any, send: Any) -> None:
         if aclose is not None:
             with trio.CancelScope(shield=True):
                 await aclose()
+
+
+def request_labels(req: Req) -> tuple[str, str]:
+    """The (verb, resource) a request targets, Kubernetes-style, for metrics."""
+    segs = [s for s in req.path.split("/") if s]
+    route = parse_route(segs)
+    if route is None:
+        return req.method.lower(), (segs[0] if segs else "root")
+    resource = route.plural + (f"/{route.subresource}" if route.subresource else "")
+    method = req.method
+    if route.sse_watch or (method == "GET" and req.flag("watch")):
+        verb = "watch"
+    elif method == "GET":
+        verb = "get" if route.name is not None else "list"
+    elif method == "DELETE":
+        verb = "delete" if route.name is not None else "deletecollection"
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+    return verb, resource
 
 
 def create_app(server: APIServer) -> FleetASGI:

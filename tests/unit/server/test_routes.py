@@ -38,3 +38,20 @@ def test_continue_token_garbage_is_bad_request():
 
     with pytest.raises(BadRequest):
         decode_continue("not-a-token!!")
+
+
+@pytest.mark.parametrize("method,path,query,expected", [
+    ("GET", "/api/v1/namespaces/d/configmaps/x", {}, ("get", "configmaps")),
+    ("GET", "/api/v1/namespaces/d/configmaps", {}, ("list", "configmaps")),
+    ("GET", "/api/v1/namespaces/d/configmaps", {"watch": "1"}, ("watch", "configmaps")),
+    ("POST", "/api/v1/namespaces/d/configmaps", {}, ("create", "configmaps")),
+    ("PATCH", "/apis/apps/v1/namespaces/d/deployments/w/scale", {}, ("patch", "deployments/scale")),
+    ("DELETE", "/api/v1/namespaces/d/pods", {}, ("deletecollection", "pods")),
+    ("GET", "/api/v1/watch/pods", {}, ("watch", "pods")),
+    ("GET", "/version", {}, ("get", "version")),
+])
+def test_request_labels(method, path, query, expected):
+    from fleet.server.app import request_labels
+    from fleet.server.http import Req
+
+    assert request_labels(Req(method, path, query, {})) == expected
