@@ -35,6 +35,7 @@ from fleet.store import ADDED, DELETED, MODIFIED, RevisionCompacted, StoreError
 
 DEFAULT_TIMEOUT = 1800.0
 BOOKMARK_INTERVAL = 10.0
+MAX_BATCH = 256  # events coalesced into one write for a watcher that fell behind
 
 
 class WatchCounter:
@@ -149,18 +150,26 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
                         yield bookmark(store_watch.progress)
                         last_sent = trio.current_time()
                     continue
-                out = _transform(ev, match) if filtered else (ev.type, ev.obj)
-                if out is None:
-                    continue
-                type_, obj = out
-                if not filtered and not as_table:
-                    line = ev.cache.get(cache_key)
-                    if line is None:
+                # Whatever else is already queued goes out in the same write: when
+                # fan-out falls behind, a watcher catches up in one send instead
+                # of one send per event.
+                lines = []
+                for e in (ev, *store_watch.take_ready(MAX_BATCH)):
+                    out = _transform(e, match) if filtered else (e.type, e.obj)
+                    if out is None:
+                        continue
+                    type_, obj = out
+                    if not filtered and not as_table:
+                        line = e.cache.get(cache_key)
+                        if line is None:
+                            line = encode(type_, obj)
+                            e.cache[cache_key] = line
+                    else:
                         line = encode(type_, obj)
-                        ev.cache[cache_key] = line
-                else:
-                    line = encode(type_, obj)
-                yield line
+                    lines.append(line)
+                if not lines:
+                    continue
+                yield lines[0] if len(lines) == 1 else b"".join(lines)
                 last_sent = trio.current_time()
         except StopAsyncIteration:
             return

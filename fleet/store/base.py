@@ -92,6 +92,9 @@ class Watch(Protocol):
 
     async def __anext__(self) -> Event: ...
 
+    def take_ready(self, limit: int) -> list[Event]:
+        """Events already queued (at most `limit`), without waiting."""
+
     async def aclose(self) -> None: ...
 
 

@@ -662,6 +662,22 @@ class SqliteWatch:
             waiter = self._waiter = trio.Event()
             await waiter.wait()
 
+    def take_ready(self, limit: int) -> list[Event]:
+        """Up to `limit` more events that are already queued, without waiting.
+
+        A consumer that fell behind (a busy fan-out) uses this to send what
+        piled up in one write instead of one write per event.
+        """
+        out: list[Event] = []
+        while len(out) < limit and not self._overflowed:
+            if self._history:
+                out.append(self._history.popleft())
+            elif self._pending:
+                out.append(self._pending.popleft())
+            else:
+                break
+        return out
+
     async def aclose(self) -> None:
         self._store._unregister(self)
         self._end()
