@@ -7,11 +7,18 @@ cd "$(dirname "$0")/.."
 VENV="${FLEET_VENV:-.venv}"
 PY="${PYTHON:-python3}"
 
-# Debian tools the suite uses (kubectl 1.32 comes with these machines; later
-# issues add runc, nftables, busybox-static, docker-registry, ...).
+# Debian tools the suite uses (kubectl 1.32 comes with these machines): the
+# OCI runtime, a static busybox for test images, nftables and iproute2 for pod
+# networking, util-linux for nsenter, and a registry to pull images from.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     need=()
     command -v sqlite3 >/dev/null || need+=(sqlite3)
+    command -v runc >/dev/null || need+=(runc)
+    [ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx httpd || need+=(busybox-static)
+    command -v nft >/dev/null || need+=(nftables)
+    command -v ip >/dev/null || need+=(iproute2)
+    command -v nsenter >/dev/null || need+=(util-linux)
+    command -v docker-registry >/dev/null || need+=(docker-registry)
     if [ "${#need[@]}" -gt 0 ]; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

@@ -1,0 +1,43 @@
+"""Pod networking on a node: the network-driver seam, IPAM, namespaces, nftables.
+
+* `driver`  — the `NetworkDriver` protocol, `PodRef` / `PodNetwork`, and the registry
+  drivers are chosen from by name (`create_driver("bridge", config)`);
+* `bridge`  — the in-tree driver: a Linux bridge, a veth per pod, masquerade;
+* `ipam`    — host-local address allocation from the node's pod CIDR;
+* `netns`   — creating, entering and deleting pinned network namespaces;
+* `nft`     — atomic nftables table replacement in our own tables.
+
+Only the light modules are imported here; `bridge` (and with it pyroute2) loads when a
+driver named "bridge" is first asked for.
+"""
+
+from fleet.network.driver import (
+    NetworkConfig,
+    NetworkDriver,
+    NetworkError,
+    PodNetwork,
+    PodRef,
+    UnknownDriver,
+    create_driver,
+    get_driver_factory,
+    register_driver,
+    registered_drivers,
+    unregister_driver,
+)
+from fleet.network.netns import create_pod_netns, delete_pod_netns
+
+__all__ = [
+    "NetworkConfig",
+    "NetworkDriver",
+    "NetworkError",
+    "PodNetwork",
+    "PodRef",
+    "UnknownDriver",
+    "create_driver",
+    "create_pod_netns",
+    "delete_pod_netns",
+    "get_driver_factory",
+    "register_driver",
+    "registered_drivers",
+    "unregister_driver",
+]
