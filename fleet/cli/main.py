@@ -59,6 +59,14 @@ def server(
         pass
 
 
+@app.command(show=False)
+def shim(*, bundle: Path, id: str, log: Path | None = None, foreground: bool = False) -> None:
+    """Run one container under its shim (launched by the runtime drivers, not by people)."""
+    from fleet.cli.shim import run_shim
+
+    sys.exit(run_shim(bundle, id, log, foreground=foreground))
+
+
 def _leaves(group: BaseException) -> list[BaseException]:
     if isinstance(group, BaseExceptionGroup):
         return [leaf for e in group.exceptions for leaf in _leaves(e)]
