@@ -31,5 +31,7 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$VENV/bin/python" -m pip install -q -e '.[test]'
 
-"$VENV/bin/ruff" check fleet tests bench
+lint=(fleet tests)
+[ -d bench ] && lint+=(bench)
+"$VENV/bin/ruff" check "${lint[@]}"
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
