@@ -1,0 +1,1 @@
+"""Fleet benchmarks: each script starts its own server and load-generator processes."""
