@@ -21,6 +21,7 @@ from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve
 from quart_trio import QuartTrio
 
+from fleet._core import memory
 from fleet.admission import AdmissionChain
 from fleet.api import meta
 from fleet.api.registry import Registry, default_registry
@@ -159,6 +160,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             await nursery.start(nslifecycle.run, store, registry, ns_recv)
             namespaces = NamespaceCache()
             await nursery.start(namespaces.run, store)
+            await nursery.start(memory.trim_periodically)
             watches = WatchCounter()
             metrics = Metrics(store.stats, lambda: watches.open)
             host = "127.0.0.1" if cfg.address in ("0.0.0.0", "::", "") else cfg.address
