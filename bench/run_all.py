@@ -68,7 +68,7 @@ def run(quick: bool = False, profile: bool = False) -> dict[str, Any]:
                                                                   rounds=1 if quick else 2))
             _step(res, "watch_fanout", lambda: watch_fanout.run(
                 srv, watchers=200 if quick else 1000, events=20 if quick else 50))
-            _step(res, "rss_idle_after", lambda: rss.idle_rss(srv))
+            _step(res, "rss_idle_after", lambda: rss.idle_rss(srv, settle=15.0))
             if profile:
                 # After the measured steps, so py-spy's sampling cannot skew them.
                 _step(res, "profile_creates", lambda: creates.run(

@@ -44,7 +44,7 @@ def trim() -> bool:
     return bool(_TRIM(0))
 
 
-async def trim_periodically(interval: float = 30.0, *,
+async def trim_periodically(interval: float = 10.0, *,
                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     task_status.started()
     while True:
