@@ -11,11 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.api.registry import KindInfo, Registry
+from fleet.server.proxy import STREAM_SUBRESOURCES
 from fleet.server.rest import SUPPORTED_SUBRESOURCES
 
 SUBRESOURCE_VERBS = {
     "status": ["get", "patch", "update"],
     "scale": ["get", "patch", "update"],
+    "binding": ["create"],
+    **{sub: list(verbs) for sub, (verbs, _kind) in STREAM_SUBRESOURCES.items()},
 }
 
 
@@ -68,7 +71,7 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict[str,
     for info in kinds:
         resources.append(_resource(info))
         for sub in info.subresources:
-            if sub not in SUPPORTED_SUBRESOURCES:
+            if sub not in SUPPORTED_SUBRESOURCES and sub not in STREAM_SUBRESOURCES:
                 continue
             entry: dict[str, Any] = {
                 "name": f"{info.plural}/{sub}",
@@ -79,6 +82,8 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict[str,
             }
             if sub == "scale":
                 entry.update(group="autoscaling", version="v1", kind="Scale")
+            elif sub == "binding":
+                entry["kind"] = "Binding"
             resources.append(entry)
     return {
         "kind": "APIResourceList",
@@ -120,10 +125,11 @@ def _aggregated_resource(info: KindInfo) -> dict[str, Any]:
         r["categories"] = list(info.categories)
     subs = []
     for sub in info.subresources:
-        if sub not in SUPPORTED_SUBRESOURCES:
+        if sub not in SUPPORTED_SUBRESOURCES and sub not in STREAM_SUBRESOURCES:
             continue
         kind = ({"group": "autoscaling", "version": "v1", "kind": "Scale"} if sub == "scale"
-                else {"group": info.group, "version": info.version, "kind": info.kind})
+                else {"group": info.group, "version": info.version,
+                      "kind": "Binding" if sub == "binding" else info.kind})
         subs.append({"subresource": sub, "responseKind": kind, "verbs": SUBRESOURCE_VERBS[sub]})
     if subs:
         r["subresources"] = subs

@@ -3,7 +3,7 @@
 A request path is parsed into a `Route` (group, version, namespace, plural,
 name, subresource); the kind's `KindInfo` then drives everything: defaulting,
 validation, tables, scale, status.  The only per-kind code paths are real
-subresources (`status`, `scale`) and namespace lifecycle (a namespace
+subresources (`status`, `scale`, `binding`) and namespace lifecycle (a namespace
 delete starts finalization instead of removing the object at once).
 
 Every handler follows the pipeline order of kube-apiserver: decode → default
@@ -352,6 +352,8 @@ class ResourceAPI:
 
     # ------------------------------------------------------------------- write
     async def create(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
+        if route.subresource == "binding":
+            return await self.bind(info, route, req, user)
         if route.name is not None:
             raise errors.MethodNotAllowed(f"POST is not supported on a named {info.kind}")
         obj = self.check_type(info, decode_body(req))
@@ -396,6 +398,70 @@ class ResourceAPI:
             raise errors.AlreadyExists(f'{qualified(info)} "{md["name"]}" already exists', name=md["name"],
                                        group=info.group, kind=info.plural) from None
         return Resp.json(201, stored, warning_headers(warnings))
+
+    async def bind(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
+        """POST pods/{name}/binding: assign an unbound pod to a node (what the scheduler calls).
+
+        As kube-apiserver's BindingREST: the Binding's name must be the pod's;
+        a pod that already has a node, or is being deleted, is a 409; otherwise
+        spec.nodeName, the Binding's annotations and PodScheduled=True are
+        written in one update, and the answer is a Status Success (201).
+        """
+        assert route.name is not None
+        body = decode_body(req)
+        if not isinstance(body, dict) or body.get("kind") != "Binding" or body.get("apiVersion") != "v1":
+            raise errors.BadRequest("the body must be a v1 Binding")
+        md = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        if md.get("name", route.name) != route.name or md.get("namespace", route.namespace) != route.namespace:
+            raise errors.BadRequest("name in URL does not match name in Binding object")
+        target = body.get("target") if isinstance(body.get("target"), dict) else {}
+        node = target.get("name")
+        if not node or not isinstance(node, str):
+            raise errors.Invalid.for_object("Binding", "", route.name, [
+                errors.cause("target.name", "Required value", "FieldValueRequired")])
+        if target.get("kind", "Node") != "Node":
+            raise errors.Invalid.for_object("Binding", "", route.name, [
+                errors.cause("target.kind", f'Unsupported value: "{target.get("kind")}": supported values: "Node"',
+                             "FieldValueNotSupported")])
+        attrs = Attributes("create", info.group, info.version, info.plural, "binding", route.namespace or "",
+                           route.name, is_dry_run(req))
+        await self.admission.admit(attrs, user, body, None)
+        key = info.key(route.namespace, route.name)
+        for _attempt in range(PATCH_RETRIES):
+            old = await self.get_current(info, route)
+            pod = copy.deepcopy(old)
+            why = ""
+            if pod["metadata"].get("deletionTimestamp"):
+                why = f"pod {route.name} is being deleted, cannot be assigned to a host"
+            elif (pod.get("spec") or {}).get("nodeName"):
+                why = f'pod {route.name} is already assigned to node "{pod["spec"]["nodeName"]}"'
+            if md.get("uid") and md["uid"] != pod["metadata"].get("uid"):
+                why = f"the UID in the Binding ({md['uid']}) does not match the pod's"
+            if why:
+                raise errors.Conflict(f'Operation cannot be fulfilled on pods/binding "{route.name}": {why}',
+                                      name=route.name, kind="pods/binding")
+            pod.setdefault("spec", {})["nodeName"] = node
+            if isinstance(md.get("annotations"), dict) and md["annotations"]:
+                pod["metadata"].setdefault("annotations", {}).update(md["annotations"])
+            conditions = [c for c in pod.setdefault("status", {}).get("conditions") or []
+                          if isinstance(c, dict) and c.get("type") != "PodScheduled"]
+            conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                               "lastTransitionTime": meta.now_rfc3339()})
+            pod["status"]["conditions"] = conditions
+            self.validate(info, pod, old)
+            if is_dry_run(req):
+                break
+            try:
+                await self.store.update(key, pod, expected_revision=int(old["metadata"]["resourceVersion"]))
+            except RevisionConflict:
+                continue  # a concurrent status write; re-check against the fresh pod
+            except KeyNotFound:
+                raise not_found(info, route.name) from None
+            break
+        else:
+            raise conflict(info, route.name, "too many concurrent writers; try again")
+        return Resp.json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                               "code": 201})
 
     async def update(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
         assert route.name is not None
@@ -624,7 +690,7 @@ class ResourceAPI:
                                "items": deleted})
 
 
-SUPPORTED_SUBRESOURCES = frozenset({"status", "scale"})
+SUPPORTED_SUBRESOURCES = frozenset({"status", "scale", "binding"})
 
 
 def is_dry_run(req: Req) -> bool:

@@ -112,6 +112,11 @@ def default_pod(obj: dict[str, Any]) -> None:
         if not spec.get("serviceAccountName"):
             spec["serviceAccountName"] = "default"
         spec["serviceAccount"] = spec["serviceAccountName"]
+        # A pod without any status is being created (the server drops a
+        # client's status on create, and updates keep the stored one): give it
+        # what kube-apiserver's PrepareForCreate does, Pending and its QoS class.
+        if not obj.get("status"):
+            obj["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
 
 
 # ---------------------------------------------------------------------------

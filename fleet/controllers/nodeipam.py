@@ -1,0 +1,208 @@
+"""Node IPAM: give every Node a pod CIDR (a /24 of the cluster CIDR) once.
+
+A node's agent takes its pods' addresses from `spec.podCIDR`, so two nodes
+must never share one.  Uniqueness survives restarts without any state of its
+own: the allocated set is rebuilt from the nodes themselves at every
+(re-)list, so whatever the API says is what is taken (kube-controller-manager's
+range allocator works the same way).  Deleting a node frees its range.
+
+`CIDRAllocator` and `plan` are pure; `run` is the list/watch loop around them.
+Only IPv4 single-stack for now: `spec.podCIDRs` gets the one range.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import trio
+
+from fleet.client import ApiException, Client, ClientConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CLUSTER_CIDR = "10.42.0.0/16"
+DEFAULT_NODE_MASK = 24
+
+
+class CIDRExhausted(Exception):
+    """Every node range of the cluster CIDR is taken."""
+
+
+class CIDRAllocator:
+    """Hands out the lowest free node-sized subnet of the cluster CIDR."""
+
+    def __init__(self, cluster_cidr: str = DEFAULT_CLUSTER_CIDR, node_mask: int = DEFAULT_NODE_MASK) -> None:
+        self.cluster = ipaddress.ip_network(cluster_cidr)
+        if not isinstance(self.cluster, ipaddress.IPv4Network):
+            raise ValueError(f"cluster CIDR {cluster_cidr} is not IPv4")
+        if not self.cluster.prefixlen <= node_mask <= 32:
+            raise ValueError(f"node mask /{node_mask} does not fit in {cluster_cidr}")
+        self.node_mask = node_mask
+        self._size = 1 << (node_mask - self.cluster.prefixlen)
+        self._used: set[int] = set()
+        self._next = 0  # search hint: lowest index that may be free
+
+    @property
+    def capacity(self) -> int:
+        return self._size
+
+    def _index(self, cidr: str) -> int | None:
+        """The range's index in the cluster CIDR, or None if it is not one of ours."""
+        try:
+            net = ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            return None
+        if (not isinstance(net, ipaddress.IPv4Network) or net.prefixlen != self.node_mask
+                or not net.subnet_of(self.cluster)):
+            return None
+        return (int(net.network_address) - int(self.cluster.network_address)) >> (32 - self.node_mask)
+
+    def _cidr(self, index: int) -> str:
+        base = int(self.cluster.network_address) + (index << (32 - self.node_mask))
+        return f"{ipaddress.IPv4Address(base)}/{self.node_mask}"
+
+    def occupy(self, cidr: str) -> bool:
+        """Mark a range taken (a node already has it); False if it is not ours."""
+        idx = self._index(cidr)
+        if idx is None:
+            return False
+        self._used.add(idx)
+        return True
+
+    def release(self, cidr: str) -> None:
+        idx = self._index(cidr)
+        if idx is not None:
+            self._used.discard(idx)
+            self._next = min(self._next, idx)
+
+    def allocate(self) -> str:
+        for idx in range(self._next, self._size):
+            if idx not in self._used:
+                self._used.add(idx)
+                self._next = idx + 1
+                return self._cidr(idx)
+        raise CIDRExhausted(f"no free /{self.node_mask} left in {self.cluster}")
+
+    def is_used(self, cidr: str) -> bool:
+        idx = self._index(cidr)
+        return idx is not None and idx in self._used
+
+
+def node_cidr(node: dict[str, Any]) -> str:
+    return str((node.get("spec") or {}).get("podCIDR") or "")
+
+
+def plan(nodes: Iterable[dict[str, Any]], allocator: CIDRAllocator) -> dict[str, str]:
+    """Ranges for the nodes that have none, after counting every range already assigned.
+
+    Nodes are served in name order, so the same cluster always gets the same plan.
+    When the cluster CIDR runs out, the remaining nodes get nothing (and are
+    logged); they get a range as soon as a node is deleted.
+    """
+    nodes = list(nodes)
+    for n in nodes:
+        if node_cidr(n):
+            allocator.occupy(node_cidr(n))
+    out: dict[str, str] = {}
+    for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        if not node_cidr(n):
+            try:
+                out[n["metadata"]["name"]] = allocator.allocate()
+            except CIDRExhausted as e:
+                log.error("node IPAM: node %s gets no pod CIDR: %s", n["metadata"]["name"], e)
+                break
+    return out
+
+
+@dataclass
+class NodeIPAMConfig:
+    cluster_cidr: str = DEFAULT_CLUSTER_CIDR
+    node_mask: int = DEFAULT_NODE_MASK
+    retry_backoff: float = 1.0
+
+
+class NodeIPAM:
+    def __init__(self, client: Client, cfg: NodeIPAMConfig | None = None) -> None:
+        self.client = client
+        self.cfg = cfg or NodeIPAMConfig()
+        self.allocator = CIDRAllocator(self.cfg.cluster_cidr, self.cfg.node_mask)
+        self.assigned: dict[str, str] = {}  # node name -> range, as the API last showed it
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        backoff = self.cfg.retry_backoff
+        while True:
+            try:
+                listed = await self.client.list_all("v1", "nodes")
+                nodes = listed.get("items") or []
+                # Rebuild from the API, never from memory: after a missed
+                # delete or a restart, the nodes are the truth.
+                self.allocator = CIDRAllocator(self.cfg.cluster_cidr, self.cfg.node_mask)
+                self.assigned = {n["metadata"]["name"]: node_cidr(n) for n in nodes if node_cidr(n)}
+                for name, cidr in plan(nodes, self.allocator).items():
+                    await self.assign(name, cidr)
+                if not started:
+                    started = True
+                    task_status.started()
+                backoff = self.cfg.retry_backoff
+                rv = (listed.get("metadata") or {}).get("resourceVersion")
+                async for event in self.client.watch("v1", "nodes", resource_version=rv):
+                    await self.handle(event.get("type", ""), event.get("object") or {})
+            except ApiException as e:
+                if e.code != 410:  # 410: our revision was compacted; just re-list
+                    log.warning("node IPAM: %s; re-listing in %.1fs", e, backoff)
+                    await trio.sleep(backoff)
+                    backoff = min(backoff * 2, 30.0)
+            except (httpx.HTTPError, OSError) as e:
+                log.warning("node IPAM: %r; re-listing in %.1fs", e, backoff)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    async def handle(self, etype: str, node: dict[str, Any]) -> None:
+        name = node["metadata"]["name"]
+        cidr = node_cidr(node)
+        if etype == "DELETED":
+            old = self.assigned.pop(name, "") or cidr
+            if old:
+                self.allocator.release(old)
+            return
+        if cidr:
+            if self.assigned.get(name) != cidr:
+                self.assigned[name] = cidr
+                self.allocator.occupy(cidr)
+            return
+        if name in self.assigned:
+            return  # our patch is on its way; the event predates it
+        try:
+            cidr = self.allocator.allocate()
+        except CIDRExhausted as e:
+            log.error("node IPAM: node %s gets no pod CIDR: %s", name, e)
+            return
+        await self.assign(name, cidr)
+
+    async def assign(self, name: str, cidr: str) -> None:
+        patch = {"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}}
+        try:
+            await self.client.patch("v1", "nodes", name, patch)
+        except ApiException as e:
+            # 404: the node went away.  422: it got a range from someone else
+            # meanwhile (podCIDR may not change once set); its event tells us which.
+            self.allocator.release(cidr)
+            if e.code not in (404, 409, 422):
+                raise
+            log.info("node IPAM: not assigning %s to %s: %s", cidr, name, e)
+            return
+        self.assigned[name] = cidr
+        log.info("node IPAM: assigned %s to node %s", cidr, name)
+
+
+async def run(config: ClientConfig, cfg: NodeIPAMConfig | None = None, *,
+              task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Assign pod CIDRs until cancelled; `started` once every existing node has one."""
+    async with Client(config, user_agent="fleet-nodeipam") as client:
+        await NodeIPAM(client, cfg).run(task_status=task_status)

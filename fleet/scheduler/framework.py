@@ -1,0 +1,306 @@
+"""The scheduling framework: statuses, per-cycle state, plugin protocols and the pipeline.
+
+Everything here is pure: a scheduling cycle is `Framework.schedule(pod,
+snapshot)`, a function of the pod and a read-only `Snapshot` of the cluster
+(Nomad `scheduler/structs/interfaces.go`; Kubernetes
+`pkg/scheduler/framework/interface.go`).  No I/O and no awaits happen inside
+a cycle, so the snapshot cannot change under it and the whole decision can be
+tested table-driven.  The I/O loop (`fleet.scheduler.run`) builds the
+snapshot from its informers, calls `schedule`, and binds the result.
+
+A plugin is a small class with a `name` and only the extension points it
+needs, each one an optional method:
+
+- `pre_filter(state, pod) -> Status` — once per cycle: precompute what
+  `filter` needs into the CycleState, or reject the pod outright;
+- `filter(state, pod, node) -> Status` — can the pod run on this node?
+- `pre_score(state, pod, nodes) -> Status` — once per cycle over the feasible nodes;
+- `score(state, pod, node) -> int` — how good is this node, 0..MAX_NODE_SCORE;
+- `normalize_score(state, pod, scores) -> None` — rescale this plugin's
+  scores in place to 0..MAX_NODE_SCORE.
+
+The later framework (issue 4) adds a queue-sort point, preemption
+(post-filter), reserve/permit and percentageOfNodesToScore; those slot into
+`Framework.schedule` between the stages below without changing plugins.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from fleet.scheduler.snapshot import NodeInfo, Snapshot
+
+MAX_NODE_SCORE = 100
+
+
+class Code(enum.Enum):
+    """Outcome of one plugin call (Kubernetes' framework.Code)."""
+
+    SUCCESS = "Success"
+    # The pod does not fit now; a cluster change (a pod leaving, a node
+    # growing) may make it fit, and preemption may help.
+    UNSCHEDULABLE = "Unschedulable"
+    # No change to other pods can help (wrong node name, labels, cordoned):
+    # preemption skips such nodes.
+    UNSCHEDULABLE_AND_UNRESOLVABLE = "UnschedulableAndUnresolvable"
+    # The plugin itself failed (malformed input); the pod is retried with back-off.
+    ERROR = "Error"
+    # The plugin has nothing to say about this pod; its later points are skipped.
+    SKIP = "Skip"
+
+
+@dataclass(frozen=True)
+class Status:
+    code: Code = Code.SUCCESS
+    reasons: tuple[str, ...] = ()
+    plugin: str = ""
+
+    @classmethod
+    def success(cls) -> Status:
+        return _SUCCESS
+
+    @classmethod
+    def unschedulable(cls, *reasons: str, unresolvable: bool = False) -> Status:
+        code = Code.UNSCHEDULABLE_AND_UNRESOLVABLE if unresolvable else Code.UNSCHEDULABLE
+        return cls(code, tuple(reasons))
+
+    @classmethod
+    def error(cls, reason: str) -> Status:
+        return cls(Code.ERROR, (reason,))
+
+    @property
+    def ok(self) -> bool:
+        return self.code in (Code.SUCCESS, Code.SKIP)
+
+    def with_plugin(self, name: str) -> Status:
+        return self if self.plugin or self.ok else Status(self.code, self.reasons, name)
+
+
+_SUCCESS = Status()
+
+
+class CycleState:
+    """Per-cycle scratch space, keyed by plugin name.
+
+    Written by a plugin's `pre_filter`/`pre_score` and read by its `filter`
+    and `score` for every node, so per-pod work (summing requests, parsing
+    affinity) happens once per cycle instead of once per node.
+    """
+
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+        self.skip_filter: set[str] = set()
+        self.skip_score: set[str] = set()
+
+    def write(self, key: str, value: Any) -> None:
+        self._data[key] = value
+
+    def read(self, key: str) -> Any:
+        """The value a plugin stored; KeyError means its pre_* point did not run."""
+        return self._data[key]
+
+
+# ---------------------------------------------------------------------------
+# Plugin protocols.  A plugin implements any subset; the Framework sorts
+# plugins into the extension points by which methods they have.
+# ---------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    name: str
+
+
+@runtime_checkable
+class PreFilterPlugin(Plugin, Protocol):
+    def pre_filter(self, state: CycleState, pod: dict[str, Any]) -> Status: ...
+
+
+@runtime_checkable
+class FilterPlugin(Plugin, Protocol):
+    def filter(self, state: CycleState, pod: dict[str, Any], node: NodeInfo) -> Status: ...
+
+
+@runtime_checkable
+class PreScorePlugin(Plugin, Protocol):
+    def pre_score(self, state: CycleState, pod: dict[str, Any], nodes: Sequence[NodeInfo]) -> Status: ...
+
+
+@runtime_checkable
+class ScorePlugin(Plugin, Protocol):
+    def score(self, state: CycleState, pod: dict[str, Any], node: NodeInfo) -> int: ...
+
+
+@runtime_checkable
+class NormalizeScorePlugin(Plugin, Protocol):
+    def normalize_score(self, state: CycleState, pod: dict[str, Any], scores: dict[str, int]) -> None: ...
+
+
+# ---------------------------------------------------------------------------
+# Results.
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Diagnosis:
+    """Why no node fit: each rejected node's status, and a pre-filter rejection if any."""
+
+    node_statuses: dict[str, Status] = field(default_factory=dict)
+    pre_filter: Status | None = None
+
+
+@dataclass
+class FitError(Exception):
+    """No node fits the pod; `str()` is the FailedScheduling event message."""
+
+    num_all_nodes: int
+    diagnosis: Diagnosis
+
+    def __str__(self) -> str:
+        return fit_error_message(self.num_all_nodes, self.diagnosis)
+
+    @property
+    def unresolvable(self) -> bool:
+        """True when no cluster change short of a node change can help (for the queue)."""
+        statuses = list(self.diagnosis.node_statuses.values())
+        if self.diagnosis.pre_filter is not None:
+            statuses.append(self.diagnosis.pre_filter)
+        return bool(statuses) and all(s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for s in statuses)
+
+
+def fit_error_message(num_all_nodes: int, diagnosis: Diagnosis) -> str:
+    """Kubernetes' FitError.Error(): "0/3 nodes are available: 1 <reason>, 2 <reason>."
+
+    Each node counts once per distinct reason it reported; the "<count>
+    <reason>" strings are sorted as strings, exactly as kube-scheduler sorts
+    them, so messages are stable and match what users already grep for.
+    """
+    msg = f"0/{num_all_nodes} nodes are available:"
+    if diagnosis.pre_filter is not None and diagnosis.pre_filter.reasons:
+        return msg + " " + ", ".join(diagnosis.pre_filter.reasons) + "."
+    histogram: Counter[str] = Counter()
+    for status in diagnosis.node_statuses.values():
+        for reason in dict.fromkeys(status.reasons):
+            histogram[reason] += 1
+    parts = sorted(f"{count} {reason}" for reason, count in histogram.items())
+    if not parts:
+        # No node at all, or nodes rejected without a reason: still end the sentence.
+        return msg[:-1] + "."
+    return msg + " " + ", ".join(parts) + "."
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    node: str
+    evaluated_nodes: int
+    feasible_nodes: int
+
+
+# ---------------------------------------------------------------------------
+# The framework.
+# ---------------------------------------------------------------------------
+
+
+class Framework:
+    """Runs a profile's plugins over a snapshot; one instance per scheduler profile."""
+
+    def __init__(self, plugins: Iterable[Plugin], *, weights: dict[str, int] | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.plugins = list(plugins)
+        names = [p.name for p in self.plugins]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate plugin names in profile: {names}")
+        self.weights = {p.name: (weights or {}).get(p.name, 1) for p in self.plugins}
+        self.pre_filters = [p for p in self.plugins if isinstance(p, PreFilterPlugin)]
+        self.filters = [p for p in self.plugins if isinstance(p, FilterPlugin)]
+        self.pre_scores = [p for p in self.plugins if isinstance(p, PreScorePlugin)]
+        self.scorers = [p for p in self.plugins if isinstance(p, ScorePlugin)]
+        self.rng = rng or random.Random()
+
+    def schedule(self, pod: dict[str, Any], snapshot: Snapshot) -> ScheduleResult:
+        """Pick the node for `pod`, or raise FitError saying why none fits."""
+        nodes = snapshot.nodes()
+        diagnosis = Diagnosis()
+        if not nodes:
+            raise FitError(0, diagnosis)
+        state = CycleState()
+
+        # Stage 1 — pre-filter: per-pod work once (requests summed, selectors
+        # parsed) before the per-node loop; a plugin may reject the pod for
+        # every node at once, or say it has nothing to check (SKIP).
+        for p in self.pre_filters:
+            st = p.pre_filter(state, pod).with_plugin(p.name)
+            if st.code is Code.SKIP:
+                state.skip_filter.add(p.name)
+            elif not st.ok:
+                diagnosis.pre_filter = st
+                raise FitError(len(nodes), diagnosis)
+
+        # Stage 2 — filter: filters run in profile order, cheapest first, and
+        # a node stops at its first failing filter — except that one filter
+        # may report several reasons (NodeResourcesFit: cpu *and* memory),
+        # which the FailedScheduling message counts separately.
+        feasible: list[NodeInfo] = []
+        for node in nodes:
+            st = self.run_filters(state, pod, node)
+            if st.ok:
+                feasible.append(node)
+            else:
+                diagnosis.node_statuses[node.name] = st
+        if not feasible:
+            raise FitError(len(nodes), diagnosis)
+
+        # Stage 3 — a single feasible node needs no scoring (kube-scheduler
+        # returns early the same way); this is also the common case for pods
+        # pinned by selectors.
+        if len(feasible) == 1:
+            return ScheduleResult(feasible[0].name, len(nodes), 1)
+
+        # Stage 4 — pre-score, score, normalize, weight: each plugin scores
+        # every feasible node 0..100, normalizes its own scores, and the
+        # weighted sum decides.
+        totals = self.score(state, pod, feasible)
+
+        # Stage 5 — select: the best total; ties are broken at random so equal
+        # nodes share the load instead of the first one taking everything.
+        return ScheduleResult(select_host(totals, self.rng), len(nodes), len(feasible))
+
+    def run_filters(self, state: CycleState, pod: dict[str, Any], node: NodeInfo) -> Status:
+        for p in self.filters:
+            if p.name in state.skip_filter:
+                continue
+            st = p.filter(state, pod, node)
+            if not st.ok:
+                return st.with_plugin(p.name)
+        return Status.success()
+
+    def score(self, state: CycleState, pod: dict[str, Any], nodes: Sequence[NodeInfo]) -> dict[str, int]:
+        for p in self.pre_scores:
+            st = p.pre_score(state, pod, nodes)
+            if st.code is Code.SKIP:
+                state.skip_score.add(p.name)
+        totals = {n.name: 0 for n in nodes}
+        for p in self.scorers:
+            if p.name in state.skip_score:
+                continue
+            scores = {n.name: p.score(state, pod, n) for n in nodes}
+            if isinstance(p, NormalizeScorePlugin):
+                p.normalize_score(state, pod, scores)
+            weight = self.weights[p.name]
+            for name, s in scores.items():
+                if not 0 <= s <= MAX_NODE_SCORE:
+                    raise ValueError(f"plugin {p.name} scored node {name} {s}, outside 0..{MAX_NODE_SCORE}")
+                totals[name] += s * weight
+        return totals
+
+
+def select_host(totals: dict[str, int], rng: random.Random) -> str:
+    """The highest-scoring node; a uniform pick among equals."""
+    best = max(totals.values())
+    top = sorted(name for name, s in totals.items() if s == best)
+    return top[0] if len(top) == 1 else rng.choice(top)

@@ -1,0 +1,247 @@
+"""The scheduler's I/O loop: informers in, bindings and events out.
+
+    informers (nodes, pods) ──> Snapshot + SchedulingQueue
+                                        │ pop()
+                                        ▼
+                           Framework.schedule(pod, snapshot)   (pure, synchronous)
+                             │ node                    │ FitError
+                             ▼                         ▼
+                 assume in Snapshot,          park as unschedulable,
+                 POST pods/{p}/binding        FailedScheduling event,
+                 (in the background)          PodScheduled=False condition
+
+The pod is *assumed* on its node in the snapshot before the binding
+request is sent, so the next cycle already counts its requests and binds
+can run concurrently (kube-scheduler's assume/bind split).  A failed bind
+forgets the assumption and retries the pod after back-off.
+
+Pods with `spec.schedulerName` other than ours are never scheduled, but if
+bound they still count against their node.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import trio
+
+from fleet.api import meta
+from fleet.client import STRATEGIC_MERGE_PATCH, ApiException, Client, ClientConfig
+from fleet.scheduler.framework import FitError, Framework
+from fleet.scheduler.informer import Informer
+from fleet.scheduler.plugins import default_plugins
+from fleet.scheduler.queue import SchedulingQueue
+from fleet.scheduler.snapshot import Snapshot, is_terminated, pod_key
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+# Succeeded/Failed pods hold nothing on their node; the server turns their
+# transition out of this selector into a DELETED event.
+ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+@dataclass
+class SchedulerConfig:
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    initial_backoff: float = 1.0
+    max_backoff: float = 10.0
+    unschedulable_timeout: float = 300.0
+    parallel_binds: int = 16
+
+
+def _node_fingerprint(node: dict[str, Any]) -> Any:
+    """What about a node can change a scheduling decision (not its heartbeats)."""
+    status = node.get("status") or {}
+    return (node.get("spec"), (node.get("metadata") or {}).get("labels"),
+            status.get("allocatable") or status.get("capacity"))
+
+
+class Scheduler:
+    def __init__(self, client: Client, cfg: SchedulerConfig | None = None,
+                 framework: Framework | None = None) -> None:
+        self.client = client
+        self.cfg = cfg or SchedulerConfig()
+        self.framework = framework or Framework(default_plugins())
+        self.snapshot = Snapshot()
+        self.queue = SchedulingQueue(initial_backoff=self.cfg.initial_backoff,
+                                     max_backoff=self.cfg.max_backoff,
+                                     unschedulable_timeout=self.cfg.unschedulable_timeout)
+        self.pending: dict[str, dict[str, Any]] = {}  # unbound pods we are responsible for
+        self.assumed: dict[str, str] = {}  # pod key -> node, bound by us but not yet seen bound
+        self._last_event: dict[str, tuple[str, str, int]] = {}  # pod key -> (event, message, count)
+        self._bind_slots = trio.Semaphore(self.cfg.parallel_binds)
+
+    # -- informer handlers (synchronous: in-memory only) -----------------------
+    def on_node(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        if etype == "DELETED":
+            assert old is not None
+            self.snapshot.remove_node(old["metadata"]["name"])
+            return
+        assert new is not None
+        self.snapshot.set_node(new)
+        if old is None or _node_fingerprint(old) != _node_fingerprint(new):
+            self.queue.move_all()
+
+    def on_pod(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        pod = new if new is not None else old
+        assert pod is not None
+        key = pod_key(pod)
+        if etype == "DELETED":
+            self.assumed.pop(key, None)
+            self.pending.pop(key, None)
+            self.queue.delete(key)
+            self._last_event.pop(key, None)
+            if (pod.get("spec") or {}).get("nodeName"):
+                self.snapshot.remove_pod(key)
+                self.queue.move_all()  # its resources are free again
+            return
+        assert new is not None
+        bound = bool((new.get("spec") or {}).get("nodeName"))
+        if key in self.assumed and not bound:
+            return  # an older version than the one we just bound; keep the assumption
+        self.assumed.pop(key, None)
+        self.snapshot.set_pod(new)
+        if bound or is_terminated(new):
+            self.pending.pop(key, None)
+            self.queue.delete(key)
+            self._last_event.pop(key, None)
+            if old is not None and not is_terminated(old) and is_terminated(new):
+                self.queue.move_all()
+            return
+        if self._responsible_for(new):
+            self.pending[key] = new
+            self.queue.add(key)
+
+    def _responsible_for(self, pod: dict[str, Any]) -> bool:
+        spec = pod.get("spec") or {}
+        return (spec.get("schedulerName", DEFAULT_SCHEDULER_NAME) == self.cfg.scheduler_name
+                and not (pod.get("metadata") or {}).get("deletionTimestamp")
+                and not spec.get("schedulingGates"))
+
+    # -- the loop ----------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            # Nodes first, so the first pods scheduled see every node.
+            await nursery.start(Informer(self.client, "v1", "nodes", self.on_node).run)
+            await nursery.start(Informer(self.client, "v1", "pods", self.on_pod,
+                                         field_selector=ACTIVE_PODS).run)
+            task_status.started()
+            while True:
+                await self.schedule_one(nursery)
+
+    async def schedule_one(self, nursery: trio.Nursery) -> None:
+        key = await self.queue.pop()
+        pod = self.pending.get(key)
+        if pod is None:
+            self.queue.delete(key)
+            return
+        try:
+            result = self.framework.schedule(pod, self.snapshot)
+        except FitError as e:
+            # Parked before any await, so a cluster event arriving while the
+            # event is written still moves the pod on.
+            self.queue.add_unschedulable(key)
+            await self.record_unschedulable(pod, str(e))
+            return
+        assumed = copy.deepcopy(pod)
+        assumed["spec"]["nodeName"] = result.node
+        self.snapshot.set_pod(assumed)
+        self.assumed[key] = result.node
+        await self._bind_slots.acquire()
+        nursery.start_soon(self._bind, key, pod, result.node)
+
+    async def _bind(self, key: str, pod: dict[str, Any], node: str) -> None:
+        md = pod["metadata"]
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": md["name"], "namespace": md["namespace"], "uid": md.get("uid")},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        try:
+            await self.client.create("v1", "pods", body, md["namespace"], name=md["name"],
+                                     subresource="binding")
+        except (ApiException, httpx.HTTPError) as e:
+            log.info("binding %s to %s failed: %s", key, node, e)
+            if self.assumed.get(key) == node:
+                self.assumed.pop(key, None)
+                self.snapshot.remove_pod(key)
+            if isinstance(e, ApiException) and e.code in (404, 409):
+                # Gone, or bound by someone else: the informer brings the truth.
+                self.queue.delete(key)
+            else:
+                self.queue.add_backoff(key)
+            return
+        finally:
+            self._bind_slots.release()
+        self.queue.done(key)
+        self.pending.pop(key, None)
+        await self._event(pod, "Normal", "Scheduled",
+                          f"Successfully assigned {md['namespace']}/{md['name']} to {node}")
+
+    # -- reporting -------------------------------------------------------------
+    async def record_unschedulable(self, pod: dict[str, Any], message: str) -> None:
+        """A FailedScheduling event (repeats counted on one event) and PodScheduled=False."""
+        key = pod_key(pod)
+        last = self._last_event.get(key)
+        md = pod["metadata"]
+        if last is not None and last[1] == message:
+            name, _, count = last
+            try:
+                await self.client.patch("v1", "events", name, {
+                    "count": count + 1, "lastTimestamp": meta.now_rfc3339()}, namespace=md["namespace"])
+                self._last_event[key] = (name, message, count + 1)
+            except (ApiException, httpx.HTTPError) as e:
+                log.info("updating event %s failed: %s", name, e)
+                self._last_event.pop(key, None)
+        else:
+            name = await self._event(pod, "Warning", "FailedScheduling", message)
+            if name:
+                self._last_event[key] = (name, message, 1)
+        for c in (pod.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("message") == message:
+                return
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": message, "lastProbeTime": None,
+                     "lastTransitionTime": meta.now_rfc3339()}
+        try:
+            await self.client.patch("v1", "pods", md["name"], {"status": {"conditions": [condition]}},
+                                    STRATEGIC_MERGE_PATCH, md["namespace"], subresource="status")
+        except (ApiException, httpx.HTTPError) as e:
+            log.info("setting PodScheduled on %s failed: %s", key, e)
+
+    async def _event(self, pod: dict[str, Any], etype: str, reason: str, message: str) -> str | None:
+        md = pod["metadata"]
+        now = meta.now_rfc3339()
+        name = f"{md['name']}.{uuid.uuid4().hex[:16]}"
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": md["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": md["namespace"],
+                               "name": md["name"], "uid": md.get("uid"),
+                               "resourceVersion": md.get("resourceVersion")},
+            "reason": reason, "message": message, "type": etype,
+            "source": {"component": self.cfg.scheduler_name},
+            "reportingComponent": self.cfg.scheduler_name, "reportingInstance": self.cfg.scheduler_name,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            await self.client.create("v1", "events", event, md["namespace"])
+        except (ApiException, httpx.HTTPError) as e:
+            log.info("recording %s event for %s failed: %s", reason, pod_key(pod), e)
+            return None
+        return name
+
+
+async def run(config: ClientConfig, cfg: SchedulerConfig | None = None, *,
+              task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Run the scheduler against the API at `config` until cancelled.
+
+    `started` fires once both informers have listed, i.e. when the scheduler
+    knows every node and pending pod.  The client is owned (and closed) here.
+    """
+    async with Client(config, user_agent="fleet-scheduler") as client:
+        await Scheduler(client, cfg).run(task_status=task_status)
