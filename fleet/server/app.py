@@ -6,8 +6,9 @@ runs the pipeline as explicit stages:
     authenticate → authorize → (decode, default, validate) → admit → store
 
 Discovery, OpenAPI, version and health endpoints are answered here; every
-resource path goes to the generic handlers in rest.py / watch.py.  Errors of
-any stage become Kubernetes `Status` objects.
+resource path goes to the generic handlers in rest.py / watch.py, except the
+pod subresources served by the node agents (`log`, `exec`, `attach`), which
+proxy.py relays.  Errors of any stage become Kubernetes `Status` objects.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import platform
 import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -32,6 +34,13 @@ from fleet.server import discovery
 from fleet.server.http import Req, Resp, dumps
 from fleet.server.metrics import Metrics
 from fleet.server.openapi import OpenAPICache
+from fleet.server.proxy import (
+    STREAM_SUBRESOURCES,
+    WEBSOCKET_SUBRESOURCES,
+    PodProxy,
+    admin_token_from,
+    reject_websocket,
+)
 from fleet.server.rest import MAX_BODY, ResourceAPI, Route, parse_route
 from fleet.server.watch import WatchCounter, watch
 from fleet.store import Store
@@ -61,7 +70,8 @@ class APIServer:
 
     def __init__(self, store: Store, registry: Registry, authenticator: Authenticator,
                  authorizer: Authorizer, admission: AdmissionChain, resources: ResourceAPI,
-                 metrics: Metrics, watches: WatchCounter, server_address: str) -> None:
+                 metrics: Metrics, watches: WatchCounter, server_address: str, *,
+                 agent_token: str | None = None) -> None:
         self.store = store
         self.registry = registry
         self.authenticator = authenticator
@@ -72,6 +82,9 @@ class APIServer:
         self.watches = watches
         self.server_address = server_address
         self.openapi = OpenAPICache(registry)
+        # Agents accept the cluster's admin token; without an explicit one the
+        # server presents the admin token its own authenticator knows.
+        self.pods = PodProxy(store, registry, agent_token or admin_token_from(authenticator))
         self.ready = True
 
     async def handle(self, req: Req) -> tuple[Resp, str, str]:
@@ -142,6 +155,8 @@ class APIServer:
 
     async def resource_request(self, req: Req, route: Route, method: str) -> tuple[Resp, str, str]:
         api = self.resources
+        if route.subresource in STREAM_SUBRESOURCES and route.name is not None:
+            return await self.agent_subresource(req, route, method)
         info = api.kind_for(route)
         resource = route.plural + (f"/{route.subresource}" if route.subresource else "")
         if route.sse_watch:
@@ -165,7 +180,9 @@ class APIServer:
             raise errors.MethodNotAllowed(f"method {method} is not supported")
         if route.name is None and verb in ("update", "patch"):
             raise errors.MethodNotAllowed(f"{method} requires a resource name")
-        if route.subresource and verb not in ("get", "update", "patch"):
+        # pods/binding is create-only (the scheduler POSTs a Binding; rest.py handles it).
+        sub_verbs = ("create",) if route.subresource == "binding" else ("get", "update", "patch")
+        if route.subresource and verb not in sub_verbs:
             raise errors.MethodNotAllowed(f"{method} is not supported on {resource}")
         base_verb = verb if not route.subresource else verb
         if base_verb not in info.verbs and not route.subresource:
@@ -194,6 +211,69 @@ class APIServer:
             return await api.delete(info, route, req, user), verb, resource
         return await api.delete_collection(info, route, req, user), verb, resource
 
+    async def agent_subresource(self, req: Req, route: Route, method: str) -> tuple[Resp, str, str]:
+        """pods/log (GET, streamed) and the SPDY form of pods/exec|attach (POST, refused).
+
+        The WebSocket form of exec/attach never gets here: FleetASGI hands
+        websocket scopes to `websocket_subresource`.
+        """
+        info = self.resources.kind_for(replace(route, subresource=""))
+        sub = route.subresource
+        resource = f"{info.plural}/{sub}"
+        if sub not in info.subresources or route.namespace is None or route.name is None:
+            raise errors.NotFound("the server could not find the requested resource")
+        if sub == "log" and method != "GET":
+            raise errors.MethodNotAllowed(f"{method} is not supported on {resource}")
+        if sub in WEBSOCKET_SUBRESOURCES and method not in ("GET", "POST"):
+            raise errors.MethodNotAllowed(f"{method} is not supported on {resource}")
+        # kube-apiserver authorizes exec/attach as `create` (also for the
+        # WebSocket GET, since 1.30), logs as `get`.
+        verb = "get" if sub == "log" else "create"
+        self.authorize(req.user, verb, route, info)
+        if sub == "log":
+            return await self.pods.logs(route.namespace, route.name, req.query), verb, resource
+        # A plain GET or a POST here is not a WebSocket upgrade: SPDY clients
+        # (kubectl before 1.30, or its fallback after a failed WebSocket upgrade).
+        return await self.pods.refuse_spdy(sub, route.namespace, route.name, req.query), verb, resource
+
+    def authorize(self, user: UserInfo | None, verb: str, route: Route, info: Any) -> None:
+        assert user is not None
+        decision = self.authorizer.authorize(user, Attributes(
+            verb, route.group, route.version, route.plural, route.subresource,
+            route.namespace or "", route.name or ""))
+        if not decision.allowed:
+            raise errors.Forbidden(self.forbidden_message(user, verb, info.plural, info.group,
+                                                          route.namespace, decision.reason))
+
+    async def websocket_subresource(self, scope: dict[str, Any], receive: Any, send: Any,
+                                    route: Route) -> None:
+        """pods/exec and pods/attach over WebSocket: authenticate, authorize, relay."""
+        t0 = time.perf_counter()
+        resource = f"{route.plural}/{route.subresource}"
+        msg = await receive()
+        if msg["type"] != "websocket.connect":
+            return  # the client left before the handshake completed
+        extensions = scope.get("extensions") or {}
+        try:
+            headers = _headers(scope)
+            user = self.authenticator.authenticate(headers)
+            if user is None:
+                raise errors.Unauthorized("Unauthorized")
+            info = self.resources.kind_for(replace(route, subresource=""))
+            if route.subresource not in info.subresources or route.namespace is None:
+                raise errors.NotFound("the server could not find the requested resource")
+            self.authorize(user, "create", route, info)
+        except errors.APIError as e:
+            await reject_websocket(send, extensions, e)
+            self.metrics.observe("create", resource, e.code, time.perf_counter() - t0)
+            return
+        assert route.name is not None
+        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        status = await self.pods.websocket(route.subresource, route.namespace, route.name, query,
+                                           list(scope.get("subprotocols") or []), receive, send,
+                                           extensions)
+        self.metrics.observe("create", resource, status, time.perf_counter() - t0)
+
     @staticmethod
     def forbidden_message(user: UserInfo, verb: str, plural: str, group: str, ns: str | None,
                           reason: str) -> str:
@@ -208,8 +288,10 @@ class FleetASGI:
     Plain HTTP requests — every REST, watch, discovery and health request —
     are adapted straight from the ASGI scope into a `Req`, without building a
     framework request object: on this hot path Quart's per-request machinery
-    cost about a quarter of the server's CPU.  Everything else (lifespan, and
-    the WebSocket streams that exec/attach will use) goes to the Quart app.
+    cost about a quarter of the server's CPU.  WebSocket upgrades of
+    pods/exec and pods/attach are relayed to the node's agent (proxy.py) on
+    the raw ASGI websocket protocol.  Everything else (lifespan) goes to the
+    Quart app.
     """
 
     def __init__(self, server: APIServer, fallback: QuartTrio) -> None:
@@ -217,15 +299,16 @@ class FleetASGI:
         self.fallback = fallback
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            route = parse_route([s for s in scope["path"].split("/") if s])
+            if route is not None and route.subresource in WEBSOCKET_SUBRESOURCES and route.name:
+                await self.server.websocket_subresource(scope, receive, send, route)
+                return
         if scope["type"] != "http":
             await self.fallback(scope, receive, send)
             return
         t0 = time.perf_counter()
-        headers: dict[str, str] = {}
-        for k, v in scope["headers"]:
-            name = k.decode("latin-1").lower()
-            val = v.decode("latin-1")
-            headers[name] = f"{headers[name]}, {val}" if name in headers else val
+        headers = _headers(scope)
         query: dict[str, str] = {}
         qs = scope.get("query_string", b"")
         if qs:
@@ -251,6 +334,16 @@ class FleetASGI:
         await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
         self.server.metrics.observe(verb, resource, resp.status, time.perf_counter() - t0)
         await _stream(resp.body, receive, send)
+
+
+def _headers(scope: dict[str, Any]) -> dict[str, str]:
+    """Request headers with lower-case names; repeated headers joined with ", "."""
+    headers: dict[str, str] = {}
+    for k, v in scope["headers"]:
+        name = k.decode("latin-1").lower()
+        val = v.decode("latin-1")
+        headers[name] = f"{headers[name]}, {val}" if name in headers else val
+    return headers
 
 
 async def _read_body(receive: Any) -> tuple[bytes, bool]:
