@@ -234,6 +234,7 @@ class FleetServer:
             "--data-dir", str(self.data_dir / "data"),
             "--port", str(self.port),
             "--metrics-port", str(self.metrics_port),
+            "--no-agent",  # the API benchmarks measure the control plane alone
             *SERVER_EXTRA_ARGS,
         ]  # fmt: skip
         (self.data_dir / "data").mkdir(parents=True, exist_ok=True)

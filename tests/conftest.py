@@ -119,6 +119,8 @@ class FleetServer:
             "--data-dir", str(self.data_dir),
             "--port", str(self.port),
             "--metrics-port", str(self.metrics_port),
+            # The API tests need no node; tests that do start their own agent.
+            "--no-agent",
             *self.extra_args,
         ]
 

@@ -28,15 +28,25 @@ def server(
     metrics_port: Annotated[int, cyclopts.Parameter(help="Prometheus metrics port.")] = 9302,
     address: Annotated[str, cyclopts.Parameter(help="Address to listen on.")] = "127.0.0.1",
     retention: Annotated[int, cyclopts.Parameter(help="Revisions of history kept for watches.")] = 10000,
+    cluster_cidr: Annotated[str, cyclopts.Parameter(help="Pod address range; each node gets a /24.")] = "10.42.0.0/16",
+    no_agent: Annotated[bool, cyclopts.Parameter(help="Do not run the built-in node agent.", negative=())] = False,
+    agent_port: Annotated[int, cyclopts.Parameter(help="Port of the built-in agent's API.")] = 9301,
+    agent_driver: Annotated[str, cyclopts.Parameter(help="Runtime driver of the built-in agent: auto, oci or process.")] = "auto",
+    agent_network: Annotated[str | None, cyclopts.Parameter(
+        help="Pod network of the built-in agent: bridge or none (default: bridge as root, else none).")] = None,
     log_level: str = "INFO",
 ) -> None:
-    """Run the control plane: API server, store, metrics."""
+    """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
     from fleet.server.run import ServerConfig, ServerInfo, default_data_dir, run
     from fleet.store import StoreCorrupt
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = ServerConfig(data_dir=data_dir or default_data_dir(), port=port, metrics_port=metrics_port,
-                       address=address, retention=retention)
+                       address=address, retention=retention, cluster_cidr=cluster_cidr,
+                       agent=not no_agent, agent_port=agent_port, agent_driver=agent_driver)
+    if agent_network is not None:
+        cfg.agent_network = None if agent_network in ("none", "host", "") else agent_network
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def main() -> None:
         async with trio.open_nursery() as n:
@@ -56,6 +66,45 @@ def server(
             print(f"fleet server: error: {e}", file=sys.stderr)
         sys.exit(1)
     except* KeyboardInterrupt:
+        pass
+
+
+@app.command
+def agent(
+    *,
+    server: Annotated[str | None, cyclopts.Parameter(help="API server URL.")] = None,
+    token: Annotated[str | None, cyclopts.Parameter(help="Bearer token.")] = None,
+    ca_file: Annotated[str | None, cyclopts.Parameter(help="CA bundle to trust the server with.")] = None,
+    kubeconfig: Annotated[str | None, cyclopts.Parameter(help="Read server, token and CA from here.")] = None,
+    insecure: bool = False,
+    data_dir: Annotated[Path, cyclopts.Parameter(help="Agent state directory.")] = Path("/var/lib/fleet-agent"),
+    node_name: Annotated[str | None, cyclopts.Parameter(help="Node name (default: host name).")] = None,
+    port: Annotated[int, cyclopts.Parameter(help="Agent API port.")] = 9301,
+    address: Annotated[str, cyclopts.Parameter(help="Node address (default: first non-loopback IPv4).")] = "",
+    driver: Annotated[str, cyclopts.Parameter(help="Runtime driver: auto, oci or process.")] = "auto",
+    network: Annotated[str, cyclopts.Parameter(help="Pod network driver: bridge, or none.")] = "bridge",
+    pod_cidr: Annotated[str | None, cyclopts.Parameter(help="This node's pod CIDR if the server assigns none.")] = None,
+    bridge_name: str | None = None,
+    insecure_registry: Annotated[list[str] | None, cyclopts.Parameter(help="Registry reachable over plain HTTP.")] = None,
+    log_level: str = "INFO",
+) -> None:
+    """Run a node agent: register the node and run the pods bound to it."""
+    from fleet.agent.config import AgentConfig
+    from fleet.agent.run import run
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # One line per API request (heartbeats, status patches) drowns what matters.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    cfg = AgentConfig(server_url=server or "", token=token, ca_file=ca_file, kubeconfig=kubeconfig,
+                      insecure=insecure, data_dir=data_dir, port=port, address=address, driver=driver,
+                      network_driver=None if network in ("none", "host", "") else network,
+                      pod_cidr=pod_cidr, bridge_name=bridge_name,
+                      insecure_registries=list(insecure_registry or []))
+    if node_name:
+        cfg.node_name = node_name
+    try:
+        trio.run(run, cfg)
+    except KeyboardInterrupt:
         pass
 
 

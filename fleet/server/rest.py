@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import datetime
 import json
 import secrets
 import uuid
@@ -633,6 +634,11 @@ class ResourceAPI:
         await self.admission.admit(attrs, user, None, old)
         if info.kind == "Namespace" and not info.group:
             return await self._delete_namespace(info, route, old, req, expected_rv, expected_uid)
+        if info.kind == "Pod" and not info.group:
+            grace = pod_grace_period(old, opts.get("gracePeriodSeconds"))
+            if grace > 0:
+                return await self._delete_pod_gracefully(info, route, old, req, grace,
+                                                         expected_rv, expected_uid)
         if is_dry_run(req):
             return Resp.json(200, old)
         try:
@@ -643,6 +649,35 @@ class ResourceAPI:
         except RevisionConflict:
             raise conflict(info, route.name, "the precondition (uid or resourceVersion) did not match") from None
         return Resp.json(200 if removed else 202, obj)
+
+    async def _delete_pod_gracefully(self, info: KindInfo, route: Route, old: dict[str, Any], req: Req,
+                                     grace: int, expected_rv: int | None,
+                                     expected_uid: str | None) -> Resp:
+        """Mark a running pod for deletion; its node's agent stops the containers
+        (preStop, SIGTERM, the grace period, SIGKILL) and then deletes it for good
+        with gracePeriodSeconds=0, as the kubelet does."""
+        assert route.name is not None
+        md = old["metadata"]
+        if expected_uid and md.get("uid") != expected_uid:
+            raise conflict(info, route.name, "the UID precondition did not match")
+        if expected_rv is not None and int(md["resourceVersion"]) != expected_rv:
+            raise conflict(info, route.name)
+        if is_dry_run(req) or md.get("deletionTimestamp"):
+            # Already terminating: the agent is on it (a shorter grace period is
+            # only honoured when it is 0, which deletes at once above).
+            return Resp.json(200, old)
+        new = copy.deepcopy(old)
+        deadline = meta.utcnow() + datetime.timedelta(seconds=grace)
+        new["metadata"]["deletionTimestamp"] = deadline.strftime("%Y-%m-%dT%H:%M:%SZ")
+        new["metadata"]["deletionGracePeriodSeconds"] = grace
+        try:
+            stored = await self.store.update(info.key(route.namespace, route.name), new,
+                                             expected_revision=int(md["resourceVersion"]))
+        except RevisionConflict:
+            raise conflict(info, route.name) from None
+        except KeyNotFound:
+            raise not_found(info, route.name) from None
+        return Resp.json(200, stored)
 
     async def _delete_namespace(self, info: KindInfo, route: Route, old: dict[str, Any], req: Req,
                                 expected_rv: int | None, expected_uid: str | None) -> Resp:
@@ -691,6 +726,24 @@ class ResourceAPI:
 
 
 SUPPORTED_SUBRESOURCES = frozenset({"status", "scale", "binding"})
+
+
+def pod_grace_period(pod: dict[str, Any], requested: Any) -> int:
+    """Seconds a pod gets to terminate, per Kubernetes' pod deletion strategy.
+
+    A pod no node has taken (no nodeName) or one that already finished has
+    nothing to stop, so it goes at once; otherwise the DeleteOptions' period,
+    else the pod's terminationGracePeriodSeconds (default 30).
+    """
+    spec = pod.get("spec") or {}
+    if not spec.get("nodeName"):
+        return 0
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return 0
+    if isinstance(requested, int) and not isinstance(requested, bool):
+        return max(requested, 0)
+    g = spec.get("terminationGracePeriodSeconds", 30)
+    return g if isinstance(g, int) and g >= 0 else 30
 
 
 def is_dry_run(req: Req) -> bool:

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,16 @@ from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve
 from quart_trio import QuartTrio
 
+from fleet import scheduler
 from fleet._core import memory
 from fleet.admission import AdmissionChain
 from fleet.api import meta
 from fleet.api.registry import Registry, default_registry
 from fleet.auth import ADMIN, AllowAll, TokenAuthenticator, load_or_create_admin_token
 from fleet.auth.pki import ServingTLS, ensure_serving_tls
+from fleet.client import ClientConfig
+from fleet.controllers import nodeipam
+from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.server import nslifecycle
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
@@ -56,6 +61,14 @@ class ServerConfig:
     retention: int = 10000
     compact_interval: float = 60.0
     sync: str = "FULL"
+    cluster_cidr: str = "10.42.0.0/16"
+    # The built-in node agent (like k3s' server): on unless agent=False.
+    agent: bool = True
+    agent_port: int = 9301
+    agent_driver: str = "auto"
+    # "bridge" gives pods their own network namespace (needs root); None runs
+    # them in the host's network, as the process driver does anyway.
+    agent_network: str | None = field(default_factory=lambda: "bridge" if os.geteuid() == 0 else None)
 
 
 @dataclass
@@ -174,6 +187,26 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             write_private(kubeconfig, kubeconfig_text(url, token, tls.ca_cert_pem))
             task_status.started(ServerInfo(url, kubeconfig, token, f"http://{host}:{cfg.metrics_port}/metrics",
                                            tls.ca_cert_pem))
+            # The scheduler, controllers and the built-in agent are clients of the
+            # API like any other (the agent takes exactly the path a remote node
+            # does).  They start after `started`, so a SIGTERM during their
+            # start-up cannot look like a failed server start.
+            client_cfg = ClientConfig(server=url, token=token, ca_data=tls.ca_cert_pem)
+            nursery.start_soon(scheduler.run, client_cfg)
+            nursery.start_soon(partial(nodeipam.run, client_cfg, NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr)))
+            if cfg.agent:
+                nursery.start_soon(_run_agent, cfg, url, token, tls.ca_cert_pem)
+
+
+async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes) -> None:
+    from fleet.agent.config import AgentConfig
+    from fleet.agent.run import run as run_agent
+
+    agent_cfg = AgentConfig(server_url=url, token=token, ca_data=ca_pem,
+                            data_dir=Path(cfg.data_dir) / "agent", port=cfg.agent_port,
+                            driver=cfg.agent_driver, network_driver=cfg.agent_network,
+                            cluster_cidr=cfg.cluster_cidr)
+    await run_agent(agent_cfg)
 
 
 async def _cancel_on_signal(scope: trio.CancelScope) -> None:

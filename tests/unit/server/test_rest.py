@@ -360,3 +360,50 @@ async def test_job_selector_uses_the_stored_uid(api):
     uid = body["metadata"]["uid"]
     assert body["spec"]["selector"]["matchLabels"]["batch.kubernetes.io/controller-uid"] == uid
     assert body["spec"]["template"]["metadata"]["labels"]["controller-uid"] == uid
+
+
+def pod(name: str, node: str | None = None, grace: int | None = None) -> dict:
+    spec: dict = {"containers": [{"name": "c", "image": "busybox"}]}
+    if node:
+        spec["nodeName"] = node
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+PODS = "/api/v1/namespaces/default/pods"
+
+
+async def test_unscheduled_pod_is_deleted_at_once(api):
+    await api.json("POST", PODS, pod("free"))
+    code, _ = await api.json("DELETE", f"{PODS}/free")
+    assert code == 200
+    assert (await api.json("GET", f"{PODS}/free"))[0] == 404
+
+
+async def test_running_pod_deletion_is_graceful(api):
+    code, created = await api.json("POST", PODS, pod("bound", node="n1", grace=45))
+    assert code == 201 and created["status"]["phase"] == "Pending"
+    code, body = await api.json("DELETE", f"{PODS}/bound")
+    assert code == 200
+    assert body["metadata"]["deletionGracePeriodSeconds"] == 45 and body["metadata"]["deletionTimestamp"]
+    code, still = await api.json("GET", f"{PODS}/bound")
+    assert code == 200 and still["metadata"]["deletionTimestamp"]
+    # A second delete does not restart the clock.
+    code, again = await api.json("DELETE", f"{PODS}/bound", {"kind": "DeleteOptions", "apiVersion": "v1",
+                                                            "gracePeriodSeconds": 10})
+    assert again["metadata"]["deletionGracePeriodSeconds"] == 45
+    # The agent's final delete (grace 0, uid precondition) removes it.
+    code, _ = await api.json("DELETE", f"{PODS}/bound", {"kind": "DeleteOptions", "apiVersion": "v1",
+                                                        "gracePeriodSeconds": 0,
+                                                        "preconditions": {"uid": created["metadata"]["uid"]}})
+    assert code == 200
+    assert (await api.json("GET", f"{PODS}/bound"))[0] == 404
+
+
+async def test_delete_options_grace_period_from_query(api):
+    await api.json("POST", PODS, pod("q", node="n1"))
+    code, body = await api.json("DELETE", f"{PODS}/q", query={"gracePeriodSeconds": "5"})
+    assert body["metadata"]["deletionGracePeriodSeconds"] == 5
+    code, _ = await api.json("DELETE", f"{PODS}/q", query={"gracePeriodSeconds": "0"})
+    assert (await api.json("GET", f"{PODS}/q"))[0] == 404
