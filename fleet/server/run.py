@@ -205,7 +205,9 @@ async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes) -> 
     agent_cfg = AgentConfig(server_url=url, token=token, ca_data=ca_pem,
                             data_dir=Path(cfg.data_dir) / "agent", port=cfg.agent_port,
                             driver=cfg.agent_driver, network_driver=cfg.agent_network,
-                            cluster_cidr=cfg.cluster_cidr)
+                            cluster_cidr=cfg.cluster_cidr,
+                            # A server that only listens on loopback gets a node that does too.
+                            address="127.0.0.1" if cfg.address in ("127.0.0.1", "localhost", "::1") else "")
     await run_agent(agent_cfg)
 
 
