@@ -125,9 +125,18 @@ class ContainerLocator(Protocol):
         ...
 
 
-# Extra GET routes the agent may add (Quart rule → handler taking the rule's values);
-# they sit behind the same token check.
+# Extra routes the agent may add (Quart rule → handler taking the rule's values);
+# they sit behind the same token check.  A rule is GET unless it starts with its
+# methods: "POST /images/import", "GET,DELETE /things/<name>".
 ExtraRoutes = Mapping[str, Callable[..., Awaitable[Any]]]
+
+
+def split_rule(rule: str) -> tuple[list[str], str]:
+    """(methods, Quart rule) of an ExtraRoutes key."""
+    if rule.startswith("/"):
+        return ["GET"], rule
+    methods, _, path = rule.partition(" ")
+    return [m.strip().upper() for m in methods.split(",") if m.strip()], path.strip()
 
 
 # ---------------------------------------------------------------------------------------
@@ -568,6 +577,10 @@ def create_app(locator: ContainerLocator, *, token: str, node_name: str = "",
     app = QuartTrio("fleet-agent")
     # Quart's default 60 s response timeout would cut `logs -f` short.
     app.config["RESPONSE_TIMEOUT"] = None
+    # No framework-wide body cap (Quart's 16 MiB would refuse an image archive by
+    # its Content-Length): the built-in endpoints read no body, and an extra route
+    # that reads one streams it and enforces its own limit (images_api: 4 GiB).
+    app.config["MAX_CONTENT_LENGTH"] = None
     node = node_name or socket.gethostname()
     rates = _CpuRates()
 
@@ -633,7 +646,8 @@ def create_app(locator: ContainerLocator, *, token: str, node_name: str = "",
         return Response(json.dumps(doc), content_type="application/json")
 
     for rule, handler in (extra_routes or {}).items():
-        app.add_url_rule(rule, endpoint=f"extra:{rule}", view_func=handler, methods=["GET"])
+        methods, path = split_rule(rule)
+        app.add_url_rule(path, endpoint=f"extra:{rule}", view_func=handler, methods=methods)
 
     return app
 

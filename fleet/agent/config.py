@@ -1,0 +1,62 @@
+"""The agent's configuration, and the API client built from it.
+
+One dataclass holds everything `fleet agent` is told on its command line, so the
+in-process agent of `fleet server` and tests build the same thing without a CLI.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleet.client import Client, ClientConfig, load_kubeconfig
+
+DEFAULT_PORT = 9301
+DEFAULT_CLUSTER_CIDR = "10.42.0.0/16"
+
+
+@dataclass
+class AgentConfig:
+    server_url: str = ""
+    token: str | None = None
+    ca_data: bytes | None = None
+    ca_file: str | None = None
+    insecure: bool = False
+    # A kubeconfig to read server/token/CA from instead of the fields above.
+    kubeconfig: str | None = None
+    data_dir: Path = Path("/var/lib/fleet-agent")
+    node_name: str = field(default_factory=lambda: socket.gethostname().lower())
+    port: int = DEFAULT_PORT
+    # The address the node reports (InternalIP) and the agent API listens on;
+    # empty: the first non-loopback IPv4 address, else 127.0.0.1.
+    address: str = ""
+    driver: str = "auto"  # auto | oci | process
+    # "bridge" or None / "host": no pod networking, pods share the node's network.
+    network_driver: str | None = "bridge"
+    cluster_cidr: str = DEFAULT_CLUSTER_CIDR
+    # This node's pod CIDR when the server does not assign one (single-node setups,
+    # tests); normally left empty and read from node.spec.podCIDR.
+    pod_cidr: str | None = None
+    bridge_name: str | None = None
+    netns_dir: str | None = None
+    insecure_registries: list[str] = field(default_factory=list)
+    lease_duration: int = 40
+    heartbeat: float = 10.0
+    status_interval: float = 20.0
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pod_networking(self) -> bool:
+        return bool(self.network_driver) and self.network_driver != "host"
+
+    def client_config(self) -> ClientConfig:
+        if self.kubeconfig:
+            return load_kubeconfig(self.kubeconfig)
+        if not self.server_url:
+            raise ValueError("the agent needs a server URL (or a kubeconfig)")
+        return ClientConfig(server=self.server_url, token=self.token, ca_data=self.ca_data,
+                            ca_file=self.ca_file, insecure_skip_tls_verify=self.insecure)
+
+    def make_client(self) -> Client:
+        return Client(self.client_config(), user_agent=f"fleet-agent/{self.node_name}")

@@ -1,0 +1,113 @@
+"""The node agent as one Trio service: `run(cfg)`.
+
+Start-up order, each step `nursery.start`-ed so the next one can rely on it:
+
+1. the API client, the image store (`<data_dir>/images`), the runtime driver
+   (`<data_dir>/runtime`);
+2. Node registration (retried until the server answers), then the Lease and
+   node-status loops;
+3. the pod network: the node's pod CIDR (waited for when the server has not
+   assigned one yet) and the network driver — or none, for `network_driver=None`
+   (pods then share the node's network and report its address, like hostNetwork);
+4. pod sync: recovery of surviving containers, then list + watch;
+5. the agent API (logs, exec, attach, stats) on `cfg.port`, when
+   `fleet.agent.api` is part of this build.
+
+`task_status.started(AgentInfo)` comes once registered and syncing.  Cancelling
+the nursery stops the agent but *not* the containers: they live under their
+shims, and the next start re-adopts them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from fleet.agent.config import AgentConfig
+from fleet.agent.node import NodeAgent
+from fleet.agent.sync import PodSync
+from fleet.agent.worker import StoreImages, WorkerEnv, optional_module
+from fleet.runtime.driver import select_driver
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AgentInfo:
+    node_name: str
+    address: str
+    driver: str
+    pod_cidr: str | None
+    api_url: str | None
+    sync: PodSync
+
+
+def make_network(cfg: AgentConfig, pod_cidr: str) -> Any:
+    from fleet.network import NetworkConfig, create_driver
+
+    options = {"bridge": cfg.bridge_name} if cfg.bridge_name else {}
+    state = cfg.data_dir / "network"
+    state.mkdir(parents=True, exist_ok=True)
+    assert cfg.network_driver
+    return create_driver(cfg.network_driver, NetworkConfig(
+        pod_cidr=pod_cidr, state_dir=str(state), cluster_cidr=cfg.cluster_cidr,
+        options=options))
+
+
+async def run(cfg: AgentConfig, *,
+              task_status: trio.TaskStatus[AgentInfo] = trio.TASK_STATUS_IGNORED) -> None:
+    from fleet.runtime.images import ImageStore
+
+    cfg.data_dir = Path(cfg.data_dir)
+    await trio.to_thread.run_sync(lambda: cfg.data_dir.mkdir(parents=True, exist_ok=True))
+    prefer = None if cfg.driver in ("", "auto") else cfg.driver
+    driver = select_driver(cfg.data_dir / "runtime", prefer=prefer)
+    store = await ImageStore.open(cfg.data_dir / "images")
+    client_cfg = cfg.client_config()
+    async with cfg.make_client() as client:
+        node = NodeAgent(cfg, client, driver_name=driver.name)
+        await node.register()
+        pod_cidr: str | None = None
+        network = None
+        if cfg.pod_networking:
+            pod_cidr = await node.wait_pod_cidr()
+            network = make_network(cfg, pod_cidr)
+            log.info("pod network: %s driver on %s", cfg.network_driver, pod_cidr)
+        env = WorkerEnv(client=client, driver=driver,
+                        images=StoreImages(store, cfg.insecure_registries),
+                        data_dir=cfg.data_dir, host_ip=node.address, network=network,
+                        netns_dir=cfg.netns_dir,
+                        env=optional_module("fleet.agent.env"),
+                        volumes=optional_module("fleet.agent.volumes"),
+                        node_allocatable=lambda: _allocatable(node))
+        sync = PodSync(cfg.node_name, env)
+        async with trio.open_nursery() as n:
+            n.start_soon(node.lease_loop)
+            n.start_soon(node.status_loop)
+            await n.start(sync.run)
+            api_url = None
+            api = optional_module("fleet.agent.api")
+            token = client_cfg.token or cfg.token
+            if api is not None and token:
+                address = cfg.address or "0.0.0.0"
+                api_url = await n.start(lambda task_status: api.serve(
+                    sync, address=address, port=cfg.port, token=token,
+                    node_name=cfg.node_name, task_status=task_status))
+                log.info("agent API on %s", api_url)
+            elif api is None:
+                log.warning("this build has no agent API (fleet.agent.api): no logs/exec")
+            log.info("agent for node %s running (driver %s, pid %d)", cfg.node_name,
+                     driver.name, os.getpid())
+            task_status.started(AgentInfo(node_name=cfg.node_name, address=node.address,
+                                          driver=driver.name, pod_cidr=pod_cidr,
+                                          api_url=api_url, sync=sync))
+
+
+def _allocatable(node: NodeAgent) -> dict[str, Any] | None:
+    """status.allocatable of our Node as last written (the status loop keeps it fresh)."""
+    return (node.node.get("status") or {}).get("allocatable")

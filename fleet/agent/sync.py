@@ -1,0 +1,212 @@
+"""Pod sync: the pods bound to this node, one `PodWorker` each, and restart recovery.
+
+The agent lists and watches only its own pods (`fieldSelector=spec.nodeName=<node>`),
+resuming the watch from the last resourceVersion and re-listing when the server
+says the revision is gone (410).  Every event goes to the pod's worker, keyed by
+uid: a new uid starts a worker, a deletionTimestamp starts graceful termination, a
+DELETED event (or a pod missing from a re-list) tears the worker's pod down.
+
+Recovery, before the first worker starts: `driver.recover()` finds every container
+the shims kept alive (or recorded as exited) while the agent was down; they are
+handed to their pods' workers by the labels the worker put on them (pod uid,
+container name, attempt), so running containers are adopted, not restarted.
+Containers and sandboxes of pods no longer bound here are removed, and the network
+driver releases addresses of pods that are gone.
+
+`PodSync` also answers the agent API's "which container is this?" questions
+(`find`), from the workers' handles.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import trio
+
+from fleet.agent.worker import LABEL_POD_UID, PodWorker, WorkerEnv
+from fleet.client import ApiException
+from fleet.runtime.driver import ContainerHandle, RuntimeDriverError
+
+log = logging.getLogger(__name__)
+
+
+class PodSync:
+    def __init__(self, node_name: str, env: WorkerEnv) -> None:
+        self.node_name = node_name
+        self.env = env
+        self.workers: dict[str, PodWorker] = {}
+        self._adoptable: dict[str, list[ContainerHandle]] = {}
+        self._nursery: trio.Nursery | None = None
+
+    # -- for the agent API -----------------------------------------------------------
+    def find_handle(self, namespace: str, pod: str, container: str | None = None, *,
+                    previous: bool = False) -> ContainerHandle | None:
+        w = self.worker_for(namespace, pod)
+        return w.find(container, previous=previous) if w is not None else None
+
+    # fleet.agent.api's ContainerLocator protocol.
+    def find(self, namespace: str, pod: str, container: str | None) -> Any:
+        from fleet.agent.api import LocateError
+
+        w = self.worker_for(namespace, pod)
+        if w is None:
+            return None
+        names = [c.name for c in w.apps]
+        if container is None:
+            if len(names) != 1:
+                raise LocateError.container_required(pod, names)
+            container = names[0]
+        run = next((c for c in w.containers() if c.name == container), None)
+        if run is None:
+            raise LocateError.invalid_container(container, pod)
+        return self._located(w, run)
+
+    def _located(self, w: PodWorker, run: Any) -> Any:
+        from fleet.agent.api import LocatedContainer
+
+        running = run.handle is not None and "running" in run.view.state
+        stdin_path = None
+        if run.spec.get("stdin") and run.handle is not None:
+            stdin = getattr(self.env.driver, "stdin_path", None)
+            stdin_path = stdin(run.handle) if stdin is not None else None
+        return LocatedContainer(
+            driver=self.env.driver, handle=run.handle if running else None,
+            log_path=run.handle.log_path if run.handle else None,
+            previous_log_path=run.previous.log_path if run.previous else None,
+            stdin_path=stdin_path, tty=bool(run.spec.get("tty")), name=run.name)
+
+    def all(self) -> list[Any]:
+        return [(w.namespace, w.name, w.uid, [(c.name, self._located(w, c))
+                                              for c in w.containers()])
+                for w in list(self.workers.values())]
+
+    def worker_for(self, namespace: str, pod: str) -> PodWorker | None:
+        for w in self.workers.values():
+            if w.namespace == namespace and w.name == pod:
+                return w
+        return None
+
+    # -- recovery ------------------------------------------------------------------------
+    async def recover(self, live_pods: list[dict[str, Any]]) -> None:
+        """Adopt surviving containers; remove what belongs to pods no longer here."""
+        try:
+            handles = await self.env.driver.recover()
+        except (RuntimeDriverError, OSError) as e:
+            log.warning("runtime recovery failed: %s", e)
+            handles = []
+        live = {p["metadata"]["uid"] for p in live_pods}
+        by_pod: dict[str, list[ContainerHandle]] = defaultdict(list)
+        for h in handles:
+            uid = h.labels.get(LABEL_POD_UID) or h.sandbox_id
+            if uid in live:
+                by_pod[uid].append(h)
+            else:
+                log.info("removing container %s (%s) of pod %s, no longer on this node",
+                         h.id, h.name, uid)
+                try:
+                    await self.env.driver.remove(h)
+                except (RuntimeDriverError, OSError) as e:
+                    log.warning("removing container %s: %s", h.id, e)
+        self._adoptable = dict(by_pod)
+        sandboxes = getattr(self.env.driver, "sandboxes", None)
+        if sandboxes is not None:
+            for sb in await sandboxes():
+                if sb.id not in live:
+                    try:
+                        await self.env.driver.remove_sandbox(sb)
+                    except (RuntimeDriverError, OSError) as e:
+                        log.warning("removing sandbox %s: %s", sb.id, e)
+        if self.env.network is not None:
+            from fleet.network import PodRef
+            try:
+                await self.env.network.recover(
+                    [PodRef.from_pod(p) for p in live_pods if p["metadata"]["uid"] in live])
+            except Exception as e:
+                log.warning("network recovery failed: %s", e)
+        n = sum(len(v) for v in by_pod.values())
+        if n:
+            log.info("re-adopting %d container(s) of %d pod(s)", n, len(by_pod))
+
+    # -- the watch -------------------------------------------------------------------------
+    async def _list(self) -> tuple[list[dict[str, Any]], str]:
+        res = await self.env.client.list("v1", "pods",
+                                         field_selector=f"spec.nodeName={self.node_name}")
+        return list(res.get("items") or []), str((res.get("metadata") or {})
+                                                 .get("resourceVersion") or "")
+
+    async def list_with_retry(self) -> tuple[list[dict[str, Any]], str]:
+        backoff = 0.5
+        while True:
+            try:
+                return await self._list()
+            except (ApiException, httpx.TransportError, OSError) as e:
+                log.warning("listing pods failed: %s; retrying in %.1fs", e, backoff)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _handle(self, pod: Mapping[str, Any], deleted: bool = False) -> None:
+        assert self._nursery is not None
+        md = pod.get("metadata") or {}
+        uid = md.get("uid")
+        if not uid:
+            return
+        w = self.workers.get(uid)
+        if deleted:
+            if w is not None:
+                w.gone()
+            return
+        if (pod.get("spec") or {}).get("nodeName") != self.node_name:
+            return
+        if w is None:
+            w = PodWorker(dict(pod), self.env, self._adoptable.pop(uid, []))
+            self.workers[uid] = w
+            self._nursery.start_soon(self._run_worker, w)
+        w.update(dict(pod))
+
+    async def _run_worker(self, w: PodWorker) -> None:
+        try:
+            await w.run()
+        except Exception:
+            # A broken pod must never take the agent down.
+            log.exception("pod worker %s/%s crashed", w.namespace, w.name)
+        finally:
+            if self.workers.get(w.uid) is w:
+                del self.workers[w.uid]
+
+    def _relisted(self, pods: list[dict[str, Any]]) -> None:
+        seen = {p["metadata"]["uid"] for p in pods}
+        for uid, w in list(self.workers.items()):
+            if uid not in seen:
+                w.gone()
+        for p in pods:
+            self._handle(p)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as n:
+            self._nursery = n
+            pods, rv = await self.list_with_retry()
+            await self.recover(pods)
+            self._relisted(pods)
+            task_status.started()
+            while True:
+                try:
+                    async for ev in self.env.client.watch(
+                            "v1", "pods", resource_version=rv,
+                            field_selector=f"spec.nodeName={self.node_name}"):
+                        obj = ev.get("object") or {}
+                        rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                        self._handle(obj, deleted=ev.get("type") == "DELETED")
+                except ApiException as e:
+                    if e.code != 410:
+                        log.warning("pod watch failed: %s", e)
+                        await trio.sleep(1.0)
+                except (httpx.TransportError, OSError) as e:
+                    log.warning("pod watch failed: %s", e)
+                    await trio.sleep(1.0)
+                # Expired, or the watch gave up: start again from a fresh list.
+                pods, rv = await self.list_with_retry()
+                self._relisted(pods)

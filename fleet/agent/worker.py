@@ -1,0 +1,1131 @@
+"""One pod's life on this node: the pod worker.
+
+`sync` keeps one `PodWorker` per pod uid and feeds it the latest pod object; the
+worker drives the runtime `Driver` through this lifecycle and reports status::
+
+      new / adopted
+          │
+          ▼
+      [sandbox]  netns + network setup (unless hostNetwork / no pod network),
+          │      pod cgroup parent, /etc/hosts, volumes      (retried with back-off)
+          ▼
+      [init containers]  one at a time, in order; each: image → start → wait;
+          │   exit 0 → next.  Non-zero → Never: pod Failed ─────────────────┐
+          │                  else CrashLoopBackOff → restart it              │
+          ▼                                                                 │
+      [app containers]  all at once, one loop each:                         │
+          │   image (ErrImagePull → ImagePullBackOff, back-off) → start     │
+          │   → postStart (fails → kill) → Running + probes → wait          │
+          │   → restart per restartPolicy (CrashLoopBackOff: 10s doubling   │
+          │     to 300s, reset after 10 min of running); a liveness or       │
+          │     startup failure kills it (preStop, TERM, grace, KILL) and    │
+          │     restarts it unless Never; every loop done → Succeeded/Failed │
+          ▼                                                                 │
+      [finished] ◄──────────────────────────────────────────────────────────┘
+          │  (containers kept for logs until the pod is deleted)
+          │  deletionTimestamp set, or the object disappears (at any stage above)
+          ▼
+      [terminating]  per running container: preStop (within the grace period),
+          │          SIGTERM, wait the rest of the grace period, SIGKILL
+          ▼
+      [torn down]  containers removed, sandbox, network, netns, volumes
+          │
+          ▼  the pod object still exists → DELETE gracePeriodSeconds=0,
+             preconditions.uid, so the API finally removes it
+
+Containers run under the runtime's shims, so they outlive the agent; a restarted
+agent hands the worker the handles `driver.recover()` found for its pod (labels
+carry pod uid, container name, attempt) and the worker waits on them again
+instead of starting new ones — nothing restarts.
+
+Probes (`fleet.agent.probes.ProbeRunner`, a fresh one per container instance) and
+lifecycle handlers (`fleet.agent.hooks.run_lifecycle_hook`) run exec actions through
+`Driver.exec`; the runner's ready/started flags are the container's `ready`/`started`,
+which status.py turns into the ContainersReady and Ready conditions.
+
+Status is written through `pods/{name}/status` by one reporter task, only when it
+differs from the last report in more than timestamps, at most every
+`status_min_interval` seconds.  All waiting and back-off use Trio's clock.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import trio
+
+from fleet.agent.hooks import HookResult, run_lifecycle_hook
+from fleet.agent.node import read_meminfo
+from fleet.agent.probes import ExecInContainer, ProbeFailure, ProbeRunner
+from fleet.agent.status import ContainerView, build_pod_status, status_changed
+from fleet.api.quantity import int_value, milli_value
+from fleet.client import MERGE_PATCH, ApiException
+from fleet.runtime.driver import (
+    ContainerHandle,
+    ContainerSpec,
+    ContainerStatus,
+    Driver,
+    ExitStatus,
+    Mount,
+    Resources,
+    RuntimeDriverError,
+    Sandbox,
+    SandboxSpec,
+    User,
+)
+
+log = logging.getLogger(__name__)
+
+LABEL_POD_UID = "fleet.io/pod-uid"
+LABEL_POD_NAME = "fleet.io/pod-name"
+LABEL_POD_NAMESPACE = "fleet.io/pod-namespace"
+LABEL_CONTAINER = "fleet.io/container"
+LABEL_ATTEMPT = "fleet.io/attempt"
+LABEL_INIT = "fleet.io/init"
+
+BACKOFF_INITIAL = 10.0
+BACKOFF_MAX = 300.0
+# A container that ran this long without failing starts its next back-off from scratch.
+BACKOFF_RESET_AFTER = 600.0
+DEFAULT_GRACE = 30
+# Kubernetes gives a container at least this long after preStop before SIGKILL.
+MIN_GRACE_AFTER_PRESTOP = 2.0
+VOLUME_REFRESH_PERIOD = 10.0
+PROBE_KEYS = ("startupProbe", "livenessProbe", "readinessProbe")
+
+
+def rfc3339(dt: datetime | None = None) -> str:
+    return (dt or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------------------------
+# Images
+
+
+@dataclass
+class ImageInfo:
+    ref: str
+    image_id: str
+    layers: list[Path]  # bottom layer first, as the image store gives them
+    config: dict[str, Any]
+
+
+class ImageProvider(Protocol):
+    async def ensure(self, image: str, policy: str | None,
+                     pull_secrets: Sequence[Mapping[str, Any]]) -> ImageInfo: ...
+
+
+class StoreImages:
+    """`ImageProvider` over the node's image store and registry pulls."""
+
+    def __init__(self, store: Any, insecure_registries: Sequence[str] = ()) -> None:
+        self.store = store
+        self.insecure = list(insecure_registries)
+        self._locks: dict[str, trio.Lock] = {}
+
+    async def ensure(self, image: str, policy: str | None,
+                     pull_secrets: Sequence[Mapping[str, Any]]) -> ImageInfo:
+        from fleet.runtime.images import credentials_for, parse_reference, pull
+
+        # One pull per image at a time: two pods of one image share the download.
+        lock = self._locks.setdefault(image, trio.Lock())
+        async with lock:
+            auth = None
+            if pull_secrets:
+                auth = credentials_for(parse_reference(image).domain, pull_secrets)
+            rec = await pull(self.store, image, policy=policy, auth=auth,
+                             insecure_registries=self.insecure)
+        layers = await self.store.layers_for(image)
+        config = await self.store.image_config(image)
+        digest = getattr(rec, "digest", "") or getattr(rec, "id", "")
+        return ImageInfo(ref=image, image_id=str(digest), layers=layers, config=config)
+
+
+# ---------------------------------------------------------------------------------------
+# What a worker needs from the agent
+
+
+@dataclass
+class WorkerEnv:
+    client: Any  # fleet.client.Client (or a test double with the same methods)
+    driver: Driver
+    images: ImageProvider
+    data_dir: Path
+    host_ip: str
+    network: Any = None  # fleet.network.NetworkDriver, None = pods use the host network
+    netns_dir: str | None = None
+    status_min_interval: float = 0.2
+    # The node's allocatable resources (the Node object's status.allocatable, kept fresh
+    # by the agent's status loop): resourceFieldRef defaults for containers without
+    # limits, and the size of memory-backed emptyDirs.  None: measured from the machine.
+    node_allocatable: Callable[[], Mapping[str, Any] | None] | None = None
+    # Optional integrations with sibling modules, looked up once by the agent.
+    volumes: Any = None
+    env: Any = None
+
+
+class SetupError(Exception):
+    """The pod's sandbox could not be built (network, volumes); retried."""
+
+
+# ---------------------------------------------------------------------------------------
+# Container command, env and resources (Kubernetes rules)
+
+
+_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
+
+
+def expand_vars(s: str, env: Mapping[str, str]) -> str:
+    """Kubernetes $(VAR) expansion: known names are replaced, $$ escapes, others stay."""
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1)
+        return env[name] if name in env else m.group(0)
+    return _VAR_REF.sub(sub, s)
+
+
+def resolve_argv(container: Mapping[str, Any], image_config: Mapping[str, Any],
+                 env: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(command, args): spec command replaces Entrypoint (and drops Cmd); spec args
+    replace Cmd; $(VAR) references are expanded as the kubelet does."""
+    entry = list(image_config.get("Entrypoint") or [])
+    cmd = list(image_config.get("Cmd") or [])
+    if container.get("command"):
+        command, args = list(container["command"]), list(container.get("args") or [])
+    elif container.get("args"):
+        command, args = entry, list(container["args"])
+    else:
+        command, args = entry, cmd
+    command = [expand_vars(str(a), env) for a in command]
+    args = [expand_vars(str(a), env) for a in args]
+    if not command and args:
+        command, args = args[:1], args[1:]
+    return command, args
+
+
+def image_env(image_config: Mapping[str, Any]) -> dict[str, str]:
+    out = {}
+    for item in image_config.get("Env") or []:
+        k, _, v = str(item).partition("=")
+        if k:
+            out[k] = v
+    return out
+
+
+def plain_env(container: Mapping[str, Any], base: Mapping[str, str]) -> dict[str, str]:
+    """`env` entries with a `value` (expanded against what precedes them)."""
+    env = dict(base)
+    for e in container.get("env") or []:
+        if "valueFrom" in e:
+            continue
+        env[e["name"]] = expand_vars(str(e.get("value", "")), env)
+    return env
+
+
+def container_resources(container: Mapping[str, Any]) -> Resources:
+    res = container.get("resources") or {}
+    lim = res.get("limits") or {}
+    req = res.get("requests") or {}
+    return Resources(
+        cpu_request_millis=milli_value(str(req["cpu"])) if "cpu" in req else None,
+        cpu_limit_millis=milli_value(str(lim["cpu"])) if "cpu" in lim else None,
+        memory_limit_bytes=int_value(str(lim["memory"])) if "memory" in lim else None,
+    )
+
+
+def container_user(container: Mapping[str, Any], pod_spec: Mapping[str, Any],
+                   image_config: Mapping[str, Any]) -> User:
+    sc = container.get("securityContext") or {}
+    psc = pod_spec.get("securityContext") or {}
+    uid = sc.get("runAsUser", psc.get("runAsUser"))
+    gid = sc.get("runAsGroup", psc.get("runAsGroup"))
+    img_user = str(image_config.get("User") or "")
+    if uid is None and img_user:
+        u, _, g = img_user.partition(":")
+        if u.isdigit():
+            uid = int(u)
+        if gid is None and g.isdigit():
+            gid = int(g)
+    extra = tuple(int(g) for g in psc.get("supplementalGroups") or [])
+    return User(uid=int(uid or 0), gid=int(gid if gid is not None else 0), additional_gids=extra)
+
+
+def restart_wanted(restart_policy: str, exit_code: int, *, init: bool) -> bool:
+    policy = restart_policy or "Always"
+    if init:
+        return exit_code != 0 and policy != "Never"
+    if policy == "Always":
+        return True
+    if policy == "OnFailure":
+        return exit_code != 0
+    return False
+
+
+def machine_allocatable(data_dir: Path) -> dict[str, str]:
+    """The machine's cpu, memory and disk as the Node reports them as allocatable, for
+    when no Node object is at hand (blocking: reads /proc and statvfs)."""
+    mem = read_meminfo().get("MemTotal", 0)
+    try:
+        st = os.statvfs(data_dir)
+        disk = st.f_blocks * st.f_frsize
+    except OSError:
+        disk = 0
+    return {"cpu": str(os.cpu_count() or 1), "memory": f"{mem // 1024}Ki",
+            "ephemeral-storage": f"{disk // 1024}Ki"}
+
+
+def grace_period(pod: Mapping[str, Any]) -> float:
+    md = pod.get("metadata") or {}
+    if md.get("deletionGracePeriodSeconds") is not None:
+        return float(md["deletionGracePeriodSeconds"])
+    g = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return float(DEFAULT_GRACE if g is None else g)
+
+
+# ---------------------------------------------------------------------------------------
+# The worker
+
+
+@dataclass
+class ContainerRun:
+    """One container of the pod across its restarts."""
+
+    spec: dict[str, Any]
+    init: bool
+    view: ContainerView
+    handle: ContainerHandle | None = None
+    previous: ContainerHandle | None = None
+    backoff: float = BACKOFF_INITIAL
+    image_backoff: float = BACKOFF_INITIAL
+    next_attempt: int = 0
+    adopted: bool = False
+    stopping: bool = False
+    old_handles: list[ContainerHandle] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.spec["name"]
+
+
+class PodWorker:
+    """Runs one pod (see the module docstring); `update` and `gone` come from sync."""
+
+    def __init__(self, pod: dict[str, Any], env: WorkerEnv,
+                 adopted: Sequence[ContainerHandle] = ()) -> None:
+        self.pod = pod
+        self.env = env
+        md = pod["metadata"]
+        self.uid: str = md["uid"]
+        self.namespace: str = md.get("namespace") or "default"
+        self.name: str = md["name"]
+        spec = pod.get("spec") or {}
+        self.restart_policy = spec.get("restartPolicy") or "Always"
+        self.init = [ContainerRun(dict(c), True, ContainerView(c["name"], c.get("image", "")))
+                     for c in spec.get("initContainers") or []]
+        self.apps = [ContainerRun(dict(c), False, ContainerView(c["name"], c.get("image", "")))
+                     for c in spec.get("containers") or []]
+        for c in self.init:
+            c.view.state = {"waiting": {"reason": "PodInitializing"}}
+        self.sandbox: Sandbox | None = None
+        self.netns_path: str | None = None
+        self.pod_ips: list[str] = []
+        self.start_time = rfc3339()
+        self.finished = trio.Event()
+        self.done = trio.Event()
+        self._terminating = trio.Event()
+        self._gone = False
+        self._grace = grace_period(pod)
+        self._life: trio.CancelScope | None = None
+        self._dirty = trio.Event()
+        self._reported: dict[str, Any] | None = None
+        self._phase_override: str | None = None
+        self._message = ""
+        self._stray: list[ContainerHandle] = []
+        self._vm: Any = None
+        self._machine_allocatable: dict[str, str] | None = None
+        self._volume_paths: dict[str, Path] = {}
+        self._adopt(adopted)
+
+    # -- inputs from sync ----------------------------------------------------------
+    @property
+    def host_network(self) -> bool:
+        return bool((self.pod.get("spec") or {}).get("hostNetwork")) or self.env.network is None
+
+    def update(self, pod: dict[str, Any]) -> None:
+        """A newer version of the pod object."""
+        self.pod = pod
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            self.terminate(grace_period(pod))
+
+    def gone(self) -> None:
+        """The pod object was removed from the API: stop everything, delete nothing."""
+        self._gone = True
+        self.terminate(self._grace)
+
+    def terminate(self, grace: float) -> None:
+        if self._terminating.is_set():
+            # A later delete may only shorten the grace period.
+            self._grace = min(self._grace, grace)
+            return
+        self._grace = grace
+        self._terminating.set()
+        if self._life is not None:
+            self._life.cancel()
+
+    @property
+    def terminating(self) -> bool:
+        return self._terminating.is_set()
+
+    def containers(self) -> list[ContainerRun]:
+        return [*self.init, *self.apps]
+
+    def find(self, container: str | None, *, previous: bool = False) -> ContainerHandle | None:
+        """The handle of `container` (first app container if None) for logs/exec."""
+        for c in (self.apps + self.init if container is None else self.containers()):
+            if container is None or c.name == container:
+                return c.previous if previous else (c.handle or c.previous)
+        return None
+
+    # -- adoption --------------------------------------------------------------------
+    def _adopt(self, handles: Sequence[ContainerHandle]) -> None:
+        by_name = {c.name: c for c in self.containers()}
+        for h in sorted(handles, key=lambda h: int(h.labels.get(LABEL_ATTEMPT, h.attempt))):
+            c = by_name.get(h.labels.get(LABEL_CONTAINER, h.name))
+            if c is None:
+                # A container no longer in the spec: removed at teardown.
+                self._stray.append(h)
+                continue
+            if c.handle is not None:
+                c.old_handles.append(c.handle)
+            c.handle = h
+            c.adopted = True
+            c.next_attempt = h.attempt + 1
+            c.view.restart_count = h.attempt
+            c.view.container_id = f"fleet://{h.id}"
+        for c in self.containers():
+            if c.old_handles:
+                c.previous = c.old_handles.pop()
+
+    # -- status ------------------------------------------------------------------------
+    def _changed(self) -> None:
+        self._dirty.set()
+
+    def compute_status(self) -> dict[str, Any]:
+        return build_pod_status(
+            self.pod, [c.view for c in self.init], [c.view for c in self.apps],
+            pod_ips=self.pod_ips, host_ip=self.env.host_ip, start_time=self.start_time,
+            now=rfc3339(), phase_override=self._phase_override, message=self._message)
+
+    async def report_now(self) -> None:
+        """Write the status if it changed; raises on API errors."""
+        status = self.compute_status()
+        if not status_changed(self._reported, status):
+            return
+        await self.env.client.patch("v1", "pods", self.name, {"status": status}, MERGE_PATCH,
+                                    namespace=self.namespace, subresource="status")
+        self._reported = status
+
+    async def _report_loop(self) -> None:
+        backoff = 0.5
+        while True:
+            await self._dirty.wait()
+            self._dirty = trio.Event()
+            if self._gone:
+                return
+            try:
+                await self.report_now()
+                backoff = 0.5
+            except ApiException as e:
+                if e.code == 404:
+                    return  # the object is gone; sync will tell us
+                log.warning("pod %s/%s: status update failed: %s", self.namespace, self.name, e)
+                self._dirty.set()
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+            except (httpx.TransportError, OSError) as e:
+                log.warning("pod %s/%s: status update failed: %s", self.namespace, self.name, e)
+                self._dirty.set()
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+            # Coalesce bursts of changes into one write.
+            await trio.sleep(self.env.status_min_interval)
+
+    # -- the whole life ------------------------------------------------------------------
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as n:
+                n.start_soon(self._report_loop)
+                self._changed()
+                with trio.CancelScope() as self._life:
+                    if self._terminating.is_set():
+                        self._life.cancel()
+                    await self._lifecycle()
+                self.finished.set()
+                self._changed()
+                await self._terminating.wait()
+                await self._stop_all()
+                if not self._gone:
+                    with contextlib.suppress(ApiException, httpx.TransportError, OSError):
+                        with trio.move_on_after(10):
+                            await self.report_now()
+                await self._teardown()
+                if not self._gone:
+                    await self._delete_object()
+                n.cancel_scope.cancel()
+        finally:
+            self.done.set()
+
+    async def _lifecycle(self) -> None:
+        await self._setup_with_retry()
+        if any(c.adopted for c in self.apps):
+            # App containers exist already: initialisation finished before the restart.
+            for c in self.init:
+                if c.handle is None:
+                    c.view.state = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+        for c in self.init:
+            t = c.view.state.get("terminated")
+            if t and t.get("exitCode") == 0 and c.handle is None:
+                continue
+            code = await self._container_loop(c)
+            if code != 0:
+                # restartPolicy Never: the pod has failed; app containers never start.
+                for a in self.apps:
+                    a.view.state = {"waiting": {"reason": "PodInitializing"}}
+                self._changed()
+                return
+        async with trio.open_nursery() as n:
+            if self._vm is not None:
+                n.start_soon(self._refresh_volumes)
+            async with trio.open_nursery() as apps:
+                for c in self.apps:
+                    apps.start_soon(self._container_loop, c)
+            n.cancel_scope.cancel()
+
+    # -- sandbox ---------------------------------------------------------------------------
+    @property
+    def pod_dir(self) -> Path:
+        return self.env.data_dir / "pods" / self.uid
+
+    async def _setup_with_retry(self) -> None:
+        backoff = 1.0
+        while True:
+            try:
+                await self._setup()
+                self._message = ""
+                return
+            except (SetupError, RuntimeDriverError, OSError) as e:
+                log.warning("pod %s/%s: sandbox setup failed: %s", self.namespace, self.name, e)
+                self._message = f"sandbox setup failed: {e}"
+                for c in self.containers():
+                    c.view.state = {"waiting": {"reason": "ContainerCreating",
+                                                "message": str(e)}}
+                self._changed()
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, 60.0)
+
+    async def _setup(self) -> None:
+        spec = self.pod.get("spec") or {}
+        netns: str | None = None
+        if self.host_network:
+            self.pod_ips = [self.env.host_ip]
+        else:
+            from fleet.network import PodRef, create_pod_netns
+            args = (self.uid,) if self.env.netns_dir is None else (self.uid, self.env.netns_dir)
+            netns = await create_pod_netns(*args)
+            self.netns_path = netns
+            try:
+                net = await self.env.network.setup(PodRef.from_pod(self.pod), netns)
+            except Exception as e:
+                raise SetupError(f"network: {e}") from e
+            self.pod_ips = list(net.ips) or [self.env.host_ip]
+        hostname = spec.get("hostname") or self.name
+        files = await trio.to_thread.run_sync(self._write_etc_files, hostname)
+        sspec = SandboxSpec(pod_uid=self.uid, namespace=self.namespace, name=self.name,
+                            log_dir=self.log_dir, hostname=hostname,
+                            netns_path=Path(netns) if netns else None,
+                            hosts_file=files[0] if netns else None,
+                            dns_file=files[1] if netns else None)
+        self.sandbox = await self.env.driver.create_sandbox(sspec)
+        await self._setup_volumes()
+        self._changed()
+
+    @property
+    def log_dir(self) -> Path:
+        return self.env.data_dir / "logs" / f"{self.namespace}_{self.name}_{self.uid}"
+
+    def _write_etc_files(self, hostname: str) -> tuple[Path, Path | None]:
+        d = self.pod_dir / "etc"
+        d.mkdir(parents=True, exist_ok=True)
+        ip = self.pod_ips[0] if self.pod_ips else "127.0.0.1"
+        hosts = d / "hosts"
+        hosts.write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                         f"{ip}\t{hostname}\n")
+        resolv = d / "resolv.conf"
+        try:
+            shutil.copyfile("/etc/resolv.conf", resolv)
+        except OSError:
+            return hosts, None
+        return hosts, resolv
+
+    # -- volumes ---------------------------------------------------------------------------
+    async def _setup_volumes(self) -> None:
+        if self.env.volumes is not None:
+            # fleet.agent.volumes: every volume type, configMap/secret kept up to date.
+            if self._vm is None:
+                self._vm = self.env.volumes.VolumeManager(self.pod_dir, self._lookup,
+                                                          await self._allocatable())
+            try:
+                self._volume_paths = await self._vm.setup(self.pod)
+            except self.env.volumes.VolumeError as e:
+                raise SetupError(e.message if hasattr(e, "message") else str(e)) from e
+            return
+        if (self.pod.get("spec") or {}).get("volumes"):
+            self._volume_paths = await trio.to_thread.run_sync(self._builtin_volumes)
+
+    def _builtin_volumes(self) -> dict[str, Path]:
+        """emptyDir and hostPath, for when the volumes module is not there."""
+        out: dict[str, Path] = {}
+        for v in (self.pod.get("spec") or {}).get("volumes") or []:
+            if "emptyDir" in v:
+                p = self.pod_dir / "volumes" / v["name"]
+                p.mkdir(parents=True, exist_ok=True)
+                p.chmod(0o777)
+                out[v["name"]] = p
+            elif "hostPath" in v:
+                p = Path(v["hostPath"]["path"])
+                if v["hostPath"].get("type") in ("DirectoryOrCreate",):
+                    p.mkdir(parents=True, exist_ok=True)
+                out[v["name"]] = p
+            else:
+                raise SetupError(f"volume {v['name']!r}: this agent supports only "
+                                 "emptyDir and hostPath volumes")
+        return out
+
+    async def _refresh_volumes(self) -> None:
+        """Keep configMap/secret/downwardAPI volumes in step with their objects."""
+        if self._vm is None:
+            return
+        while True:
+            await trio.sleep(VOLUME_REFRESH_PERIOD)
+            try:
+                changed = await self._vm.refresh(self.pod)
+            except Exception as e:  # an object deleted meanwhile: old content stays
+                log.info("pod %s/%s: volume refresh: %s", self.namespace, self.name, e)
+                continue
+            if changed:
+                log.info("pod %s/%s: updated volumes %s", self.namespace, self.name, changed)
+
+    def _mounts(self, container: Mapping[str, Any], env: Mapping[str, str]) -> list[Mount]:
+        if self._vm is not None:
+            return list(self._vm.mounts_for(container, env=env))
+        paths = self._volume_paths
+        out = []
+        for vm in container.get("volumeMounts") or []:
+            host = paths.get(vm["name"])
+            if host is None:
+                continue
+            host = Path(host)
+            if vm.get("subPath"):
+                host = host / vm["subPath"]
+            prop = {"HostToContainer": "host-to-container",
+                    "Bidirectional": "bidirectional"}.get(vm.get("mountPropagation", ""), "private")
+            out.append(Mount(host_path=host, container_path=vm["mountPath"],
+                             read_only=bool(vm.get("readOnly")), propagation=prop))  # type: ignore[arg-type]
+        return out
+
+    # -- one container -----------------------------------------------------------------
+    async def _pull_secrets(self) -> list[dict[str, Any]]:
+        out = []
+        for ref in (self.pod.get("spec") or {}).get("imagePullSecrets") or []:
+            try:
+                sec = await self.env.client.get_object("v1", "secrets", ref["name"],
+                                                       self.namespace)
+            except ApiException as e:
+                log.warning("pod %s/%s: pull secret %s: %s", self.namespace, self.name,
+                            ref.get("name"), e)
+                continue
+            data = sec.get("data") or {}
+            for key in (".dockerconfigjson", ".dockercfg"):
+                if key in data:
+                    with contextlib.suppress(ValueError):
+                        out.append(json.loads(base64.b64decode(data[key])))
+        return out
+
+    async def _ensure_image(self, c: ContainerRun) -> ImageInfo:
+        from fleet.runtime.images import ImagePullError
+
+        image = c.spec.get("image", "")
+        while True:
+            try:
+                secrets = await self._pull_secrets()
+                info = await self.env.images.ensure(image, c.spec.get("imagePullPolicy"),
+                                                    secrets)
+                c.image_backoff = BACKOFF_INITIAL
+                c.view.image_id = info.image_id
+                return info
+            except ImagePullError as e:
+                reason = e.reason or "ErrImagePull"
+                c.view.state = {"waiting": {"reason": reason, "message": e.message}}
+                self._changed()
+                log.info("pod %s/%s: image %s: %s: %s", self.namespace, self.name, image,
+                         reason, e.message)
+                if reason not in ("ErrImagePull",):
+                    # InvalidImageName / ErrImageNeverPull: nothing changes by retrying
+                    # soon, but the image may be imported later: retry slowly.
+                    await trio.sleep(c.image_backoff)
+                else:
+                    # The kubelet shows ErrImagePull once, then ImagePullBackOff while
+                    # it waits to try again.
+                    await trio.sleep(min(1.0, c.image_backoff))
+                    c.view.state = {"waiting": {
+                        "reason": "ImagePullBackOff",
+                        "message": f'Back-off pulling image "{image}": {e.message}'}}
+                    self._changed()
+                    await trio.sleep(c.image_backoff)
+                c.image_backoff = min(c.image_backoff * 2, BACKOFF_MAX)
+
+    async def _build_spec(self, c: ContainerRun, info: ImageInfo) -> ContainerSpec:
+        spec = c.spec
+        pod_spec = self.pod.get("spec") or {}
+        base = image_env(info.config)
+        if self.env.env is not None:
+            # fleet.agent.env: envFrom and valueFrom too; image Env is the lowest layer.
+            env = await self.env.env.resolve_env(
+                self.pod, spec, self._lookup, node_allocatable=await self._allocatable(),
+                pod_ips=self.pod_ips,
+                host_ips=[self.env.host_ip], base_env=base)
+        else:
+            env = plain_env(spec, base)
+        env.setdefault("HOSTNAME", pod_spec.get("hostname") or self.name)
+        command, args = resolve_argv(spec, info.config, env)
+        sc = spec.get("securityContext") or {}
+        caps = sc.get("capabilities") or {}
+        attempt = c.next_attempt
+        return ContainerSpec(
+            name=c.name, layers=list(reversed(info.layers)), command=command, args=args,
+            env=env, working_dir=spec.get("workingDir") or info.config.get("WorkingDir") or "/",
+            user=container_user(spec, pod_spec, info.config),
+            capabilities_add=list(caps.get("add") or []),
+            capabilities_drop=list(caps.get("drop") or []),
+            read_only_root=bool(sc.get("readOnlyRootFilesystem")),
+            mounts=self._mounts(spec, env), resources=container_resources(spec),
+            tty=bool(spec.get("tty")), stdin=bool(spec.get("stdin")),
+            stdin_once=bool(spec.get("stdinOnce")), attempt=attempt,
+            labels={LABEL_POD_UID: self.uid, LABEL_POD_NAME: self.name,
+                    LABEL_POD_NAMESPACE: self.namespace, LABEL_CONTAINER: c.name,
+                    LABEL_ATTEMPT: str(attempt), LABEL_INIT: "true" if c.init else "false"})
+
+    async def _allocatable(self) -> Mapping[str, Any]:
+        """The node's allocatable resources: the Node object's, else the machine's."""
+        if self.env.node_allocatable is not None:
+            alloc = self.env.node_allocatable()
+            if alloc:
+                return alloc
+        if self._machine_allocatable is None:
+            self._machine_allocatable = await trio.to_thread.run_sync(
+                machine_allocatable, self.env.data_dir)
+        return self._machine_allocatable
+
+    async def _lookup(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        plural = {"ConfigMap": "configmaps", "Secret": "secrets"}[kind]
+        try:
+            return await self.env.client.get_object("v1", plural, name, namespace)
+        except ApiException as e:
+            if e.code == 404:
+                return None
+            raise
+
+    async def _start(self, c: ContainerRun) -> ExitStatus | None:
+        """Start a new attempt of `c`; an ExitStatus when it could not start.
+
+        The container stays `waiting: ContainerCreating` here: it is reported running
+        only once its postStart handler has finished, as the kubelet does."""
+        assert self.sandbox is not None
+        config_backoff = 1.0
+        while True:
+            info = await self._ensure_image(c)
+            try:
+                cspec = await self._build_spec(c, info)
+                break
+            except (ApiException, httpx.TransportError) as e:
+                reason, message = "CreateContainerConfigError", str(e)
+            except Exception as e:  # fleet.agent.env.EnvError: a missing ConfigMap/Secret
+                reason = getattr(e, "reason", "CreateContainerConfigError")
+                message = getattr(e, "message", str(e))
+            # The referenced object may appear later: wait in that state and retry.
+            c.view.state = {"waiting": {"reason": reason, "message": message}}
+            self._changed()
+            await trio.sleep(config_backoff)
+            config_backoff = min(config_backoff * 2, 30.0)
+        c.view.state = {"waiting": {"reason": "ContainerCreating"}}
+        try:
+            handle = await self.env.driver.start(self.sandbox, cspec)
+        except RuntimeDriverError as e:
+            c.next_attempt += 1
+            return _start_error(str(e))
+        # Keep the previous attempt (for `logs --previous`); older ones go.
+        if c.previous is not None:
+            c.old_handles.append(c.previous)
+        c.previous = c.handle
+        c.handle = handle
+        c.view.restart_count = cspec.attempt
+        c.next_attempt = cspec.attempt + 1
+        c.view.container_id = f"fleet://{handle.id}"
+        self._changed()
+        await self._remove_old(c)
+        return None
+
+    async def _remove_old(self, c: ContainerRun) -> None:
+        while c.old_handles:
+            h = c.old_handles.pop()
+            with contextlib.suppress(RuntimeDriverError, OSError):
+                await self.env.driver.remove(h)
+
+    def _mark_running(self, c: ContainerRun) -> None:
+        assert c.handle is not None
+        c.view.state = {"running": {"startedAt": rfc3339(c.handle.started_at)}}
+        self._changed()
+
+    async def _container_loop(self, c: ContainerRun) -> int:
+        """Run `c` until it is done for good; returns its last exit code."""
+        while True:
+            exit_: ExitStatus | None = None
+            # When the container began, on Trio's clock: probes' initialDelaySeconds
+            # count from it.
+            began = trio.current_time()
+            if c.handle is not None and c.adopted:
+                c.adopted = False
+                st = await self.env.driver.inspect(c.handle)
+                if st.status == ContainerStatus.EXITED and st.exit is not None:
+                    exit_ = st.exit
+                else:
+                    # Started before the agent restarted: the kubelet, too, measures
+                    # the initial delay from the container's own start time.
+                    age = (datetime.now(UTC) - c.handle.started_at).total_seconds()
+                    began -= max(age, 0.0)
+                    self._mark_running(c)
+            else:
+                exit_ = await self._start(c)
+                began = trio.current_time()
+                if exit_ is None:
+                    exit_ = await self._post_start(c)
+                if exit_ is None:
+                    self._mark_running(c)
+            failure: ProbeFailure | None = None
+            started = trio.current_time()
+            if exit_ is None:
+                exit_, failure = await self._watch_running(c, began)
+            ran = trio.current_time() - started
+            self._record_exit(c, exit_)
+            if failure is not None:
+                # The kubelet restarts a container that failed its liveness (or
+                # startup) probe whatever the exit code, unless the policy is Never.
+                restart = self.restart_policy != "Never"
+            else:
+                restart = restart_wanted(self.restart_policy, exit_.exit_code, init=c.init)
+            if not restart:
+                return exit_.exit_code
+            if ran >= BACKOFF_RESET_AFTER:
+                c.backoff = BACKOFF_INITIAL
+            delay = c.backoff
+            c.backoff = min(c.backoff * 2, BACKOFF_MAX)
+            c.view.state = {"waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": f"back-off {int(delay)}s restarting failed container={c.name} "
+                           f"pod={self.name}_{self.namespace}({self.uid})"}}
+            self._changed()
+            await trio.sleep(delay)
+
+    # -- probes ------------------------------------------------------------------------
+    def _pod_ip(self) -> str | None:
+        return self.pod_ips[0] if self.pod_ips else None
+
+    def _exec_in(self, handle: ContainerHandle) -> ExecInContainer:
+        """`exec_in_container` for probes and hooks: `Driver.exec` in this container,
+        output discarded (drained, so a chatty command cannot block on a full pipe)."""
+        async def discard(_: bytes) -> None:
+            return None
+
+        async def exec_in_container(argv: Sequence[str], timeout: float) -> int:
+            with trio.move_on_after(timeout) as scope:
+                code = await self.env.driver.exec(handle, list(argv), stdout=discard,
+                                                  stderr=discard)
+            if scope.cancelled_caught:
+                # Cancelling the exec stops it (the driver reaps its process); to the
+                # probe this is a failure, not an exit code.
+                raise TimeoutError(f"timed out after {timeout:g}s")
+            return code
+
+        return exec_in_container
+
+    async def _watch_running(self, c: ContainerRun,
+                             began: float) -> tuple[ExitStatus, ProbeFailure | None]:
+        """Wait for the container to exit, running its probes meanwhile; the exit, and
+        the probe failure that made us kill it, if one did."""
+        assert c.handle is not None
+        handle = c.handle
+        failure: ProbeFailure | None = None
+        runner: ProbeRunner | None = None
+        if not c.init and any(c.spec.get(k) for k in PROBE_KEYS):
+
+            def on_change() -> None:
+                assert runner is not None
+                if (c.view.ready, c.view.started) != (runner.ready, runner.started):
+                    c.view.ready, c.view.started = runner.ready, runner.started
+                    self._changed()
+
+            def on_liveness_failure(f: ProbeFailure) -> None:
+                nonlocal failure
+                if failure is not None:
+                    return
+                failure = f
+                log.info("pod %s/%s: container %s: %s; restarting it", self.namespace,
+                         self.name, c.name, f.message)
+                grace = (float(f.grace_period_seconds) if f.grace_period_seconds is not None
+                         else self._container_grace(c))
+                # In the outer nursery: the kill must finish even though the probes
+                # are cancelled as soon as the container exits.
+                killers.start_soon(self._kill_quietly, c, handle, grace)
+
+            def on_unhealthy(kind: str, message: str) -> None:
+                log.debug("pod %s/%s: container %s: %s", self.namespace, self.name, c.name,
+                          message)
+
+            runner = ProbeRunner(c.spec, pod_ip=self._pod_ip(),
+                                 exec_in_container=self._exec_in(handle),
+                                 on_liveness_failure=on_liveness_failure,
+                                 on_unhealthy=on_unhealthy, on_change=on_change,
+                                 started_at=began)
+        # Without probes a container is started and ready as soon as it runs.
+        c.view.started = runner.started if runner is not None else True
+        c.view.ready = runner.ready if runner is not None else True
+        self._changed()
+        async with trio.open_nursery() as killers:
+            async with trio.open_nursery() as probing:
+                if runner is not None:
+                    probing.start_soon(runner.run)
+                exit_ = await self.env.driver.wait(handle)
+                probing.cancel_scope.cancel()
+        if failure is not None:
+            # The kubelet's Killing event, kept where `kubectl describe` shows it.
+            kind = failure.probe
+            exit_ = _with_message(exit_, f"{failure.message}; container {c.name} failed "
+                                         f"{kind} probe, will be restarted")
+        return exit_, failure
+
+    def _container_grace(self, c: ContainerRun) -> float:
+        g = (self.pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        return float(DEFAULT_GRACE if g is None else g)
+
+    def _record_exit(self, c: ContainerRun, exit_: ExitStatus) -> None:
+        term: dict[str, Any] = {"exitCode": exit_.exit_code, "reason": exit_.reason,
+                                "finishedAt": rfc3339(exit_.finished_at),
+                                "containerID": c.view.container_id or None}
+        running = c.view.state.get("running")
+        term["startedAt"] = (running or {}).get("startedAt") or (
+            rfc3339(c.handle.started_at) if c.handle else None)
+        if exit_.signal:
+            term["signal"] = exit_.signal
+        msg = exit_.message or self._termination_message(c)
+        if msg:
+            term["message"] = msg
+        term = {k: v for k, v in term.items() if v is not None}
+        c.view.last_state = {"terminated": term}
+        c.view.state = {"terminated": dict(term)}
+        c.view.ready = False
+        c.view.started = False
+        self._changed()
+
+    def _termination_message(self, c: ContainerRun) -> str:
+        """/dev/termination-log, when the container wrote one (read from its bundle)."""
+        if c.handle is None:
+            return ""
+        p = c.handle.bundle / "rootfs" / "dev" / "termination-log"
+        try:
+            return p.read_text(errors="replace")[:4096] if p.is_file() else ""
+        except OSError:
+            return ""
+
+    # -- hooks -------------------------------------------------------------------------
+    async def _post_start(self, c: ContainerRun) -> ExitStatus | None:
+        """Run postStart; None when the container may go on, else how it ended (it
+        exited meanwhile, or the handler failed and we killed it)."""
+        hook = (c.spec.get("lifecycle") or {}).get("postStart")
+        if not hook or c.handle is None:
+            return None
+        handle = c.handle
+        exited: ExitStatus | None = None
+        result: HookResult | None = None
+        async with trio.open_nursery() as n:
+
+            async def watch_exit() -> None:
+                # A handler that hangs must not hide a container that already died.
+                nonlocal exited
+                exited = await self.env.driver.wait(handle)
+                n.cancel_scope.cancel()
+
+            n.start_soon(watch_exit)
+            result = await run_lifecycle_hook(
+                "postStart", hook, pod=self.pod, container=c.spec, pod_ip=self._pod_ip(),
+                exec_in_container=self._exec_in(handle))
+            n.cancel_scope.cancel()
+        if result is not None and result.ok:
+            return None
+        if result is None:
+            assert exited is not None
+            return exited
+        log.info("pod %s/%s: %s", self.namespace, self.name, result.message)
+        try:
+            st = await self._kill(c, handle, self._container_grace(c))
+        except RuntimeDriverError as e:
+            log.warning("pod %s/%s: killing %s: %s", self.namespace, self.name, c.name, e)
+            st = exited or _start_error(str(e))
+        return ExitStatus(exit_code=st.exit_code, signal=st.signal, oom_killed=st.oom_killed,
+                          finished_at=st.finished_at, reason=result.reason,
+                          message=result.message)
+
+    async def _kill(self, c: ContainerRun, handle: ContainerHandle, grace: float) -> ExitStatus:
+        """Stop one container as the kubelet does: preStop (until `grace` runs out),
+        SIGTERM, the rest of the grace period, SIGKILL."""
+        deadline = trio.current_time() + grace
+        hook = (c.spec.get("lifecycle") or {}).get("preStop")
+        remaining = grace
+        if hook and grace > 0:
+            result = await run_lifecycle_hook(
+                "preStop", hook, pod=self.pod, container=c.spec, pod_ip=self._pod_ip(),
+                exec_in_container=self._exec_in(handle), deadline=deadline)
+            if not result.ok:
+                log.info("pod %s/%s: %s", self.namespace, self.name, result.message)
+            # A preStop that used up the grace period still leaves the process a
+            # moment to handle SIGTERM (the kubelet's minimum of 2 s).
+            remaining = max(deadline - trio.current_time(), MIN_GRACE_AFTER_PRESTOP)
+        return await self.env.driver.stop(handle, max(remaining, 0.0))
+
+    async def _kill_quietly(self, c: ContainerRun, handle: ContainerHandle,
+                            grace: float) -> None:
+        try:
+            await self._kill(c, handle, grace)
+        except RuntimeDriverError as e:
+            log.warning("pod %s/%s: stopping %s: %s", self.namespace, self.name, c.name, e)
+
+    # -- termination ---------------------------------------------------------------------
+    async def _stop_all(self) -> None:
+        grace = self._grace
+        async with trio.open_nursery() as n:
+            for c in self.containers():
+                if c.handle is not None:
+                    n.start_soon(self._stop_one, c, grace)
+
+    async def _stop_one(self, c: ContainerRun, grace: float) -> None:
+        assert c.handle is not None
+        try:
+            st = await self.env.driver.inspect(c.handle)
+        except RuntimeDriverError:
+            return
+        if st.status == ContainerStatus.EXITED:
+            if "terminated" not in c.view.state and st.exit is not None:
+                self._record_exit(c, st.exit)
+            return
+        try:
+            exit_ = await self._kill(c, c.handle, grace)
+        except RuntimeDriverError as e:
+            log.warning("pod %s/%s: stopping %s: %s", self.namespace, self.name, c.name, e)
+            return
+        self._record_exit(c, exit_)
+
+    async def _teardown(self) -> None:
+        """Remove everything the pod had on this node; shielded so it always completes."""
+        with trio.CancelScope(shield=True):
+            for h in self._stray:
+                with contextlib.suppress(RuntimeDriverError, OSError):
+                    await self.env.driver.remove(h)
+            for c in self.containers():
+                for h in [*c.old_handles, c.previous, c.handle]:
+                    if h is not None:
+                        with contextlib.suppress(RuntimeDriverError, OSError):
+                            await self.env.driver.remove(h)
+            if self.sandbox is not None:
+                try:
+                    await self.env.driver.remove_sandbox(self.sandbox)
+                except (RuntimeDriverError, OSError) as e:
+                    log.warning("pod %s/%s: removing sandbox: %s", self.namespace, self.name, e)
+            if self._vm is not None:
+                try:
+                    await self._vm.teardown()
+                except Exception as e:
+                    log.warning("pod %s/%s: volume teardown: %s", self.namespace, self.name, e)
+            if self.netns_path is not None and self.env.network is not None:
+                from fleet.network import PodRef, delete_pod_netns
+                try:
+                    await self.env.network.teardown(PodRef.from_pod(self.pod), self.netns_path)
+                except Exception as e:
+                    log.warning("pod %s/%s: network teardown: %s", self.namespace, self.name, e)
+                with contextlib.suppress(OSError):
+                    await delete_pod_netns(self.netns_path)
+            await trio.to_thread.run_sync(
+                lambda: shutil.rmtree(self.pod_dir, ignore_errors=True))
+
+    async def _delete_object(self) -> None:
+        """Finish the API's graceful deletion: remove the object for good."""
+        backoff = 0.5
+        for _ in range(20):
+            try:
+                await self.env.client.delete(
+                    "v1", "pods", self.name, self.namespace,
+                    body={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                          "preconditions": {"uid": self.uid}})
+                return
+            except ApiException as e:
+                if e.code in (404, 409):
+                    return  # gone already, or a new pod of the same name
+                log.warning("pod %s/%s: final delete failed: %s", self.namespace, self.name, e)
+            except (httpx.TransportError, OSError) as e:
+                log.warning("pod %s/%s: final delete failed: %s", self.namespace, self.name, e)
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, 10.0)
+
+
+def _with_message(exit_: ExitStatus, message: str) -> ExitStatus:
+    """`exit_` with `message` (the runtime's own message, if any, kept after it)."""
+    full = f"{message}: {exit_.message}" if exit_.message else message
+    return dataclasses.replace(exit_, message=full)
+
+
+def _start_error(message: str) -> ExitStatus:
+    return ExitStatus(exit_code=128, signal=None, oom_killed=False,
+                      finished_at=datetime.now(UTC), reason="StartError", message=message)
+
+
+def optional_module(name: str) -> Any:
+    """A sibling agent module if it exists in this checkout (built by other engineers)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name != name:
+            log.warning("%s is not usable (%s): running without it", name, e)
+        return None
+    except Exception as e:  # a sibling module that is broken must not stop the agent
+        log.warning("%s failed to import (%r): running without it", name, e)
+        return None
+
+
+__all__ = [
+    "ContainerRun", "ImageInfo", "ImageProvider", "PodWorker", "StoreImages", "WorkerEnv",
+    "container_resources", "expand_vars", "grace_period", "optional_module", "resolve_argv",
+    "restart_wanted",
+]
