@@ -119,8 +119,9 @@ class FleetServer:
             "--data-dir", str(self.data_dir),
             "--port", str(self.port),
             "--metrics-port", str(self.metrics_port),
-            # The API tests need no node; tests that do start their own agent.
-            "--no-agent",
+            # The API tests need no node; a test that wants the built-in agent
+            # passes --agent-port PORT in extra_args.
+            *(["--no-agent"] if not any(a == "--agent-port" for a in self.extra_args) else []),
             *self.extra_args,
         ]
 

@@ -61,6 +61,7 @@ def make_network(cfg: AgentConfig, pod_cidr: str) -> Any:
 
 async def run(cfg: AgentConfig, *,
               task_status: trio.TaskStatus[AgentInfo] = trio.TASK_STATUS_IGNORED) -> None:
+    from fleet.agent.images_api import image_routes
     from fleet.runtime.images import ImageStore
 
     cfg.data_dir = Path(cfg.data_dir)
@@ -97,7 +98,8 @@ async def run(cfg: AgentConfig, *,
                 address = cfg.address or "0.0.0.0"
                 api_url = await n.start(lambda task_status: api.serve(
                     sync, address=address, port=cfg.port, token=token,
-                    node_name=cfg.node_name, task_status=task_status))
+                    node_name=cfg.node_name, extra_routes=image_routes(store),
+                    task_status=task_status))
                 log.info("agent API on %s", api_url)
             elif api is None:
                 log.warning("this build has no agent API (fleet.agent.api): no logs/exec")

@@ -34,6 +34,7 @@ def server(
     agent_driver: Annotated[str, cyclopts.Parameter(help="Runtime driver of the built-in agent: auto, oci or process.")] = "auto",
     agent_network: Annotated[str | None, cyclopts.Parameter(
         help="Pod network of the built-in agent: bridge or none (default: bridge as root, else none).")] = None,
+    agent_bridge: Annotated[str | None, cyclopts.Parameter(help="Bridge name of the built-in agent (default fleet0).")] = None,
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -43,7 +44,8 @@ def server(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = ServerConfig(data_dir=data_dir or default_data_dir(), port=port, metrics_port=metrics_port,
                        address=address, retention=retention, cluster_cidr=cluster_cidr,
-                       agent=not no_agent, agent_port=agent_port, agent_driver=agent_driver)
+                       agent=not no_agent, agent_port=agent_port, agent_driver=agent_driver,
+                       agent_bridge=agent_bridge)
     if agent_network is not None:
         cfg.agent_network = None if agent_network in ("none", "host", "") else agent_network
     logging.getLogger("httpx").setLevel(logging.WARNING)

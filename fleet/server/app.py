@@ -7,12 +7,13 @@ runs the pipeline as explicit stages:
 
 Discovery, OpenAPI, version and health endpoints are answered here; every
 resource path goes to the generic handlers in rest.py / watch.py, except the
-pod subresources served by the node agents (`log`, `exec`, `attach`), which
-proxy.py relays.  Errors of any stage become Kubernetes `Status` objects.
+pod subresources served by the node agents (`log`, `exec`, `attach`) and
+`nodes/{name}/proxy/...`, which proxy.py relays.  Errors of any stage become Kubernetes `Status` objects.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import platform
 import sys
@@ -20,7 +21,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 import trio
 from quart_trio import QuartTrio
@@ -35,10 +36,13 @@ from fleet.server.http import Req, Resp, dumps
 from fleet.server.metrics import Metrics
 from fleet.server.openapi import OpenAPICache
 from fleet.server.proxy import (
+    NODE_PROXY_VERBS,
     STREAM_SUBRESOURCES,
     WEBSOCKET_SUBRESOURCES,
+    NodeProxy,
     PodProxy,
     admin_token_from,
+    parse_node_proxy,
     reject_websocket,
 )
 from fleet.server.rest import MAX_BODY, ResourceAPI, Route, parse_route
@@ -84,7 +88,9 @@ class APIServer:
         self.openapi = OpenAPICache(registry)
         # Agents accept the cluster's admin token; without an explicit one the
         # server presents the admin token its own authenticator knows.
-        self.pods = PodProxy(store, registry, agent_token or admin_token_from(authenticator))
+        agent_token = agent_token or admin_token_from(authenticator)
+        self.pods = PodProxy(store, registry, agent_token)
+        self.nodes = NodeProxy(store, registry, agent_token)
         self.ready = True
 
     async def handle(self, req: Req) -> tuple[Resp, str, str]:
@@ -139,10 +145,30 @@ class APIServer:
             if doc is None:
                 raise errors.NotFound("the server could not find the requested resource")
             return Resp.json(200, doc), "get", "discovery"
+        # Before the generic parser, which refuses paths past name/subresource.
+        node_proxy = parse_node_proxy(path)
+        if node_proxy is not None:
+            return await self.node_proxy(req, *node_proxy)
         route = parse_route(segs)
         if route is None:
             raise errors.NotFound("the server could not find the requested resource")
         return await self.resource_request(req, route, method)
+
+    async def node_proxy(self, req: Req, name: str, agent_path: str) -> tuple[Resp, str, str]:
+        """`nodes/{name}/proxy/{path}`: authorize as kube-apiserver does, then relay.
+
+        The verb follows the method (GET → get, POST → create, ...) on resource
+        "nodes", subresource "proxy", so RBAC rules written for Kubernetes apply.
+        """
+        verb = NODE_PROXY_VERBS.get(req.method)
+        if verb is None:
+            raise errors.MethodNotAllowed(f"method {req.method} is not supported on nodes/proxy")
+        route = Route("", "v1", "nodes", None, name, "proxy")
+        self.authorize(req.user, verb, route, self.resources.kind_for(Route("", "v1", "nodes")))
+        query = req.raw_query if req.raw_query is not None else urlencode(req.query)
+        body = req.body_stream if req.body_stream is not None else req.body
+        resp = await self.nodes.forward(name, req.method, agent_path, query, req.headers, body)
+        return resp, verb, "nodes/proxy"
 
     def openapi_route(self, segs: list[str]) -> Resp:
         if len(segs) >= 2 and segs[1] == "v3":
@@ -315,14 +341,25 @@ class FleetASGI:
             for k, v in parse_qsl(qs.decode("latin-1"), keep_blank_values=True):
                 query.setdefault(k, v)
         method = scope["method"]
-        body, too_large = await _read_body(receive)
-        req = Req(method, scope["path"], query, headers, body)
+        if parse_node_proxy(scope["path"]) is not None:
+            # Relayed to an agent as it arrives (image archives run to gigabytes);
+            # MAX_BODY is for objects, the agent bounds what it accepts.
+            body, too_large = b"", False
+            body_stream: BodyStream | None = BodyStream(receive)
+            req = Req(method, scope["path"], query, headers, body,
+                      raw_query=qs.decode("latin-1"), body_stream=body_stream)
+        else:
+            body_stream = None
+            body, too_large = await _read_body(receive)
+            req = Req(method, scope["path"], query, headers, body)
         if too_large:
             resp: Resp = Resp.error(errors.RequestEntityTooLarge(
                 f"the request body is too large (limit {MAX_BODY} bytes)"))
             verb, resource = method.lower(), ""
         else:
             resp, verb, resource = await self.server.handle(req)
+        if body_stream is not None:
+            await body_stream.drain()
         out_headers = [(b"content-type", resp.content_type.encode())]
         out_headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers.items()]
         if isinstance(resp.body, bytes):
@@ -368,6 +405,45 @@ async def _read_body(receive: Any) -> tuple[bytes, bool]:
     return b"".join(chunks), False
 
 
+class BodyStream:
+    """The request body chunk by chunk, for relays (an async iterator of bytes).
+
+    A client that leaves mid-body raises (rather than ending the stream) so the
+    relay aborts its upstream request instead of completing a truncated upload.
+    """
+
+    def __init__(self, receive: Any) -> None:
+        self._receive = receive
+        self.done = False
+
+    def __aiter__(self) -> BodyStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while not self.done:
+            msg = await self._receive()
+            if msg["type"] == "http.disconnect":
+                self.done = True
+                raise errors.BadRequest("the client went away before the request body ended")
+            self.done = not msg.get("more_body")
+            chunk = msg.get("body", b"")
+            if chunk:
+                return chunk
+        raise StopAsyncIteration
+
+    async def drain(self) -> None:
+        """Read and drop what is left.
+
+        Needed before answering a request refused without reading its body (no
+        such node, forbidden): a client still uploading reads no response until
+        its upload is done, and closing on unread data resets the connection, so
+        it would see "connection reset" instead of the Status.
+        """
+        with contextlib.suppress(errors.BadRequest):
+            async for _ in self:
+                pass
+
+
 async def _stream(body: AsyncIterator[bytes], receive: Any, send: Any) -> None:
     """Send a streaming body until it ends or the client goes away."""
 
@@ -395,6 +471,8 @@ async def _stream(body: AsyncIterator[bytes], receive: Any, send: Any) -> None:
 def request_labels(req: Req) -> tuple[str, str]:
     """The (verb, resource) a request targets, Kubernetes-style, for metrics."""
     segs = [s for s in req.path.split("/") if s]
+    if parse_node_proxy(req.path) is not None:
+        return NODE_PROXY_VERBS.get(req.method, req.method.lower()), "nodes/proxy"
     route = parse_route(segs)
     if route is None:
         return req.method.lower(), (segs[0] if segs else "root")

@@ -30,6 +30,12 @@ class Req:
     headers: dict[str, str]  # lower-case names
     body: bytes = b""
     user: UserInfo | None = None
+    # The query string as sent (repeated keys intact), for relays that pass it on
+    # verbatim (nodes/{name}/proxy); None when the request was built without one.
+    raw_query: str | None = None
+    # The request body as it arrives, instead of `body`, for relays that must not
+    # hold it in memory (a multi-GB image archive through nodes/{name}/proxy).
+    body_stream: AsyncIterator[bytes] | None = None
 
     def flag(self, name: str) -> bool:
         return self.query.get(name, "").lower() in ("1", "true", "yes")

@@ -1,4 +1,4 @@
-"""The API server's side of `pods/log`, `pods/exec` and `pods/attach`.
+"""The API server's side of `pods/log`, `pods/exec`, `pods/attach` and `nodes/proxy`.
 
 Like kube-apiserver, the server does not run containers: it finds the node a
 pod is bound to and relays the request to that node's agent, which serves
@@ -23,6 +23,13 @@ WebSocket upgrade fails; Fleet does not speak SPDY, so that POST gets the
 same lookup (so a missing pod still reads "pods "x" not found") and then a
 400 saying WebSocket is required.
 
+`nodes/{name}/proxy/{path}` is Kubernetes' plain-HTTP relay to a node's
+agent: any agent endpoint (`kfleet image import` uploads archives to the
+agent's `/images/import` this way) is reached through the API server, so
+clients need only the API's address and credentials.  The caller's
+credentials stay at the server; the agent sees the server's token.  Request
+and response bodies are streamed both ways, never held whole.
+
 The pure parts — container choice, agent address, query translation,
 subprotocol filtering and frame pumping — are plain functions so the unit
 tests exercise them without sockets.
@@ -32,7 +39,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote, urlencode
@@ -571,7 +578,8 @@ async def reject_websocket(send: Callable[[dict[str, Any]], Awaitable[None]],
 
 
 class LogStream:
-    """An agent's log response as a response body: chunks as they arrive, then cleanup.
+    """An agent's streamed response (pods/log, nodes/proxy) as a response body: chunks
+    as they arrive, then cleanup.
 
     A class rather than an async generator: a generator that was never
     started (the client left before the first chunk) skips its `finally` on
@@ -618,3 +626,111 @@ def admin_token_from(authenticator: object) -> str | None:
         if "system:masters" in getattr(user, "groups", ()):
             return str(token)
     return None
+
+
+# ------------------------------------------------------------- nodes/proxy
+# How kube-apiserver authorizes a proxied request: the verb follows the HTTP method.
+NODE_PROXY_VERBS: dict[str, str] = {
+    "GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete",
+}
+# Connection-scoped headers (RFC 9110 7.6.1) never cross a proxy.
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+                        "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"})
+# The caller's credentials are for the API server only: the agent gets the server's token.
+_DROP_REQUEST_HEADERS = HOP_BY_HOP | {"host", "authorization", "cookie"}
+# The response is re-framed (chunked) by the server; its type goes out separately.
+_DROP_RESPONSE_HEADERS = HOP_BY_HOP | {"content-length", "content-type"}
+_PROXY_PREFIX = "/api/v1/nodes/"
+# Characters left as they are when the (decoded) agent path is put back into a URL.
+_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+
+
+def parse_node_proxy(path: str) -> tuple[str, str] | None:
+    """(node name, agent path) for `/api/v1/nodes/{name}/proxy[/{path}]`, else None.
+
+    Done on the raw path rather than through the generic route parser, which
+    takes at most name/subresource: everything after `proxy` belongs to the agent,
+    trailing slash included.
+    """
+    if not path.startswith(_PROXY_PREFIX):
+        return None
+    name, sep, tail = path[len(_PROXY_PREFIX):].partition("/")
+    if not name or not sep:
+        return None
+    if tail == "proxy":
+        return name, "/"
+    if tail.startswith("proxy/"):
+        return name, tail[len("proxy"):]
+    return None
+
+
+def proxy_request_headers(headers: Mapping[str, str], token: str | None) -> dict[str, str]:
+    """The caller's headers as the agent should see them: end-to-end ones, server's token."""
+    out = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST_HEADERS}
+    if token:
+        out["Authorization"] = f"Bearer {token}"
+    return out
+
+
+def proxy_response_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The agent's response headers worth passing back (repeated ones joined)."""
+    out: dict[str, str] = {}
+    for k, v in headers:
+        name = k.lower()
+        if name in _DROP_RESPONSE_HEADERS:
+            continue
+        out[name] = f"{out[name]}, {v}" if name in out else v
+    return out
+
+
+class NodeProxy:
+    """Relays `nodes/{name}/proxy/{path}` requests to the node's agent over plain HTTP."""
+
+    def __init__(self, store: Store, registry: Registry, token: str | None, *,
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> None:
+        self.store = store
+        self.registry = registry
+        self.token = token
+        self.connect_timeout = connect_timeout
+
+    async def agent_for(self, name: str) -> AgentAddress:
+        """The node's agent address: 404 for an unknown node, 503 when it reports none."""
+        nodes = self.registry.get("", "v1", "nodes")
+        assert nodes is not None, "core kind nodes is not registered"
+        try:
+            node = await self.store.get(nodes.key(None, name))
+        except KeyNotFound:
+            raise errors.NotFound(f'nodes "{name}" not found', name=name, kind="nodes") from None
+        return agent_address(node)
+
+    async def forward(self, name: str, method: str, path: str, query: str,
+                      headers: Mapping[str, str], body: bytes | AsyncIterator[bytes]) -> Resp:
+        """Send one request to the agent; its status, headers and body come back as they are.
+
+        The agent's own errors (401, 404, its 400 Status for a bad archive) are
+        passed through untouched, as kube-apiserver does: the client talks to the
+        agent, the server only carries the bytes.  Only failing to reach the agent
+        becomes a 503 Status of the server's.
+        """
+        addr = await self.agent_for(name)
+        url = f"http://{addr.netloc}{quote(path, safe=_PATH_SAFE)}"
+        target = url + (f"?{query}" if query else "")
+        # The agent may take long to answer (importing a large image happens before
+        # the response); only connecting is bounded, like the log stream.
+        timeout = httpx.Timeout(self.connect_timeout, read=None, write=None)
+        http = httpx.AsyncClient(timeout=timeout)
+        try:
+            request = http.build_request(method, target, headers=proxy_request_headers(
+                headers, self.token), content=body)
+            resp = await http.send(request, stream=True)
+        except httpx.TransportError as e:
+            await http.aclose()
+            raise errors.ServiceUnavailable(f"error trying to reach the agent of node {name} "
+                                            f"at {url}: {e or type(e).__name__}") from None
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await http.aclose()
+            raise
+        ctype = resp.headers.get("content-type", "application/octet-stream")
+        return Resp(resp.status_code, LogStream(http, resp), ctype,
+                    proxy_response_headers(resp.headers.multi_items()))

@@ -69,6 +69,7 @@ class ServerConfig:
     # "bridge" gives pods their own network namespace (needs root); None runs
     # them in the host's network, as the process driver does anyway.
     agent_network: str | None = field(default_factory=lambda: "bridge" if os.geteuid() == 0 else None)
+    agent_bridge: str | None = None  # bridge name (default: the driver's, fleet0)
 
 
 @dataclass
@@ -205,6 +206,7 @@ async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes) -> 
     agent_cfg = AgentConfig(server_url=url, token=token, ca_data=ca_pem,
                             data_dir=Path(cfg.data_dir) / "agent", port=cfg.agent_port,
                             driver=cfg.agent_driver, network_driver=cfg.agent_network,
+                            bridge_name=cfg.agent_bridge,
                             cluster_cidr=cfg.cluster_cidr,
                             # A server that only listens on loopback gets a node that does too.
                             address="127.0.0.1" if cfg.address in ("127.0.0.1", "localhost", "::1") else "")
