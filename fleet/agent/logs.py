@@ -297,7 +297,12 @@ async def follow_records(path: Path, *, tail_lines: int | None = None, from_end:
                 # Not created yet (the container is starting): wait for it, unless the
                 # container is already gone.
                 if is_running is not None and not await is_running():
-                    return
+                    # It may have written its log and exited between our last look
+                    # and that answer: one more look before giving up.
+                    opened = await trio.to_thread.run_sync(lf.open, tail_lines, from_end)
+                    if not opened:
+                        return
+                    continue
                 await trio.sleep(poll_interval)
                 opened = await trio.to_thread.run_sync(lf.open, tail_lines, from_end)
                 continue
