@@ -214,16 +214,19 @@ def build_pod_status(pod: Mapping[str, Any], init: Sequence[ContainerView],
     }
     if init:
         status["initContainerStatuses"] = [c.to_status() for c in init]
-    if message:
-        status["message"] = message
-    if reason:
-        status["reason"] = reason
+    # Always present: the status is sent as a merge patch, where a missing key
+    # would leave a stale message (say, a volume that was missing) in place; None
+    # removes it.
+    status["message"] = message or None
+    status["reason"] = reason or None
     return status
 
 
 def _strip_times(v: Any) -> Any:
+    # Timestamps never count as a change, and a None value is the same as an
+    # absent key (that is what it becomes once merged).
     if isinstance(v, dict):
-        return {k: _strip_times(x) for k, x in v.items() if k not in _TIME_KEYS}
+        return {k: _strip_times(x) for k, x in v.items() if k not in _TIME_KEYS and x is not None}
     if isinstance(v, list):
         return [_strip_times(x) for x in v]
     return v

@@ -106,7 +106,7 @@ def agent(
         cfg.node_name = node_name
     try:
         trio.run(run, cfg)
-    except KeyboardInterrupt:
+    except* KeyboardInterrupt:
         pass
 
 

@@ -103,8 +103,10 @@ def test_pod_from_registry_runs_and_answers_kubectl(cluster: tuple[FleetServer, 
             "terminationGracePeriodSeconds": 5,
             "containers": [{
                 "name": "web", "image": image, "imagePullPolicy": "Always",
+                # `;` not `&&` before the background loop: `a && b & c` would send
+                # a and b to the background too, racing httpd for /www.
                 "command": ["sh", "-c",
-                            "mkdir -p /www && echo hello-from-pod > /www/index.html && "
+                            "mkdir -p /www; echo hello-from-pod > /www/index.html; "
                             "(i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.5; done) & "
                             "exec httpd -f -p 8080 -h /www"],
                 "ports": [{"containerPort": 8080}],
@@ -121,12 +123,18 @@ def test_pod_from_registry_runs_and_answers_kubectl(cluster: tuple[FleetServer, 
         conds = {c["type"]: c["status"] for c in p.get("status", {}).get("conditions", [])}
         return p if conds.get("Ready") == "True" and p["status"].get("podIP") else None
 
-    pod = wait_until(ready, timeout=60, what="the pod to become Ready")
+    try:
+        pod = wait_until(ready, timeout=60, what="the pod to become Ready")
+    except AssertionError:
+        log = srv.log_path.read_text(errors="replace")[-6000:] if srv.log_path.exists() else ""
+        raise AssertionError(f"pod never became Ready: {json.dumps(_pod(srv, ns, 'web').get('status'))}"
+                             f"\n----- server log -----\n{log}") from None
     assert pod["spec"]["nodeName"], "the scheduler bound it"
     ip = pod["status"]["podIP"]
     assert ip.startswith("10.244."), ip
     cs = pod["status"]["containerStatuses"][0]
     assert cs["ready"] and "running" in cs["state"] and cs["imageID"]
+    assert cs["restartCount"] == 0, cs
 
     # The pod's HTTP port answers on its own IP (the pod's netns, on the bridge).
     assert httpx.get(f"http://{ip}:8080/index.html", timeout=5).text.strip() == "hello-from-pod"
