@@ -40,6 +40,7 @@ sandbox back by calling it again with the same spec.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import enum
 import json
@@ -465,7 +466,7 @@ def _exit_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-class ShimDriver:
+class ShimDriver(abc.ABC):
     """What both drivers share: container directories, launching the shim, waiting on
     and signalling pids safely, recovery, stats.  Subclasses prepare the container
     directory (`_prepare`) and tear down what they added (`_cleanup`)."""
@@ -534,13 +535,15 @@ class ShimDriver:
         return await trio.to_thread.run_sync(scan)
 
     # -- start ------------------------------------------------------------------------
+    @abc.abstractmethod
     async def _prepare(self, bundle: Path, sandbox: Sandbox, container: ContainerSpec,
                        cid: str, cgroup_path: str | None) -> dict[str, Any]:
         """Build the container directory; returns mode-specific shim.json fields."""
-        raise NotImplementedError
 
-    async def _cleanup(self, handle: ContainerHandle) -> None:
-        """Undo `_prepare` (mounts); runs in remove() after the container is gone."""
+    async def _cleanup(self, handle: ContainerHandle) -> None:  # noqa: B027 - optional hook
+        """Undo `_prepare` (mounts); runs in remove() after the container is gone.
+
+        Nothing to undo by default (the process driver mounts nothing)."""
 
     def _container_cgroup(self, sandbox: Sandbox, cid: str) -> str | None:
         return f"{sandbox.cgroup_parent}/{cid}" if self._use_cgroups() else None
