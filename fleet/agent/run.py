@@ -23,12 +23,15 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from fleet.agent import imagegc
 from fleet.agent.config import AgentConfig
+from fleet.agent.events import EventRecorder
 from fleet.agent.node import NodeAgent
 from fleet.agent.sync import PodSync
 from fleet.agent.worker import StoreImages, WorkerEnv, optional_module
@@ -85,12 +88,17 @@ async def run(cfg: AgentConfig, *,
                         netns_dir=cfg.netns_dir,
                         env=optional_module("fleet.agent.env"),
                         volumes=optional_module("fleet.agent.volumes"),
-                        node_allocatable=lambda: _allocatable(node))
+                        node_allocatable=lambda: _allocatable(node),
+                        events=EventRecorder(client, cfg.node_name))
         sync = PodSync(cfg.node_name, env)
         async with trio.open_nursery() as n:
             n.start_soon(node.lease_loop)
             n.start_soon(node.status_loop)
             await n.start(sync.run)
+            # Under disk pressure, unused images go (least recently used first);
+            # any image a pod on this node names is kept.
+            n.start_soon(partial(imagegc.run, store, cfg.data_dir / "images",
+                                 lambda: imagegc.images_in_use(w.pod for w in list(sync.workers.values()))))
             api_url = None
             api = optional_module("fleet.agent.api")
             token = client_cfg.token or cfg.token

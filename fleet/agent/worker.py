@@ -137,6 +137,16 @@ class StoreImages:
         self.insecure = list(insecure_registries)
         self._locks: dict[str, trio.Lock] = {}
 
+    def will_pull(self, image: str, policy: str | None) -> bool:
+        """Whether `ensure` goes to the registry (for the Pulling/Pulled events)."""
+        from fleet.runtime.images import ImagePullError
+        from fleet.runtime.images.policy import should_pull
+
+        try:
+            return should_pull(policy, self.store.get(image) is not None, image=image)
+        except (ImagePullError, ValueError):
+            return False
+
     async def ensure(self, image: str, policy: str | None,
                      pull_secrets: Sequence[Mapping[str, Any]]) -> ImageInfo:
         from fleet.runtime.images import credentials_for, parse_reference, pull
@@ -176,6 +186,8 @@ class WorkerEnv:
     # Optional integrations with sibling modules, looked up once by the agent.
     volumes: Any = None
     env: Any = None
+    # fleet.agent.events.EventRecorder: the kubelet's Events for pods; None = none.
+    events: Any = None
 
 
 class SetupError(Exception):
@@ -425,6 +437,16 @@ class PodWorker:
     def _changed(self) -> None:
         self._dirty.set()
 
+    async def _event(self, type_: str, reason: str, message: str,
+                     c: ContainerRun | None = None) -> None:
+        """One Kubernetes Event about this pod (or container `c`); never raises."""
+        if self.env.events is None:
+            return
+        path = None
+        if c is not None:
+            path = f"spec.{'initContainers' if c.init else 'containers'}{{{c.name}}}"
+        await self.env.events.record(self.pod, type_, reason, message, path)
+
     def compute_status(self) -> dict[str, Any]:
         return build_pod_status(
             self.pod, [c.view for c in self.init], [c.view for c in self.apps],
@@ -488,6 +510,8 @@ class PodWorker:
                     await self._delete_object()
                 n.cancel_scope.cancel()
         finally:
+            if self.env.events is not None:
+                self.env.events.forget(self.uid)
             self.done.set()
 
     async def _lifecycle(self) -> None:
@@ -592,7 +616,10 @@ class PodWorker:
             try:
                 self._volume_paths = await self._vm.setup(self.pod)
             except self.env.volumes.VolumeError as e:
-                raise SetupError(e.message if hasattr(e, "message") else str(e)) from e
+                message = e.message if hasattr(e, "message") else str(e)
+                await self._event("Warning", getattr(e, "reason", None) or "FailedMount",
+                                  message)
+                raise SetupError(message) from e
             return
         if (self.pod.get("spec") or {}).get("volumes"):
             self._volume_paths = await trio.to_thread.run_sync(self._builtin_volumes)
@@ -670,18 +697,32 @@ class PodWorker:
         from fleet.runtime.images import ImagePullError
 
         image = c.spec.get("image", "")
+        policy = c.spec.get("imagePullPolicy")
         while True:
             try:
                 secrets = await self._pull_secrets()
-                info = await self.env.images.ensure(image, c.spec.get("imagePullPolicy"),
-                                                    secrets)
+                will_pull = getattr(self.env.images, "will_pull", None)
+                pulling = bool(will_pull(image, policy)) if callable(will_pull) else False
+                if pulling:
+                    await self._event("Normal", "Pulling", f'Pulling image "{image}"', c)
+                t0 = trio.current_time()
+                info = await self.env.images.ensure(image, policy, secrets)
                 c.image_backoff = BACKOFF_INITIAL
                 c.view.image_id = info.image_id
+                if pulling:
+                    took = trio.current_time() - t0
+                    await self._event("Normal", "Pulled",
+                                      f'Successfully pulled image "{image}" in {took:.3f}s', c)
+                else:
+                    await self._event("Normal", "Pulled", f'Container image "{image}" '
+                                      "already present on machine", c)
                 return info
             except ImagePullError as e:
                 reason = e.reason or "ErrImagePull"
                 c.view.state = {"waiting": {"reason": reason, "message": e.message}}
                 self._changed()
+                await self._event("Warning", "Failed", e.message, c)
+                await self._event("Warning", "Failed", f"Error: {reason}", c)
                 log.info("pod %s/%s: image %s: %s: %s", self.namespace, self.name, image,
                          reason, e.message)
                 if reason not in ("ErrImagePull",):
@@ -696,6 +737,9 @@ class PodWorker:
                         "reason": "ImagePullBackOff",
                         "message": f'Back-off pulling image "{image}": {e.message}'}}
                     self._changed()
+                    await self._event("Normal", "BackOff", f'Back-off pulling image "{image}"',
+                                      c)
+                    await self._event("Warning", "Failed", "Error: ImagePullBackOff", c)
                     await trio.sleep(c.image_backoff)
                 c.image_backoff = min(c.image_backoff * 2, BACKOFF_MAX)
 
@@ -770,6 +814,7 @@ class PodWorker:
             # The referenced object may appear later: wait in that state and retry.
             c.view.state = {"waiting": {"reason": reason, "message": message}}
             self._changed()
+            await self._event("Warning", "Failed", f"Error: {message}", c)
             await trio.sleep(config_backoff)
             config_backoff = min(config_backoff * 2, 30.0)
         c.view.state = {"waiting": {"reason": "ContainerCreating"}}
@@ -777,7 +822,10 @@ class PodWorker:
             handle = await self.env.driver.start(self.sandbox, cspec)
         except RuntimeDriverError as e:
             c.next_attempt += 1
+            await self._event("Warning", "Failed", f"Error: {e}", c)
             return _start_error(str(e))
+        await self._event("Normal", "Created", f"Created container {c.name}", c)
+        await self._event("Normal", "Started", f"Started container {c.name}", c)
         # Keep the previous attempt (for `logs --previous`); older ones go.
         if c.previous is not None:
             c.old_handles.append(c.previous)
@@ -849,6 +897,8 @@ class PodWorker:
                 "message": f"back-off {int(delay)}s restarting failed container={c.name} "
                            f"pod={self.name}_{self.namespace}({self.uid})"}}
             self._changed()
+            await self._event("Warning", "BackOff", "Back-off restarting failed container "
+                              f"{c.name} in pod {self.name}_{self.namespace}({self.uid})", c)
             await trio.sleep(delay)
 
     # -- probes ------------------------------------------------------------------------
@@ -900,11 +950,15 @@ class PodWorker:
                          else self._container_grace(c))
                 # In the outer nursery: the kill must finish even though the probes
                 # are cancelled as soon as the container exits.
+                killers.start_soon(self._event, "Normal", "Killing",
+                                   f"Container {c.name} failed {f.probe} probe, will be "
+                                   "restarted", c)
                 killers.start_soon(self._kill_quietly, c, handle, grace)
 
             def on_unhealthy(kind: str, message: str) -> None:
                 log.debug("pod %s/%s: container %s: %s", self.namespace, self.name, c.name,
                           message)
+                killers.start_soon(self._event, "Warning", "Unhealthy", message, c)
 
             runner = ProbeRunner(c.spec, pod_ip=self._pod_ip(),
                                  exec_in_container=self._exec_in(handle),
@@ -990,6 +1044,7 @@ class PodWorker:
             assert exited is not None
             return exited
         log.info("pod %s/%s: %s", self.namespace, self.name, result.message)
+        await self._event("Warning", "FailedPostStartHook", result.message, c)
         try:
             st = await self._kill(c, handle, self._container_grace(c))
         except RuntimeDriverError as e:
@@ -1011,6 +1066,7 @@ class PodWorker:
                 exec_in_container=self._exec_in(handle), deadline=deadline)
             if not result.ok:
                 log.info("pod %s/%s: %s", self.namespace, self.name, result.message)
+                await self._event("Warning", "FailedPreStopHook", result.message, c)
             # A preStop that used up the grace period still leaves the process a
             # moment to handle SIGTERM (the kubelet's minimum of 2 s).
             remaining = max(deadline - trio.current_time(), MIN_GRACE_AFTER_PRESTOP)
@@ -1041,6 +1097,7 @@ class PodWorker:
             if "terminated" not in c.view.state and st.exit is not None:
                 self._record_exit(c, st.exit)
             return
+        await self._event("Normal", "Killing", f"Stopping container {c.name}", c)
         try:
             exit_ = await self._kill(c, c.handle, grace)
         except RuntimeDriverError as e:

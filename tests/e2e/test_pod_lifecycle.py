@@ -314,6 +314,17 @@ def test_missing_configmap_waits_then_starts(env: tuple[FleetServer, Agent, str]
     time.sleep(1)
     assert pod_status(srv, ns, "waiter").get("phase") == "Pending"
 
+    def failed_mount() -> list[dict[str, Any]] | None:
+        with srv.client() as c:
+            r = c.get(f"/api/v1/namespaces/{ns}/events",
+                      params={"fieldSelector": "involvedObject.name=waiter"})
+        evs = [e for e in r.json().get("items") or [] if e.get("reason") == "FailedMount"
+               and 'configmap "later" not found' in e.get("message", "")]
+        return evs or None
+
+    evs = wait_until(failed_mount, timeout=10, what="a FailedMount event for the pod")
+    assert evs[0]["type"] == "Warning" and evs[0]["source"]["host"] == agent.node, evs
+
     with srv.client() as c:
         r = c.post(f"/api/v1/namespaces/{ns}/configmaps",
                    json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "later"},
