@@ -305,7 +305,10 @@ def shim_command() -> list[str]:
     container)."""
     if getattr(sys, "frozen", False):
         return [sys.executable, "shim"]
-    return [sys.executable, "-m", "fleet.cli.shim"]
+    # -S: no site-packages scan at start-up (the shim needs only the standard library
+    # and the fleet package, which PYTHONPATH in `_shim_env` provides): ~20 ms less per
+    # container start and a smaller resident shim.
+    return [sys.executable, "-S", "-m", "fleet.cli.shim"]
 
 
 def _shim_env() -> dict[str, str]:
