@@ -178,7 +178,7 @@ class WorkerEnv:
     host_ip: str
     network: Any = None  # fleet.network.NetworkDriver, None = pods use the host network
     netns_dir: str | None = None
-    status_min_interval: float = 0.2
+    status_min_interval: float = 0.05
     # The node's allocatable resources (the Node object's status.allocatable, kept fresh
     # by the agent's status loop): resourceFieldRef defaults for containers without
     # limits, and the size of memory-backed emptyDirs.  None: measured from the machine.
