@@ -29,12 +29,14 @@ from typing import Any
 
 import trio
 
-from fleet.agent import imagegc
+from fleet.agent import api, imagegc
+from fleet.agent import env as agent_env
+from fleet.agent import volumes as agent_volumes
 from fleet.agent.config import AgentConfig
 from fleet.agent.events import EventRecorder
 from fleet.agent.node import NodeAgent
 from fleet.agent.sync import PodSync
-from fleet.agent.worker import StoreImages, WorkerEnv, optional_module
+from fleet.agent.worker import StoreImages, WorkerEnv
 from fleet.runtime.driver import select_driver
 
 log = logging.getLogger(__name__)
@@ -86,8 +88,7 @@ async def run(cfg: AgentConfig, *,
                         images=StoreImages(store, cfg.insecure_registries),
                         data_dir=cfg.data_dir, host_ip=node.address, network=network,
                         netns_dir=cfg.netns_dir,
-                        env=optional_module("fleet.agent.env"),
-                        volumes=optional_module("fleet.agent.volumes"),
+                        env=agent_env, volumes=agent_volumes,
                         node_allocatable=lambda: _allocatable(node),
                         events=EventRecorder(client, cfg.node_name))
         sync = PodSync(cfg.node_name, env)
@@ -100,17 +101,16 @@ async def run(cfg: AgentConfig, *,
             n.start_soon(partial(imagegc.run, store, cfg.data_dir / "images",
                                  lambda: imagegc.images_in_use(w.pod for w in list(sync.workers.values()))))
             api_url = None
-            api = optional_module("fleet.agent.api")
             token = client_cfg.token or cfg.token
-            if api is not None and token:
+            if token:
                 address = cfg.address or "0.0.0.0"
                 api_url = await n.start(lambda task_status: api.serve(
                     sync, address=address, port=cfg.port, token=token,
                     node_name=cfg.node_name, extra_routes=image_routes(store),
                     task_status=task_status))
                 log.info("agent API on %s", api_url)
-            elif api is None:
-                log.warning("this build has no agent API (fleet.agent.api): no logs/exec")
+            else:
+                log.warning("no bearer token: the agent API (logs, exec, attach) is off")
             log.info("agent for node %s running (driver %s, pid %d)", cfg.node_name,
                      driver.name, os.getpid())
             task_status.started(AgentInfo(node_name=cfg.node_name, address=node.address,

@@ -53,7 +53,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import importlib
 import json
 import logging
 import os
@@ -1168,21 +1167,8 @@ def _start_error(message: str) -> ExitStatus:
                       finished_at=datetime.now(UTC), reason="StartError", message=message)
 
 
-def optional_module(name: str) -> Any:
-    """A sibling agent module if it exists in this checkout (built by other engineers)."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name != name:
-            log.warning("%s is not usable (%s): running without it", name, e)
-        return None
-    except Exception as e:  # a sibling module that is broken must not stop the agent
-        log.warning("%s failed to import (%r): running without it", name, e)
-        return None
-
-
 __all__ = [
     "ContainerRun", "ImageInfo", "ImageProvider", "PodWorker", "StoreImages", "WorkerEnv",
-    "container_resources", "expand_vars", "grace_period", "optional_module", "resolve_argv",
+    "container_resources", "expand_vars", "grace_period", "resolve_argv",
     "restart_wanted",
 ]
