@@ -152,7 +152,8 @@ def _array_index(token: str, length: int, pointer: str, *, allow_end: bool) -> i
 
 
 def _walk(doc: Any, tokens: list[str], pointer: str) -> Any:
-    """The container holding the last token of `tokens` (which must all exist)."""
+    """The value `tokens` lead to (every step must exist); callers pass all but the
+    last token to get the container to change."""
     cur = doc
     for token in tokens:
         if isinstance(cur, dict):
@@ -167,18 +168,9 @@ def _walk(doc: Any, tokens: list[str], pointer: str) -> Any:
 
 
 def _get(doc: Any, pointer: str) -> Any:
-    tokens = _parse_pointer(pointer)
-    if not tokens:
-        return doc
-    parent = _walk(doc, tokens[:-1], pointer)
-    last = tokens[-1]
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise Invalid(f'json patch: doc is missing path: "{pointer}"')
-        return parent[last]
-    if isinstance(parent, list):
-        return parent[_array_index(last, len(parent), pointer, allow_end=False)]
-    raise Invalid(f'json patch: doc is missing path: "{pointer}"')
+    # Reading a value is walking every token: _walk already refuses missing keys
+    # and out-of-range indexes with the same errors.
+    return _walk(doc, _parse_pointer(pointer), pointer)
 
 
 def _add(doc: Any, pointer: str, value: Any) -> Any:
