@@ -32,8 +32,8 @@ import trio
 
 from fleet.api import meta
 from fleet.client import STRATEGIC_MERGE_PATCH, ApiException, Client, ClientConfig
+from fleet.client.informer import Informer
 from fleet.scheduler.framework import FitError, Framework
-from fleet.scheduler.informer import Informer
 from fleet.scheduler.plugins import default_plugins
 from fleet.scheduler.queue import SchedulingQueue
 from fleet.scheduler.snapshot import Snapshot, is_terminated, pod_key

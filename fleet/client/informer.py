@@ -1,15 +1,11 @@
 """A minimal informer: list, then watch from the list's revision, into a local cache.
 
-The scheduler's view of pods and nodes comes from here.  `Informer.run`
+The scheduler's and the controllers' views of the cluster come from here.  `Informer.run`
 lists the collection, reports every difference from what it held before as
 ADDED / MODIFIED / DELETED to `on_event` (so a re-list after a 410 or a
 lost connection heals the cache without the handler caring why), then
 follows the watch.  Handlers are synchronous: they only update in-memory
 state, so an event is applied completely before the next one.
-
-This belongs with the client (DESIGN.md: "client: async API client +
-informers") once the controller runtime lands; it lives here until then so
-the scheduler does not wait for it.
 """
 
 from __future__ import annotations
