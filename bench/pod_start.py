@@ -442,31 +442,43 @@ def force_clean(agent_dir: Path, data_root: Path) -> None:
 # --------------------------------------------------------------------------- RSS
 
 
+def pss_kib(pid: int) -> int:
+    """Proportional set size: shared pages split among their sharers (/proc/PID/smaps_rollup)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    return 0
+
+
 def shim_rss(agent_dir: Path) -> dict[str, Any]:
-    """VmRSS of every `fleet shim` process of this agent, and of the containers' processes."""
-    shims, payload = [], []
-    containers = str(agent_dir / "runtime" / "containers")
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            cmd = (d / "cmdline").read_bytes().split(b"\0")
-            if b"fleet.cli.shim" in cmd and any(a.startswith(containers.encode()) for a in cmd):
-                kib = rss_kib(int(d.name))
-                if kib:
-                    shims.append(kib)
-    for pidf in Path(containers).glob("*/container.pid"):
+    """Memory of every shim of this agent (found by the shim.pid files in the container
+    directories: shims forked by the launcher server carry its command line) and of the
+    containers' processes.  RSS counts pages shared with the launcher server and the
+    other shims in full; PSS divides them among their sharers."""
+    shims, shims_pss, payload = [], [], []
+    containers = Path(agent_dir / "runtime" / "containers")
+    for pidf in containers.glob("*/shim.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pidf.read_text().split()[0])
+            kib = rss_kib(pid)
+            if kib:
+                shims.append(kib)
+                shims_pss.append(pss_kib(pid))
+    for pidf in containers.glob("*/container.pid"):
         with contextlib.suppress(OSError, ValueError):
             kib = rss_kib(int(pidf.read_text().split()[0]))
             if kib:
                 payload.append(kib)
     mb = lambda xs: sorted(round(x * 1024 / 1e6, 2) for x in xs)  # noqa: E731
-    s, p = mb(shims), mb(payload)
+    s, ps, p = mb(shims), mb(shims_pss), mb(payload)
     return {
         "shims": len(s),
         "shim_rss_mb_median": s[len(s) // 2] if s else None,
         "shim_rss_mb_max": max(s) if s else None,
         "shim_rss_mb_total": round(sum(s), 1),
+        "shim_pss_mb_median": ps[len(ps) // 2] if ps else None,
+        "shim_pss_mb_total": round(sum(ps), 1),
         "containers": len(p),
         "container_rss_mb_median": p[len(p) // 2] if p else None,
     }

@@ -55,6 +55,7 @@ from werkzeug.exceptions import HTTPException
 
 from fleet.agent import channels, logs
 from fleet.api.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
+from fleet.runtime import shim
 from fleet.runtime.driver import (
     ContainerHandle,
     ContainerNotFound,
@@ -369,6 +370,18 @@ async def _exec(locator: ContainerLocator, namespace: str, pod: str,
     return None
 
 
+def _request_resize(located: Any, cols: int, rows: int) -> None:
+    """Write one "<cols> <rows>" line to the shim's resize FIFO (if it has one)."""
+    handle = located.handle
+    if handle is None or handle.bundle is None:
+        return
+    fd = _open_fifo_for_writing(Path(handle.bundle) / shim.RESIZE_FIFO)
+    try:
+        os.write(fd, f"{cols} {rows}\n".encode())
+    finally:
+        os.close(fd)
+
+
 def _open_fifo_for_writing(path: Path) -> int:
     # Non-blocking: the shim keeps a reader open (or waits in open() for stdinOnce);
     # with nobody reading, ENXIO says so at once instead of hanging here.
@@ -415,8 +428,11 @@ async def _attach(locator: ContainerLocator, namespace: str, pod: str,
                         # stdinOnce containers see EOF now; others keep stdin open
                         # (the shim holds its own writer), as in Kubernetes.
                         await fifo.aclose()
-                # Resize is not applied: the container's terminal belongs to its shim,
-                # which takes no resize requests (yet); exec sessions do resize.
+                elif channel == channels.RESIZE and opts.tty and located.tty:
+                    # The container's terminal belongs to its shim: ask it to resize.
+                    with contextlib.suppress(channels.ProtocolError, OSError):
+                        cols, rows = channels.decode_resize(data)
+                        await trio.to_thread.run_sync(_request_resize, located, cols, rows)
 
         async def pump_output() -> None:
             assert located.log_path is not None

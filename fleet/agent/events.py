@@ -10,6 +10,8 @@ the pod, optionally a container's `spec.containers{name}` fieldPath), so
   EventCorrelator.  A bump of an event that is gone (expired) creates a new one.
 * Rate limit: a token bucket per pod — `burst` events at once, then one every
   `refill_seconds` — so a crash loop cannot flood the API; dropped events are logged.
+* Asynchronous when `run` is serving: `record` queues and returns; a few sender tasks
+  write, each pod's events in order.
 * Never raises: an API error (or a slow API, bounded by `timeout`) is logged and the
   event dropped; events must never break the pod worker.
 
@@ -36,6 +38,7 @@ BURST = 25
 REFILL_SECONDS = 5.0
 MAX_CACHED = 4096
 TIMEOUT = 10.0
+QUEUE_SIZE = 2048  # events waiting for a sender; beyond it they are dropped (and logged)
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -79,6 +82,7 @@ class EventRecorder:
         self._seen: OrderedDict[tuple[str, str, str, str], _Seen] = OrderedDict()
         self._buckets: dict[str, _Bucket] = {}
         self._locks: dict[str, trio.Lock] = {}
+        self._queue: trio.MemorySendChannel[tuple[Any, ...]] | None = None
 
     def forget(self, uid: str) -> None:
         """Drop what is kept for a pod (its worker is gone)."""
@@ -100,26 +104,69 @@ class EventRecorder:
         b.tokens -= 1.0
         return True
 
+    async def run(self, *, workers: int = 4,
+                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Send events in the background until cancelled.
+
+        While this runs, `record` only queues the event and returns at once, so a pod
+        worker never waits on the API for an event (the kubelet's event broadcaster is
+        asynchronous the same way; a pod start used to spend ~10 ms writing its
+        Created/Started events before its status).  A pod's events are still written
+        in order: a sender takes the pod's lock before it can yield, and Trio's locks
+        are fair.  Without this service `record` writes synchronously."""
+        send, recv = trio.open_memory_channel[tuple[Any, ...]](QUEUE_SIZE)
+        async with trio.open_nursery() as n, recv:
+            for _ in range(workers):
+                n.start_soon(self._sender, recv.clone())
+            self._queue = send
+            try:
+                task_status.started()
+                await trio.sleep_forever()
+            finally:
+                self._queue = None
+
+    async def _sender(self, recv: trio.MemoryReceiveChannel[tuple[Any, ...]]) -> None:
+        async with recv:
+            async for item in recv:
+                await self._deliver(*item)
+
     async def record(self, pod: dict[str, Any], type_: str, reason: str, message: str,
                      field_path: str | None = None) -> None:
-        """Write (or bump) one event about `pod`; never raises."""
-        try:
-            md = pod.get("metadata") or {}
-            uid = str(md.get("uid") or "")
-            if not self._allow(uid):
-                log.info("event dropped (rate limit) for pod %s/%s: %s %s",
-                         md.get("namespace"), md.get("name"), reason, message)
+        """Write (or bump) one event about `pod` — or queue it, see `run`; never raises."""
+        md = pod.get("metadata") or {}
+        uid = str(md.get("uid") or "")
+        if not self._allow(uid):
+            log.info("event dropped (rate limit) for pod %s/%s: %s %s",
+                     md.get("namespace"), md.get("name"), reason, message)
+            return
+        if self._queue is not None:
+            try:
+                self._queue.send_nowait((pod, type_, reason, message, field_path))
                 return
+            except trio.WouldBlock:
+                log.warning("event dropped (queue full) for pod %s/%s: %s %s",
+                            md.get("namespace"), md.get("name"), reason, message)
+                return
+            except trio.ClosedResourceError:
+                pass
+        await self._deliver(pod, type_, reason, message, field_path)
+
+    async def _deliver(self, pod: dict[str, Any], type_: str, reason: str, message: str,
+                       field_path: str | None) -> None:
+        md = pod.get("metadata") or {}
+        uid = str(md.get("uid") or "")
+        try:
             lock = self._locks.setdefault(uid, trio.Lock())
             with trio.move_on_after(self.timeout) as scope:
                 async with lock:
                     await self._write(pod, type_, reason, message, field_path)
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._locks.pop(uid, None)
             if scope.cancelled_caught:
                 log.warning("event for pod %s/%s timed out: %s %s", md.get("namespace"),
                             md.get("name"), reason, message)
         except Exception as e:  # noqa: BLE001 - events must never break the worker
-            log.warning("cannot record event %s for pod %s: %s", reason,
-                        (pod.get("metadata") or {}).get("name"), e)
+            log.warning("cannot record event %s for pod %s: %s", reason, md.get("name"), e)
 
     async def _write(self, pod: dict[str, Any], type_: str, reason: str, message: str,
                      field_path: str | None) -> None:

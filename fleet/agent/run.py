@@ -93,6 +93,11 @@ async def run(cfg: AgentConfig, *,
                         events=EventRecorder(client, cfg.node_name))
         sync = PodSync(cfg.node_name, env)
         async with trio.open_nursery() as n:
+            # The driver's helpers (the warm shim launcher) and the event sender
+            # before any pod starts.
+            await n.start(driver.serve)
+            if env.events is not None:
+                await n.start(env.events.run)
             n.start_soon(node.lease_loop)
             n.start_soon(node.status_loop)
             await n.start(sync.run)

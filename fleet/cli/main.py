@@ -111,8 +111,17 @@ def agent(
 
 
 @app.command(show=False)
-def shim(*, bundle: Path, id: str, log: Path | None = None, foreground: bool = False) -> None:
-    """Run one container under its shim (launched by the runtime drivers, not by people)."""
+def shim(*, bundle: Path | None = None, id: str | None = None, log: Path | None = None,
+         foreground: bool = False, serve: bool = False) -> None:
+    """Run one container under its shim, or (--serve) the agent's shim launcher server.
+
+    Launched by the runtime drivers, not by people."""
+    if serve:
+        from fleet.runtime.shim import serve as serve_launcher
+
+        sys.exit(serve_launcher())
+    if bundle is None or id is None:
+        sys.exit("fleet shim: --bundle and --id are required")
     from fleet.cli.shim import run_shim
 
     sys.exit(run_shim(bundle, id, log, foreground=foreground))

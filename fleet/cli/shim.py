@@ -15,12 +15,20 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="fleet shim",
                                 description="Run one container and record its exit.")
-    p.add_argument("--bundle", required=True, type=Path, help="the container's directory")
-    p.add_argument("--id", required=True, help="the container id")
+    p.add_argument("--serve", action="store_true",
+                   help="run the launcher server: one request per stdin line (the agent's)")
+    p.add_argument("--bundle", type=Path, help="the container's directory")
+    p.add_argument("--id", help="the container id")
     p.add_argument("--log", type=Path, default=None, help="CRI-format log file")
     p.add_argument("--foreground", action="store_true",
                    help="do not detach (debugging)")
     args = p.parse_args(argv)
+    if args.serve:
+        from fleet.runtime.shim import serve
+
+        return serve()
+    if args.bundle is None or args.id is None:
+        p.error("--bundle and --id are required")
     return run_shim(args.bundle, args.id, args.log, foreground=args.foreground)
 
 

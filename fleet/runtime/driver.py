@@ -44,6 +44,7 @@ import abc
 import contextlib
 import enum
 import json
+import logging
 import os
 import shutil
 import signal
@@ -61,6 +62,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import trio
 
 from fleet.runtime import cgroups, shim
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------
 # Data
@@ -266,6 +269,9 @@ class Driver(Protocol):
     name: str
     state_dir: Path
 
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Background work the driver needs while an agent runs (started before any pod)."""
+
     async def create_sandbox(self, spec: SandboxSpec) -> Sandbox: ...
 
     async def start(self, sandbox: Sandbox, container: ContainerSpec) -> ContainerHandle: ...
@@ -320,6 +326,93 @@ def _shim_env() -> dict[str, str]:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH"))
                                             if p)
     return env
+
+
+class ShimLauncher:
+    """The agent's side of `fleet shim --serve` (see `fleet.runtime.shim`, "launcher
+    server"): starting a shim by fork from a warm interpreter instead of a fresh one.
+
+    `run()` is a service: it starts the server, reads its reports and hands each to the
+    `launch()` call waiting for it, and stops the server when cancelled.  While it is
+    not running (a driver used on its own, or the server died) `launch()` returns None
+    and the driver starts `fleet shim` the classic way, so nothing depends on it."""
+
+    def __init__(self) -> None:
+        self._stdin: trio.abc.SendStream | None = None
+        self._waiting: dict[int, trio.MemorySendChannel[bytes | None]] = {}
+        self._next = 0
+        self._send_lock = trio.Lock()
+        self.pid: int | None = None  # the server's, while it runs
+        self.launched = 0  # shims started through the server (tests and metrics read it)
+
+    @property
+    def running(self) -> bool:
+        return self._stdin is not None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        proc = await trio.lowlevel.open_process(
+            [*shim_command(), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env=_shim_env(), start_new_session=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        self._stdin = proc.stdin
+        self.pid = proc.pid
+        try:
+            task_status.started()
+            buf = b""
+            while chunk := await proc.stdout.receive_some(65536):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    rid, _, report = line.partition(b" ")
+                    try:
+                        waiter = self._waiting.pop(int(rid))
+                    except (ValueError, KeyError):
+                        continue  # an answer nobody waits for any more (cancelled start)
+                    waiter.send_nowait(report)
+            log.warning("shim launcher server exited (%s); starting shims directly",
+                        proc.returncode)
+        finally:
+            self._stdin = None
+            self.pid = None
+            for waiter in self._waiting.values():
+                waiter.send_nowait(None)
+            self._waiting.clear()
+            with trio.CancelScope(shield=True):
+                with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+                    await proc.stdin.aclose()  # the server's cue to exit
+                with trio.move_on_after(5):
+                    await proc.wait()
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+
+    async def launch(self, bundle: Path, cid: str, log_path: Path) -> bytes | None:
+        """The shim's ready report, or None when the server is not available."""
+        stdin = self._stdin
+        if stdin is None:
+            return None
+        self._next += 1
+        rid = self._next
+        send, recv = trio.open_memory_channel[bytes | None](1)
+        req = json.dumps({"req": rid, "bundle": str(bundle), "id": cid,
+                          "log": str(log_path)}).encode() + b"\n"
+        self._waiting[rid] = send
+        try:
+            async with self._send_lock:
+                await stdin.send_all(req)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._waiting.pop(rid, None)
+            return None  # never sent: the caller may start the shim directly
+        try:
+            report = await recv.receive()
+        finally:
+            self._waiting.pop(rid, None)
+        if report is None:
+            # Sent, but the server died before answering: a shim may or may not have
+            # started, so this start fails (and is cleaned up) rather than retried here.
+            raise RuntimeDriverError("the shim launcher server exited during a start")
+        self.launched += 1
+        return report
 
 
 async def _feed(src: InputSource, dst: trio.abc.SendStream) -> None:
@@ -482,8 +575,13 @@ class ShimDriver(abc.ABC):
         self.containers_dir = self.state_dir / "containers"
         self.sandboxes_dir = self.state_dir / "sandboxes"
         self.cgroups = cgroups.Cgroups(cgroup_root)
+        self.launcher = ShimLauncher()
         for d in (self.containers_dir, self.sandboxes_dir):
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The driver's long-running helper: the warm shim launcher (until cancelled)."""
+        await self.launcher.run(task_status=task_status)
 
     # -- sandboxes --------------------------------------------------------------------
     def _use_cgroups(self) -> bool:
@@ -577,22 +675,27 @@ class ShimDriver(abc.ABC):
                 cfg.save(bundle)
 
             await trio.to_thread.run_sync(write)
-            argv = [*shim_command(), "--bundle", str(bundle), "--id", cid,
-                    "--log", str(log_path)]
-            res = await trio.run_process(argv, stdin=b"", capture_stdout=True,
-                                         capture_stderr=True, check=False,
-                                         env=_shim_env(), cwd=str(bundle))
+            report = await self.launcher.launch(bundle, cid, log_path)
+            if report is None:
+                argv = [*shim_command(), "--bundle", str(bundle), "--id", cid,
+                        "--log", str(log_path)]
+                res = await trio.run_process(argv, stdin=b"", capture_stdout=True,
+                                             capture_stderr=True, check=False,
+                                             env=_shim_env(), cwd=str(bundle))
+                report = res.stdout
+                failure = (f"exit {res.returncode}: "
+                           f"{(res.stderr or res.stdout).decode(errors='replace').strip()[-2000:]}")
+            else:
+                failure = report.decode(errors="replace")[-2000:]
         except BaseException:
             with trio.CancelScope(shield=True):
                 await self._abandon(bundle, cid, container.name, sandbox.id, log_path)
             raise
-        ready = shim.parse_ready(res.stdout)
+        ready = shim.parse_ready(report)
         if ready is None:
             with trio.CancelScope(shield=True):
                 await self._abandon(bundle, cid, container.name, sandbox.id, log_path)
-            raise RuntimeDriverError(
-                f"shim for {container.name!r} failed (exit {res.returncode}): "
-                f"{res.stderr.decode(errors='replace').strip()[-2000:]}")
+            raise RuntimeDriverError(f"shim for {container.name!r} failed ({failure})")
         handle = ContainerHandle(
             id=cid, name=container.name, sandbox_id=sandbox.id, pid=ready.pid,
             shim_pid=ready.shim_pid, started_at=datetime.fromtimestamp(ready.started_at, UTC),

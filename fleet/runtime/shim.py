@@ -26,6 +26,8 @@ Files in the container directory (the "bundle"):
     container.pid   "<pid> <start time>" of the container's main process
     status.json     StatusRecord, once the container has exited (or failed to start)
     stdin           FIFO feeding the container's stdin (only with stdin: true)
+    resize          FIFO of "<cols> <rows>" lines resizing the container's terminal
+                    (only with tty: true; attach writes to it)
     runtime.log     runc's own JSON log (its error messages)
 
 Everything here is stdlib only: one shim runs per container, so it must start fast and
@@ -37,13 +39,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import signal
 import socket
 import stat
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -59,6 +64,7 @@ SHIM_PID_FILE = "shim.pid"
 CONTAINER_PID_FILE = "container.pid"
 STATUS_FILE = "status.json"
 STDIN_FIFO = "stdin"
+RESIZE_FIFO = "resize"
 RUNTIME_LOG = "runtime.log"
 CONSOLE_SOCKET = "console.sock"
 
@@ -357,6 +363,31 @@ class Shim:
         self._after_spawn.append(first_writer)
         return r
 
+    def _serve_resize(self, master: int) -> None:
+        """Apply "<cols> <rows>" lines from the resize FIFO to the terminal `master`.
+
+        The shim owns the container's pty, so only it can change the window size for
+        `kubectl attach -t`; the kernel then sends SIGWINCH to the terminal's
+        foreground process group, as for a real terminal."""
+        fifo = self.bundle / RESIZE_FIFO
+        with contextlib.suppress(FileExistsError):
+            os.mkfifo(fifo, 0o600)
+        fd = os.open(fifo, os.O_RDWR)  # read-write: no EOF between writers
+
+        def loop() -> None:
+            buf = b""
+            while chunk := os.read(fd, 4096):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    with contextlib.suppress(ValueError, OSError):
+                        cols, rows = (int(x) for x in line.split())
+                        if 0 < cols < 65536 and 0 < rows < 65536:
+                            fcntl.ioctl(master, termios.TIOCSWINSZ,
+                                        struct.pack("HHHH", rows, cols, 0, 0))
+
+        self._thread(loop)
+
     def _spawned(self) -> None:
         for fn in self._after_spawn:
             self._thread(fn)
@@ -452,6 +483,7 @@ class Shim:
                 self._delete()
                 return 0, self._start_error("the runtime did not pass the console")
             self._thread(pump_to_log, os.dup(master[0]), self.log, "stdout")
+            self._serve_resize(master[0])
             if self.cfg.stdin:
                 self._thread(_pump_bytes, stdin_fd, master[0])
             else:
@@ -530,6 +562,7 @@ class Shim:
             os.close(out_r)
             os.close(err_r)
             self._thread(pump_to_log, os.dup(master), self.log, "stdout")
+            self._serve_resize(master)
             if cfg.stdin:
                 self._thread(_pump_bytes, stdin_fd, master)
             else:
@@ -638,68 +671,191 @@ def _set_subreaper() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
 
-def run(bundle: Path, container_id: str, log_path: Path | None = None, *,
-        foreground: bool = False) -> int:
-    """Entry point of `fleet shim`.  Returns the launcher's exit code: 0 once the container
-    started (or its start failure was recorded), 1 if the shim itself failed."""
-    bundle = bundle.resolve()
-    cfg = ShimConfig.load(bundle)
-    if cfg.id != container_id:
-        print(f"fleet shim: bundle {bundle} is for {cfg.id}, not {container_id}",
-              file=sys.stderr)
-        return 1
-    log = Path(log_path or cfg.log_path)
-    r, w = os.pipe()
-    if not foreground:
-        child = os.fork()
-        if child:
-            # The launcher: relay the child's report, then exit (the agent waits on us).
-            os.close(w)
-            data = b""
-            while chunk := os.read(r, 65536):
-                data += chunk
-            sys.stdout.write(data.decode(errors="replace"))
-            sys.stdout.flush()
-            return 0 if parse_ready(data) is not None else 1
-        os.close(r)
-        os.setsid()
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(devnull, fd)
-        os.close(devnull)
-    else:
-        os.close(r)
+def _detach_stdio() -> None:
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _report(w: int, obj: dict[str, Any]) -> None:
+    os.write(w, json.dumps(obj).encode() + b"\n")
+    os.close(w)
+
+
+def _supervise(bundle: Path, container_id: str, log_path: Path | None, w: int) -> int:
+    """The detached shim itself: start the container, report on `w`, wait, record.
+
+    Runs in the shim process (already in its own session, stdio on /dev/null unless
+    --foreground).  Whatever goes wrong before the container starts is reported on
+    `w` as {"ok": false, "error": ...} instead of dying silently."""
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         # Signals for the agent's terminal or session are not for the shim; it ends
         # when its container does.  A no-op handler rather than SIG_IGN: an ignored
         # disposition would be inherited through exec by the container itself.
         signal.signal(sig, _ignore_signal)
     try:
+        cfg = ShimConfig.load(bundle)
+        if cfg.id != container_id:
+            raise ValueError(f"bundle {bundle} is for {cfg.id}, not {container_id}")
+        log = Path(log_path or cfg.log_path)
         _set_subreaper()
         shim_start = write_pid_file(bundle / SHIM_PID_FILE, os.getpid())
         shim = Shim(bundle, cfg, log)
         pid, error = shim.start()
     except Exception as e:  # report why to the agent instead of dying silently
-        os.write(w, json.dumps({"ok": False, "error": repr(e)}).encode() + b"\n")
-        os.close(w)
+        _report(w, {"ok": False, "error": repr(e)})
         return 1
     if error is not None:
         write_status(bundle, error)
         shim.cleanup()
-        os.write(w, json.dumps({"ok": True, "pid": 0, "pid_start": 0,
-                                "shim_pid": os.getpid(), "shim_start": shim_start,
-                                "started_at": error.started_at}).encode() + b"\n")
-        os.close(w)
+        _report(w, {"ok": True, "pid": 0, "pid_start": 0, "shim_pid": os.getpid(),
+                    "shim_start": shim_start, "started_at": error.started_at})
         return 0
     pid_start = write_pid_file(bundle / CONTAINER_PID_FILE, pid)
-    os.write(w, json.dumps({"ok": True, "pid": pid, "pid_start": pid_start,
-                            "shim_pid": os.getpid(), "shim_start": shim_start,
-                            "started_at": shim.started_at}).encode() + b"\n")
-    os.close(w)
+    _report(w, {"ok": True, "pid": pid, "pid_start": pid_start, "shim_pid": os.getpid(),
+                "shim_start": shim_start, "started_at": shim.started_at})
     rec = shim.finish(pid)
     write_status(bundle, rec)
     shim.cleanup()
     return 0
+
+
+def run(bundle: Path, container_id: str, log_path: Path | None = None, *,
+        foreground: bool = False) -> int:
+    """Entry point of `fleet shim`.  Returns the launcher's exit code: 0 once the container
+    started (or its start failure was recorded), 1 if the shim itself failed."""
+    bundle = bundle.resolve()
+    r, w = os.pipe()
+    if foreground:
+        os.close(r)
+        return _supervise(bundle, container_id, log_path, w)
+    child = os.fork()
+    if child:
+        # The launcher: relay the child's report, then exit (the agent waits on us).
+        os.close(w)
+        data = _read_all(r)
+        sys.stdout.write(data.decode(errors="replace"))
+        sys.stdout.flush()
+        return 0 if parse_ready(data) is not None else 1
+    os.close(r)
+    os.setsid()
+    _detach_stdio()
+    os._exit(_supervise(bundle, container_id, log_path, w))
+
+
+def _read_all(fd: int) -> bytes:
+    data = b""
+    while chunk := os.read(fd, 65536):
+        data += chunk
+    os.close(fd)
+    return data
+
+
+# ---------------------------------------------------------------------------------------
+# The launcher server ("zygote")
+#
+# Starting a Python interpreter for every container costs tens of milliseconds, the
+# largest single step of a pod start.  So the agent keeps one `fleet shim --serve`
+# process running: it has already imported this module, reads one request per line on
+# stdin — {"req": N, "bundle": ..., "id": ..., "log": ...} — and for each forks (no
+# exec) a detached shim exactly like `run` does: an intermediate child that calls
+# setsid() and forks the shim, then exits, so the shim belongs to no one but init (or
+# the nearest subreaper) and survives both the server and the agent.  The shim's ready
+# report comes back on a private pipe and is relayed as one line, "N <report>", on
+# stdout.  Forked shims also share the server's pages copy-on-write, so each costs less
+# memory than a separately started interpreter.  The server exits when its stdin closes
+# (the agent went away); running shims are unaffected.  It is single-threaded, so
+# forking is safe, and it never blocks on one request while others are pending.
+
+
+def _fork_shim(req: dict[str, Any], inherited: list[int]) -> int:
+    """Fork a detached shim for one request; return the read end of its report pipe."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # intermediate child
+        code = 1
+        try:
+            os.close(r)
+            for fd in inherited:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            os.setsid()
+            if os.fork():
+                os._exit(0)
+            _detach_stdio()
+            bundle = Path(req["bundle"]).resolve()
+            os.chdir(bundle)
+            log = Path(req["log"]) if req.get("log") else None
+            code = _supervise(bundle, str(req["id"]), log, w)
+        except BaseException as e:  # noqa: BLE001 - nothing may escape into the server loop
+            with contextlib.suppress(OSError):
+                _report(w, {"ok": False, "error": repr(e)})
+        finally:
+            os._exit(code)
+    os.close(w)
+    os.waitpid(pid, 0)  # the intermediate child exits right after its fork
+    return r
+
+
+def serve(stdin: int = 0, stdout: int = 1) -> int:
+    """Run the launcher server until `stdin` closes (see above)."""
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(stdin, selectors.EVENT_READ, None)
+    pending: dict[int, tuple[Any, bytearray]] = {}  # report pipe -> (request id, data)
+    inbuf = b""
+    reading = True
+    while reading or pending:  # after EOF, still answer the starts in progress
+        for key, _ in sel.select():
+            fd = int(key.fd)
+            if key.data is None:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    sel.unregister(fd)
+                    reading = False
+                    continue
+                inbuf += chunk
+                *lines, inbuf = inbuf.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    req: Any = None
+                    try:
+                        req = json.loads(line)
+                        r = _fork_shim(req, [stdin, stdout, sel.fileno(), *pending])
+                    except Exception as e:  # noqa: BLE001 - answer, do not die
+                        rid = req.get("req") if isinstance(req, dict) else None
+                        try:
+                            _send_line(stdout, rid,
+                                       json.dumps({"ok": False, "error": repr(e)}).encode())
+                        except BrokenPipeError:
+                            return 0
+                        continue
+                    pending[r] = (req.get("req"), bytearray())
+                    sel.register(r, selectors.EVENT_READ, "report")
+            else:
+                rid, data = pending[fd]
+                chunk = os.read(fd, 65536)
+                if chunk:
+                    data += chunk
+                    continue
+                sel.unregister(fd)
+                os.close(fd)
+                del pending[fd]
+                line = bytes(data).strip().replace(b"\n", b" ")
+                try:
+                    _send_line(stdout, rid, line)
+                except BrokenPipeError:
+                    return 0  # the agent is gone; the shims are not ours to wait for
+    return 0
+
+
+def _send_line(fd: int, rid: Any, payload: bytes) -> None:
+    out = json.dumps(rid).encode() + b" " + payload + b"\n"
+    while out:
+        out = out[os.write(fd, out):]
 
 
 def is_fifo(path: Path) -> bool:

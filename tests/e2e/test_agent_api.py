@@ -99,16 +99,17 @@ class Agent:
     def ws_url(self) -> str:
         return "ws" + self.url[len("http"):]
 
-    async def start(self, name: str, script: str, *, stdin: bool = False,
+    async def start(self, name: str, script: str, *, stdin: bool = False, tty: bool = False,
                     pod: str = POD) -> ContainerHandle:
         from fleet.runtime.driver import ContainerSpec
         h = await self.driver.start(self.sandbox, ContainerSpec(
-            name=name, layers=[self.layer], command=["sh", "-c", script], stdin=stdin))
+            name=name, layers=[self.layer], command=["sh", "-c", script], stdin=stdin,
+            tty=tty))
         p = self.locator.pods.setdefault((NS, pod), Pod(self.sandbox.id))
         p.containers[name] = LocatedContainer(
             driver=self.driver, handle=h, log_path=h.log_path,
             previous_log_path=None,
-            stdin_path=self.driver.stdin_path(h) if stdin else None, tty=False, name=name)
+            stdin_path=self.driver.stdin_path(h) if stdin else None, tty=tty, name=name)
         return h
 
     def http(self, token: str | None = TOKEN) -> httpx.AsyncClient:
@@ -420,6 +421,31 @@ async def test_attach(agent: Agent) -> None:
     assert session.data(channels.STDOUT) == b"got ping\n"
     assert session.data(channels.STDERR) == b"err ping\n"
     assert session.status() == {"metadata": {}, "status": "Success"}
+
+
+async def test_attach_tty_resize(agent: Agent) -> None:
+    """attach -t: a resize frame reaches the container's terminal (owned by its shim)."""
+    await agent.start("term", "while read x; do stty size; done", stdin=True, tty=True)
+    session = Session(channels.V5)
+    with trio.fail_after(15):
+        async with await connect(
+                agent, f"/attach/{NS}/{POD}/term?stdin=1&stdout=1&tty=1") as ws:
+            await ws.send_message(channels.encode_resize(101, 33))
+            for _ in range(50):
+                await ws.send_message(channels.encode(channels.STDIN, b"go\n"))
+                with trio.move_on_after(0.2):
+                    await read_all(ws, session, until=b"33 101")
+                if b"33 101" in session.data(channels.STDOUT):
+                    break
+            await ws.send_message(channels.encode_resize(80, 24))
+            for _ in range(50):
+                await ws.send_message(channels.encode(channels.STDIN, b"go\n"))
+                with trio.move_on_after(0.2):
+                    await read_all(ws, session, until=b"24 80")
+                if b"24 80" in session.data(channels.STDOUT):
+                    break
+    out = session.data(channels.STDOUT)
+    assert b"33 101" in out and b"24 80" in out, out
 
 
 async def test_attach_without_stdin_fifo_is_refused(agent: Agent) -> None:

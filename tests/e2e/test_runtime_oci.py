@@ -105,16 +105,20 @@ def oci_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture
 async def oenv(oci_base: Path, busybox_layer: Path) -> AsyncIterator[Env]:
     driver = OciDriver(oci_base / "state")
-    sb = await driver.create_sandbox(sandbox_spec(oci_base))
-    try:
-        yield Env(driver, sb, busybox_layer, oci_base, "oci")
-    finally:
-        problems = await cleanup_driver(driver)
-        left = mounts_under(oci_base)
-        pod_cgroup_left = driver.cgroups.exists(sb.cgroup_parent)
-        assert not problems, problems
-        assert not left, f"still mounted: {left}"
-        assert not pod_cgroup_left, f"pod cgroup {sb.cgroup_parent} left behind"
+    async with trio.open_nursery() as n:
+        # Shims start through the warm launcher, as under the agent.
+        await n.start(driver.serve)
+        sb = await driver.create_sandbox(sandbox_spec(oci_base))
+        try:
+            yield Env(driver, sb, busybox_layer, oci_base, "oci")
+        finally:
+            problems = await cleanup_driver(driver)
+            n.cancel_scope.cancel()
+            left = mounts_under(oci_base)
+            pod_cgroup_left = driver.cgroups.exists(sb.cgroup_parent)
+            assert not problems, problems
+            assert not left, f"still mounted: {left}"
+            assert not pod_cgroup_left, f"pod cgroup {sb.cgroup_parent} left behind"
 
 
 async def test_oci_echo_logs_and_exit(oenv: Env) -> None:

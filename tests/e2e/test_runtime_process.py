@@ -135,7 +135,9 @@ from fleet.runtime.process import ProcessDriver
 kind, state, layer, log_dir, uid, *commands = sys.argv[1:]
 
 async def main():
-    d = OciDriver(Path(state)) if kind == "oci" else ProcessDriver(Path(state))
+  d = OciDriver(Path(state)) if kind == "oci" else ProcessDriver(Path(state))
+  async with trio.open_nursery() as n:
+    await n.start(d.serve)  # the warm shim launcher, as the agent runs it
     sb = await d.create_sandbox(SandboxSpec(pod_uid=uid, namespace="default", name="pod",
                                             log_dir=Path(log_dir),
                                             cgroup_parent=f"fleet-test/{uid}"))
@@ -143,6 +145,7 @@ async def main():
         h = await d.start(sb, ContainerSpec(name=f"c{i}", layers=[Path(layer)],
                                             command=["sh", "-c", cmd]))
         print(json.dumps(h.to_json()), flush=True)
+    assert d.launcher.launched == len(commands), d.launcher.launched
     print("ready", flush=True)
     await trio.sleep_forever()
 
@@ -210,14 +213,18 @@ def base_dir() -> Iterator[Path]:
 @pytest.fixture
 async def penv(base_dir: Path) -> AsyncIterator[Env]:
     driver = ProcessDriver(base_dir / "state")
-    sb = await driver.create_sandbox(sandbox_spec(base_dir))
-    try:
-        yield Env(driver, sb, base_dir, base_dir, "process")
-    finally:
-        problems = await cleanup_driver(driver)
-        assert not problems, problems
-        if driver._use_cgroups():
-            assert not driver.cgroups.exists(sb.cgroup_parent), "pod cgroup left behind"
+    async with trio.open_nursery() as n:
+        # Shims start through the warm launcher, as under the agent.
+        await n.start(driver.serve)
+        sb = await driver.create_sandbox(sandbox_spec(base_dir))
+        try:
+            yield Env(driver, sb, base_dir, base_dir, "process")
+        finally:
+            problems = await cleanup_driver(driver)
+            n.cancel_scope.cancel()
+            assert not problems, problems
+            if driver._use_cgroups():
+                assert not driver.cgroups.exists(sb.cgroup_parent), "pod cgroup left behind"
 
 
 async def check_echo(env: Env) -> None:
@@ -492,6 +499,55 @@ async def test_select_driver(base_dir: Path) -> None:
     assert type(d) is expected
 
 
+async def test_process_echo_logs_and_exit_through_launcher(penv: Env) -> None:
+    await check_echo(penv)
+    assert penv.driver.launcher.launched == 1
+
+
+async def test_process_without_launcher_starts_shims_directly(base_dir: Path) -> None:
+    """A driver whose launcher is not serving (used on its own) forks a `fleet shim`."""
+    driver = ProcessDriver(base_dir / "state")
+    sb = await driver.create_sandbox(sandbox_spec(base_dir))
+    try:
+        await check_echo(Env(driver, sb, base_dir, base_dir, "process"))
+        assert driver.launcher.launched == 0
+    finally:
+        assert not await cleanup_driver(driver)
+
+
+async def test_launcher_server_dying_falls_back(penv: Env) -> None:
+    """Kill the launcher server: the driver notices and starts later shims directly."""
+    launcher = penv.driver.launcher
+    h = await penv.run(["sh", "-c", "echo first; sleep 1000 & wait"])
+    await wait_log(h, "first")
+    assert launcher.launched == 1 and launcher.pid is not None
+    os.kill(launcher.pid, signal.SIGKILL)
+    await wait_for(lambda: not launcher.running, 10, "the launcher to notice its server died")
+    assert alive(h.pid), "a container started through the launcher must outlive it"
+    h2 = await penv.run(["sh", "-c", "echo second"])
+    st = await penv.driver.wait(h2)
+    assert st.exit_code == 0 and "second" in log_text(h2.log_path)
+    assert launcher.launched == 1
+    await penv.driver.stop(h, grace=0)
+
+
+async def test_launcher_server_reports_bad_requests(base_dir: Path) -> None:
+    """Malformed requests and a wrong bundle get an answer each; the server keeps going."""
+    bundle = base_dir / "b"
+    bundle.mkdir()
+    shim.ShimConfig(mode="process", id="abc", log_path=str(base_dir / "l.log"),
+                    argv=["true"]).save(bundle)
+    reqs = (b'not json\n' + json.dumps({"req": 7, "bundle": str(bundle), "id": "other"}).encode()
+            + b"\n")
+    res = await trio.run_process([sys.executable, "-m", "fleet.cli.shim", "--serve"],
+                                 stdin=reqs, capture_stdout=True, capture_stderr=True,
+                                 env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+    lines = res.stdout.decode().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("null ") and '"ok": false' in lines[0]
+    assert lines[1].startswith("7 ") and "not other" in lines[1]
+
+
 async def test_shim_refuses_wrong_id(base_dir: Path) -> None:
     bundle = base_dir / "b"
     bundle.mkdir()
@@ -501,7 +557,7 @@ async def test_shim_refuses_wrong_id(base_dir: Path) -> None:
                                   str(bundle), "--id", "other"], check=False,
                                  capture_stdout=True, capture_stderr=True,
                                  env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
-    assert res.returncode == 1 and b"not other" in res.stderr
+    assert res.returncode == 1 and b"not other" in res.stdout + res.stderr
 
 
 # ---------------------------------------------------------------------------------------
