@@ -412,6 +412,10 @@ async def _attach(locator: ContainerLocator, namespace: str, pod: str,
         fifo = trio.lowlevel.FdStream(fd)
     protocol = _negotiate()
     is_running = _is_running_fn(located)
+    # Output counts from here: a client may type (and the container answer) before
+    # the output pump below has opened the log.
+    offset = (await trio.to_thread.run_sync(logs.log_size, located.log_path)
+              if located.log_path is not None else 0)
     try:
         await websocket.accept(subprotocol=protocol or None)
         await _send(channels.ready_frame(opts.stdout, opts.stderr))
@@ -436,7 +440,7 @@ async def _attach(locator: ContainerLocator, namespace: str, pod: str,
 
         async def pump_output() -> None:
             assert located.log_path is not None
-            records = logs.follow_records(located.log_path, from_end=True, follow=True,
+            records = logs.follow_records(located.log_path, from_offset=offset, follow=True,
                                           is_running=is_running)
             async with contextlib.aclosing(records) as recs:
                 async for rec in recs:

@@ -232,6 +232,14 @@ def tail_offset(f: BinaryIO, lines: int, *, block: int = BLOCK) -> int:
 IsRunning = Callable[[], Awaitable[bool]]
 
 
+def log_size(path: Path) -> int:
+    """The log's current size (0 if not created yet): an offset for `follow_records`."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
 class _File:
     """The log file as followed: reopens it when it was replaced or truncated."""
 
@@ -241,14 +249,16 @@ class _File:
         self.ino: int | None = None
         self.pos = 0
 
-    def open(self, tail: int | None, at_end: bool) -> bool:
+    def open(self, tail: int | None, at_end: bool, offset: int | None = None) -> bool:
         try:
             f = open(self.path, "rb")  # noqa: SIM115 - closed in close()
         except FileNotFoundError:
             return False
         self.f = f
         self.ino = os.fstat(f.fileno()).st_ino
-        if at_end:
+        if offset is not None:
+            self.pos = min(offset, f.seek(0, os.SEEK_END))
+        elif at_end:
             self.pos = f.seek(0, os.SEEK_END)
         elif tail is not None and tail >= 0:
             self.pos = tail_offset(f, tail)
@@ -278,17 +288,20 @@ class _File:
 
 
 async def follow_records(path: Path, *, tail_lines: int | None = None, from_end: bool = False,
+                         from_offset: int | None = None,
                          follow: bool = False, is_running: IsRunning | None = None,
                          poll_interval: float = POLL_INTERVAL) -> AsyncIterator[CriRecord]:
     """The records of a CRI log, then (with `follow`) the new ones as they are written.
 
-    `from_end` starts at the current end (attach: only what comes from now on).
+    `from_end` starts at the end as it is when iteration begins; `from_offset` at a
+    byte offset taken earlier (attach: everything written since the client connected,
+    even before the output pump got going — see `log_size`).
     Following ends once `is_running()` says the container is gone and one more read
     found nothing; without `is_running` it ends only when the caller stops iterating.
     A record is yielded only once its newline is on disk — the shim writes each record
     with one append, so a missing newline means "not finished yet"."""
     lf = _File(path)
-    opened = await trio.to_thread.run_sync(lf.open, tail_lines, from_end)
+    opened = await trio.to_thread.run_sync(lf.open, tail_lines, from_end, from_offset)
     pending = b""
     exited = False
     try:
@@ -299,12 +312,12 @@ async def follow_records(path: Path, *, tail_lines: int | None = None, from_end:
                 if is_running is not None and not await is_running():
                     # It may have written its log and exited between our last look
                     # and that answer: one more look before giving up.
-                    opened = await trio.to_thread.run_sync(lf.open, tail_lines, from_end)
+                    opened = await trio.to_thread.run_sync(lf.open, tail_lines, from_end, from_offset)
                     if not opened:
                         return
                     continue
                 await trio.sleep(poll_interval)
-                opened = await trio.to_thread.run_sync(lf.open, tail_lines, from_end)
+                opened = await trio.to_thread.run_sync(lf.open, tail_lines, from_end, from_offset)
                 continue
             if not opened:
                 return

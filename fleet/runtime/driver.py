@@ -461,12 +461,17 @@ async def run_with_stdio(argv: Sequence[str], *, env: Mapping[str, str] | None,
                          cwd: str | None, stdin: InputSource | None,
                          stdout: OutputSink | None, stderr: OutputSink | None, tty: bool,
                          resize: AsyncIterable[tuple[int, int]] | None,
-                         new_session: bool = False) -> int:
+                         new_session: bool = False,
+                         on_abandon: Callable[[int], None] | None = None) -> int:
     """Run `argv` with its stdio pumped to/from the given sources and sinks.
 
     With `tty`, the process gets a fresh pty (stdout and stderr merged, as a terminal
     does); `resize` events set the window size and nudge the process with SIGWINCH
-    (runc forwards it to the container's own pty)."""
+    (runc forwards it to the container's own pty).
+
+    If the caller gives up before the process ends (cancelled: the exec client went
+    away), `on_abandon(pid)` runs before `argv` itself is killed: killing `runc exec`
+    alone would leave the process it started running inside the container."""
     if not tty:
         proc = await trio.lowlevel.open_process(
             list(argv), env=dict(env) if env is not None else None, cwd=cwd,
@@ -487,6 +492,7 @@ async def run_with_stdio(argv: Sequence[str], *, env: Mapping[str, str] | None,
                 if stdin is not None:
                     n.cancel_scope.deadline = trio.current_time() + 5
         finally:
+            _abandon(proc, on_abandon)
             await _reap(proc)
         return _exit_code(proc.returncode if proc.returncode is not None else rc)
 
@@ -520,6 +526,7 @@ async def run_with_stdio(argv: Sequence[str], *, env: Mapping[str, str] | None,
                 await out_done.wait()
             n.cancel_scope.cancel()
     finally:
+        _abandon(proc, on_abandon)
         await _reap(proc)
         with contextlib.suppress(OSError, trio.ClosedResourceError):
             await master_stream.aclose()
@@ -547,6 +554,12 @@ async def _apply_resizes(resize: AsyncIterable[tuple[int, int]], fd: int, pid: i
         with contextlib.suppress(OSError):
             _set_winsize(fd, cols, rows)
             os.kill(pid, signal.SIGWINCH)
+
+
+def _abandon(proc: trio.Process, on_abandon: Callable[[int], None] | None) -> None:
+    if proc.returncode is None and proc.poll() is None and on_abandon is not None:
+        with contextlib.suppress(OSError):
+            on_abandon(proc.pid)
 
 
 async def _reap(proc: trio.Process) -> None:

@@ -19,11 +19,14 @@ bundle (overlay mount, config), `runc exec` for exec, and unmounting on remove.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
 import os
 import shutil
+import signal
+import uuid
 from collections.abc import AsyncIterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -167,15 +170,27 @@ class OciDriver(ShimDriver):
         state = await self.inspect(handle)
         if state.status is not ContainerStatus.RUNNING:
             raise ContainerNotFound(f"container {handle.id} is not running")
-        args = ["exec"]
+        # runc writes the exec'd process's (host) pid here: if the client goes away
+        # mid-exec, that process is killed too, not only `runc exec`.
+        pid_file = handle.bundle / f"exec-{uuid.uuid4().hex[:12]}.pid"
+        args = ["exec", "--pid-file", str(pid_file)]
         if tty:
             args.append("--tty")
         for k, v in (env or {}).items():
             args += ["--env", f"{k}={v}"]
         args += [handle.id, *argv]
-        return await run_with_stdio(self._runtime_argv(*args), env=None, cwd=None,
-                                    stdin=stdin, stdout=stdout, stderr=stderr, tty=tty,
-                                    resize=resize)
+
+        def kill_exec(_runtime_pid: int) -> None:
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+
+        try:
+            return await run_with_stdio(self._runtime_argv(*args), env=None, cwd=None,
+                                        stdin=stdin, stdout=stdout, stderr=stderr, tty=tty,
+                                        resize=resize, on_abandon=kill_exec)
+        finally:
+            with contextlib.suppress(OSError):
+                pid_file.unlink()
 
     def bundle_config(self, handle: ContainerHandle) -> dict[str, Any]:
         """The container's config.json (for inspection and tests)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import AsyncIterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -106,9 +107,12 @@ class ProcessDriver(ShimDriver):
         full_env = self._env({**meta.get("env", {}), **(env or {})})
         cwd = meta.get("working_dir") or "/"
         try:
+            # Its own session and process group: if the client goes away mid-exec, the
+            # whole group goes, not only the process we started.
             return await run_with_stdio(argv, env=full_env, cwd=cwd, stdin=stdin,
                                         stdout=stdout, stderr=stderr, tty=tty, resize=resize,
-                                        new_session=True)
+                                        new_session=True,
+                                        on_abandon=lambda pid: os.killpg(pid, signal.SIGKILL))
         except FileNotFoundError as e:
             # Same answer a shell (and runc exec) gives for a missing command.
             msg = f'exec: "{argv[0]}": executable file not found in $PATH\n'.encode()

@@ -394,3 +394,113 @@ def test_process_driver_lifecycle(process_cluster: tuple[FleetServer, Agent]) ->
     assert _cs(st)["restartCount"] == 0
     _delete(srv, ns, "run")
     wait_until(lambda: _gone(srv, ns, "run"), timeout=20, what="pod run gone")
+
+
+# -- kubectl exec -it / attach -it on a real terminal ---------------------------------------
+class Terminal:
+    """kubectl running on the slave side of a pty, as it runs in a user's terminal."""
+
+    def __init__(self, srv: FleetServer, *args: str, rows: int = 45, cols: int = 123) -> None:
+        import fcntl
+        import struct
+        import termios
+
+        assert KUBECTL
+        self.master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        env = dict(os.environ)
+        env.pop("KUBECONFIG", None)
+        self.proc = subprocess.Popen(
+            [KUBECTL, "--kubeconfig", str(srv.kubeconfig), "--cache-dir",
+             str(srv.data_dir.parent / "kubectl-cache"), *args],
+            stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+        self.slave = slave
+        self.out = b""
+
+    def resize(self, rows: int, cols: int) -> None:
+        """What a terminal emulator does when its window changes: set the size, SIGWINCH."""
+        import fcntl
+        import struct
+        import termios
+
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        self.proc.send_signal(signal.SIGWINCH)
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def expect(self, text: str, timeout: float = 20, then: str | None = None) -> None:
+        """Read until `text` shows up; `then` is typed again every second meanwhile (a
+        resize travels apart from the keystrokes, so a command may run before it lands)."""
+        import select
+
+        deadline = time.monotonic() + timeout
+        next_retry = time.monotonic() + 1
+        while text.encode() not in self.out:
+            now = time.monotonic()
+            if now > deadline:
+                raise AssertionError(f"{text!r} not seen on the terminal; got {self.out[-2000:]!r}")
+            if then is not None and now > next_retry:
+                self.type(then)
+                next_retry = now + 1
+            ready, _, _ = select.select([self.master], [], [], 0.1)
+            if ready:
+                try:
+                    self.out += os.read(self.master, 65536)
+                except OSError:  # EIO: kubectl closed the terminal
+                    break
+        assert text.encode() in self.out, self.out[-2000:]
+
+    def wait(self, timeout: float = 20) -> int:
+        return self.proc.wait(timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        for fd in (self.master, self.slave):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+@needs_root
+@needs_runc
+@needs_busybox
+@needs_kubectl
+def test_kubectl_exec_it_and_attach_it_on_a_terminal(env: tuple[FleetServer, Agent, str]) -> None:
+    srv, agent, ns = env
+    create(srv, ns, pod("shell", agent.node, ["sleep", "3600"], grace=1))
+    term_pod = pod("tty", agent.node, ["sh"], grace=1)
+    term_pod["spec"]["containers"][0].update({"stdin": True, "tty": True})
+    create(srv, ns, term_pod)
+    for name in ("shell", "tty"):
+        _phase(srv, ns, name, "Running")
+
+    # exec -it: an interactive shell in a terminal of the user's size, resized live,
+    # whose exit code comes back as kubectl's.
+    t = Terminal(srv, "exec", "-it", "-n", ns, "shell", "--", "sh", rows=45, cols=123)
+    try:
+        t.type("stty size\n")
+        t.expect("45 123")
+        t.resize(30, 100)
+        t.type("stty size\n")
+        t.expect("30 100", then="stty size\n")
+        t.type("tty; exit 7\n")
+        t.expect("/dev/pts/")
+        assert t.wait() == 7, t.out[-2000:]
+    finally:
+        t.close()
+
+    # attach -it to the container's own terminal (its shell runs on the pty the shim
+    # owns): keystrokes reach it, and the window size follows the user's terminal.
+    t = Terminal(srv, "attach", "-it", "-n", ns, "tty", rows=40, cols=111)
+    try:
+        t.type("stty size\n")
+        t.expect("40 111", then="stty size\n")
+        t.resize(20, 90)
+        t.type("stty size\n")
+        t.expect("20 90", then="stty size\n")
+    finally:
+        t.close()
+    # Detaching (kubectl gone) leaves the container running.
+    assert _cs(pod_status(srv, ns, "tty")).get("state", {}).get("running"), pod_status(srv, ns, "tty")

@@ -308,7 +308,31 @@ async def check_exec(env: Env) -> None:
                                tty=True)
     assert rc == 3
     assert b"/dev/pts/" in out.data and b"e\r\n" in out.data, out.data
+    # A client that goes away mid-exec takes the exec'd process with it (not only the
+    # runtime's `exec` process), with and without a tty.
+    for tty in (False, True):
+        marker = str(30000 + int.from_bytes(os.urandom(2), "big") % 30000)
+        out = Collect()
+        with trio.move_on_after(1.5):
+            await env.driver.exec(h, ["sh", "-c", f"echo started; exec sleep {marker}"],
+                                  stdout=out, tty=tty)
+        assert b"started" in out.data, out.data
+        await wait_for(lambda m=marker: not processes_with_argv(["sleep", m]), 10,
+                       f"the abandoned exec (sleep {marker}, tty={tty}) to be killed")
     await env.driver.stop(h, grace=0)
+
+
+def processes_with_argv(argv: list[str]) -> list[int]:
+    want = b"\0".join(a.encode() for a in argv) + b"\0"
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if (d / "cmdline").read_bytes() == want:
+                    found.append(int(d.name))
+            except OSError:
+                pass
+    return found
 
 
 async def check_env_cwd(env: Env, cwd: str) -> None:
