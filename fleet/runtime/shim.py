@@ -431,7 +431,11 @@ class Shim:
             with contextlib.suppress(FileNotFoundError):
                 sock_path.unlink()
             console = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            console.bind(str(sock_path))
+            # A unix socket path is limited to 107 bytes and bundles can live deeper
+            # than that: bind (and let runc connect) relative to the bundle, which is
+            # both processes' working directory.
+            os.chdir(self.bundle)
+            console.bind(CONSOLE_SOCKET)
             console.listen(1)
             console.settimeout(30)
 
@@ -447,7 +451,7 @@ class Shim:
             receiver.start()
             out_r = out_w = err_r = err_w = -1
             argv = self._runtime("create", "--bundle", str(self.bundle), "--pid-file",
-                                 str(pid_file), "--console-socket", str(sock_path),
+                                 str(pid_file), "--console-socket", CONSOLE_SOCKET,
                                  self.cfg.id)
             stdio = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL}
         else:

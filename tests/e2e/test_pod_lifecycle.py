@@ -496,7 +496,10 @@ def test_kubectl_exec_it_and_attach_it_on_a_terminal(env: tuple[FleetServer, Age
     t = Terminal(srv, "attach", "-it", "-n", ns, "tty", rows=40, cols=111)
     try:
         t.type("stty size\n")
-        t.expect("40 111", then="stty size\n")
+        try:
+            t.expect("40 111", then="stty size\n")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\npod: {pod_status(srv, ns, 'tty')}") from None
         t.resize(20, 90)
         t.type("stty size\n")
         t.expect("20 90", then="stty size\n")
