@@ -116,3 +116,39 @@ async def test_deleted_pods_never_come_back(autojump_clock):
     q.add_unschedulable("gone")  # a late result for a deleted pod is ignored
     q.add_backoff("gone")
     assert len(q) == 1
+
+
+async def test_higher_priority_first_fifo_among_equals(autojump_clock):
+    q = queue()
+    q.add("low-1", 0)
+    q.add("high-1", 1000)
+    q.add("low-2", 0)
+    q.add("high-2", 1000)
+    q.add("mid", 10)
+    assert [await q.pop() for _ in range(5)] == ["high-1", "high-2", "mid", "low-1", "low-2"]
+
+
+async def test_priority_change_resorts_an_active_pod(autojump_clock):
+    q = queue()
+    q.add("a", 0)
+    q.add("b", 0)
+    q.add("b", 5)  # its PriorityClass was resolved/changed: b now goes first, once
+    assert [await q.pop() for _ in range(2)] == ["b", "a"]
+    with trio.move_on_after(10) as cs:
+        await q.pop()
+    assert cs.cancelled_caught  # the stale heap row was not served again
+
+
+async def test_parked_pods_time_out_oldest_first(autojump_clock):
+    q = queue()
+    for k in ("a", "b"):
+        q.add(k)
+        await q.pop()
+        q.add_unschedulable(k)
+        await trio.sleep(10)
+    t0 = trio.current_time()
+    assert await q.pop() == "a"  # parked at t0-20: 60 s safety net
+    assert trio.current_time() - t0 == pytest.approx(40)
+    assert await q.pop() == "b"
+    assert trio.current_time() - t0 == pytest.approx(50)
+    assert q.counts() == {ACTIVE: 0, BACKOFF: 0, UNSCHEDULABLE: 0, IN_FLIGHT: 2}
