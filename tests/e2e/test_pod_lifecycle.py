@@ -480,8 +480,11 @@ def test_kubectl_exec_it_and_attach_it_on_a_terminal(env: tuple[FleetServer, Age
     # whose exit code comes back as kubectl's.
     t = Terminal(srv, "exec", "-it", "-n", ns, "shell", "--", "sh", rows=45, cols=123)
     try:
+        # As with Kubernetes, the size travels apart from the stream: a command run at
+        # the very first prompt may still see the terminal's initial size; ask again.
+        t.expect("# ", then="\n")
         t.type("stty size\n")
-        t.expect("45 123")
+        t.expect("45 123", then="stty size\n")
         t.resize(30, 100)
         t.type("stty size\n")
         t.expect("30 100", then="stty size\n")
