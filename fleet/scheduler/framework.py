@@ -19,9 +19,16 @@ needs, each one an optional method:
 - `normalize_score(state, pod, scores) -> None` — rescale this plugin's
   scores in place to 0..MAX_NODE_SCORE.
 
-The later framework (issue 4) adds a queue-sort point, preemption
-(post-filter), reserve/permit and percentageOfNodesToScore; those slot into
-`Framework.schedule` between the stages below without changing plugins.
+- `post_filter(state, pod, snapshot, diagnosis) -> Nomination | None` — runs
+  only when no node fits: may propose a node where evicting some pods would
+  make room (preemption, `fleet.scheduler.preemption`).  It only *proposes*;
+  the I/O loop deletes the victims and records `nominatedNodeName`.
+
+The queue-sort point is the scheduling queue's priority order.  The cycle's
+`Snapshot` is on `state.snapshot` for plugins that need cluster-wide data
+(InterPodAffinity, PodTopologySpread).  Pods nominated to a node (preemptors
+waiting for their victims to go) count on that node for every pod of lower or
+equal priority, so the room made by preemption is not taken by someone else.
 """
 
 from __future__ import annotations
@@ -92,10 +99,11 @@ class CycleState:
     affinity) happens once per cycle instead of once per node.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, snapshot: Snapshot | None = None) -> None:
         self._data: dict[str, Any] = {}
         self.skip_filter: set[str] = set()
         self.skip_score: set[str] = set()
+        self.snapshot = snapshot
 
     def write(self, key: str, value: Any) -> None:
         self._data[key] = value
@@ -139,6 +147,20 @@ class ScorePlugin(Plugin, Protocol):
 @runtime_checkable
 class NormalizeScorePlugin(Plugin, Protocol):
     def normalize_score(self, state: CycleState, pod: dict[str, Any], scores: dict[str, int]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Nomination:
+    """A post-filter's proposal: run the pod on `node` once `victims` are gone."""
+
+    node: str
+    victims: tuple[dict[str, Any], ...]
+
+
+@runtime_checkable
+class PostFilterPlugin(Plugin, Protocol):
+    def post_filter(self, framework: Framework, pod: dict[str, Any], snapshot: Snapshot,
+                    diagnosis: Diagnosis) -> Nomination | None: ...
 
 
 # ---------------------------------------------------------------------------
@@ -201,6 +223,33 @@ class ScheduleResult:
     feasible_nodes: int
 
 
+# kube-scheduler's defaults for how many feasible nodes are enough to score.
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+
+
+def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = 0) -> int:
+    """How many feasible nodes to look for before scoring (percentageOfNodesToScore).
+
+    Small clusters are searched whole.  From 100 nodes on, the search stops after
+    `percentage`% of them were found feasible; 0 means Kubernetes' adaptive default,
+    50% at 100 nodes falling by 1% per 125 nodes to a floor of 5% (10% at 5,000),
+    and never fewer than 100 nodes.  A big cluster then costs a bounded slice per
+    pod, while the rotating start index spreads the slices over every node.
+    """
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND or percentage >= 100:
+        return num_all_nodes
+    if percentage <= 0:
+        percentage = max(50 - num_all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    return max(num_all_nodes * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def pod_priority(pod: dict[str, Any]) -> int:
+    """spec.priority (the Priority admission plugin resolves it from the class); 0 if unset."""
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) else 0
+
+
 # ---------------------------------------------------------------------------
 # The framework.
 # ---------------------------------------------------------------------------
@@ -210,7 +259,7 @@ class Framework:
     """Runs a profile's plugins over a snapshot; one instance per scheduler profile."""
 
     def __init__(self, plugins: Iterable[Plugin], *, weights: dict[str, int] | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, percentage_of_nodes_to_score: int = 0) -> None:
         self.plugins = list(plugins)
         names = [p.name for p in self.plugins]
         if len(set(names)) != len(names):
@@ -220,7 +269,29 @@ class Framework:
         self.filters = [p for p in self.plugins if isinstance(p, FilterPlugin)]
         self.pre_scores = [p for p in self.plugins if isinstance(p, PreScorePlugin)]
         self.scorers = [p for p in self.plugins if isinstance(p, ScorePlugin)]
+        self.post_filters = [p for p in self.plugins if isinstance(p, PostFilterPlugin)]
         self.rng = rng or random.Random()
+        self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
+        self._next_start = 0  # where the next cycle's node search begins
+        # node name -> pods nominated to it (preemptors waiting for their victims)
+        self.nominated: dict[str, dict[str, dict[str, Any]]] = {}
+
+    # -- nominated pods (kept by the I/O loop) -----------------------------------------
+    def nominate(self, pod: dict[str, Any], node: str | None) -> None:
+        """Record (or, with None, clear) that `pod` waits for room on `node`."""
+        key = _key(pod)
+        for pods in self.nominated.values():
+            pods.pop(key, None)
+        self.nominated = {n: ps for n, ps in self.nominated.items() if ps}
+        if node:
+            self.nominated.setdefault(node, {})[key] = pod
+
+    def _nominated_for(self, pod: dict[str, Any], node: str) -> list[dict[str, Any]]:
+        pods = self.nominated.get(node)
+        if not pods:
+            return []
+        key, prio = _key(pod), pod_priority(pod)
+        return [p for k, p in pods.items() if k != key and pod_priority(p) >= prio]
 
     def schedule(self, pod: dict[str, Any], snapshot: Snapshot) -> ScheduleResult:
         """Pick the node for `pod`, or raise FitError saying why none fits."""
@@ -228,7 +299,7 @@ class Framework:
         diagnosis = Diagnosis()
         if not nodes:
             raise FitError(0, diagnosis)
-        state = CycleState()
+        state = CycleState(snapshot)
 
         # Stage 1 — pre-filter: per-pod work once (requests summed, selectors
         # parsed) before the per-node loop; a plugin may reject the pod for
@@ -244,14 +315,29 @@ class Framework:
         # Stage 2 — filter: filters run in profile order, cheapest first, and
         # a node stops at its first failing filter — except that one filter
         # may report several reasons (NodeResourcesFit: cpu *and* memory),
-        # which the FailedScheduling message counts separately.
+        # which the FailedScheduling message counts separately.  A pod
+        # nominated to a node (it preempted there) tries that node first.  In
+        # a big cluster the search stops once enough feasible nodes were found
+        # (percentageOfNodesToScore), starting where the last cycle stopped.
         feasible: list[NodeInfo] = []
-        for node in nodes:
-            st = self.run_filters(state, pod, node)
+        want = num_feasible_nodes_to_find(len(nodes), self.percentage_of_nodes_to_score)
+        nominated_node = ((pod.get("status") or {}).get("nominatedNodeName") or "")
+        if nominated_node and (info := snapshot.get(nominated_node)) is not None:
+            if self.run_filters_with_nominated(state, pod, info).ok:
+                return ScheduleResult(info.name, 1, 1)
+        start = self._next_start % len(nodes)
+        examined = 0
+        for i in range(len(nodes)):
+            node = nodes[(start + i) % len(nodes)]
+            examined += 1
+            st = self.run_filters_with_nominated(state, pod, node)
             if st.ok:
                 feasible.append(node)
+                if len(feasible) >= want:
+                    break
             else:
                 diagnosis.node_statuses[node.name] = st
+        self._next_start = (start + examined) % len(nodes)
         if not feasible:
             raise FitError(len(nodes), diagnosis)
 
@@ -259,7 +345,7 @@ class Framework:
         # returns early the same way); this is also the common case for pods
         # pinned by selectors.
         if len(feasible) == 1:
-            return ScheduleResult(feasible[0].name, len(nodes), 1)
+            return ScheduleResult(feasible[0].name, examined, 1)
 
         # Stage 4 — pre-score, score, normalize, weight: each plugin scores
         # every feasible node 0..100, normalizes its own scores, and the
@@ -268,7 +354,62 @@ class Framework:
 
         # Stage 5 — select: the best total; ties are broken at random so equal
         # nodes share the load instead of the first one taking everything.
-        return ScheduleResult(select_host(totals, self.rng), len(nodes), len(feasible))
+        return ScheduleResult(select_host(totals, self.rng), examined, len(feasible))
+
+    def post_filter(self, pod: dict[str, Any], snapshot: Snapshot,
+                    error: FitError) -> Nomination | None:
+        """After a FitError: the first post-filter's proposal (preemption), if any."""
+        for p in self.post_filters:
+            nomination = p.post_filter(self, pod, snapshot, error.diagnosis)
+            if nomination is not None:
+                return nomination
+        return None
+
+    def run_filters_with_nominated(self, state: CycleState, pod: dict[str, Any],
+                                   node: NodeInfo) -> Status:
+        """The filters, with the node's nominated pods of >= priority counted as there.
+
+        As kube-scheduler does, a node with such pods must pass both with them (so
+        the preemptor's room is kept) and without them (so pods that only fit
+        *because* of a nominated pod, e.g. by affinity to it, are not placed)."""
+        extra = self._nominated_for(pod, node.name)
+        if not extra:
+            return self.run_filters(state, pod, node)
+        snapshot = state.snapshot
+        added = []
+        try:
+            for p in extra:
+                assumed = {**p, "spec": {**(p.get("spec") or {}), "nodeName": node.name}}
+                if snapshot is not None:
+                    snapshot.set_pod(assumed)
+                else:
+                    node.add_pod(assumed)
+                added.append(assumed)
+            with_nominated, st = self.run_pre_filters(pod, snapshot)
+            if st.ok:
+                st = self.run_filters(with_nominated, pod, node)
+        finally:
+            for p in added:
+                if snapshot is not None:
+                    snapshot.remove_pod(_key(p))
+                else:
+                    node.remove_pod(_key(p))
+        if not st.ok:
+            return st
+        return self.run_filters(state, pod, node)
+
+    def run_pre_filters(self, pod: dict[str, Any],
+                        snapshot: Snapshot | None) -> tuple[CycleState, Status]:
+        """A fresh CycleState with every pre-filter run (for dry runs: preemption,
+        nominated pods); the first rejection, if any."""
+        state = CycleState(snapshot)
+        for p in self.pre_filters:
+            st = p.pre_filter(state, pod).with_plugin(p.name)
+            if st.code is Code.SKIP:
+                state.skip_filter.add(p.name)
+            elif not st.ok:
+                return state, st
+        return state, Status.success()
 
     def run_filters(self, state: CycleState, pod: dict[str, Any], node: NodeInfo) -> Status:
         for p in self.filters:
@@ -297,6 +438,11 @@ class Framework:
                     raise ValueError(f"plugin {p.name} scored node {name} {s}, outside 0..{MAX_NODE_SCORE}")
                 totals[name] += s * weight
         return totals
+
+
+def _key(pod: dict[str, Any]) -> str:
+    md = pod.get("metadata") or {}
+    return f"{md.get('namespace', '')}/{md.get('name', '')}"
 
 
 def select_host(totals: dict[str, int], rng: random.Random) -> str:

@@ -6,9 +6,11 @@
                            Framework.schedule(pod, snapshot)   (pure, synchronous)
                              │ node                    │ FitError
                              ▼                         ▼
-                 assume in Snapshot,          park as unschedulable,
-                 POST pods/{p}/binding        FailedScheduling event,
-                 (in the background)          PodScheduled=False condition
+                 assume in Snapshot,          post-filter (preemption): maybe
+                 POST pods/{p}/binding        nominate a node and delete victims;
+                 (in the background)          park as unschedulable,
+                                              FailedScheduling event,
+                                              PodScheduled=False condition
 
 The pod is *assumed* on its node in the snapshot before the binding
 request is sent, so the next cycle already counts its requests and binds
@@ -17,6 +19,14 @@ forgets the assumption and retries the pod after back-off.
 
 Pods with `spec.schedulerName` other than ours are never scheduled, but if
 bound they still count against their node.
+
+Preemption: when no node fits, the DefaultPreemption post-filter may name a
+node where evicting lower-priority pods makes room.  The loop then writes the
+pod's `status.nominatedNodeName`, records a `Preempted` event on each victim
+and deletes it (gracefully; its node's agent stops it), and parks the pod.
+The victims leaving is a cluster event that retries it; until then the
+framework counts it on the nominated node, so lower-priority pods cannot take
+the room.
 """
 
 from __future__ import annotations
@@ -33,8 +43,9 @@ import trio
 from fleet.api import meta
 from fleet.client import STRATEGIC_MERGE_PATCH, ApiException, Client, ClientConfig
 from fleet.client.informer import Informer
-from fleet.scheduler.framework import FitError, Framework
+from fleet.scheduler.framework import FitError, Framework, Nomination, pod_priority
 from fleet.scheduler.plugins import default_plugins
+from fleet.scheduler.plugins.default_preemption import DefaultPreemption
 from fleet.scheduler.queue import SchedulingQueue
 from fleet.scheduler.snapshot import Snapshot, is_terminated, pod_key
 
@@ -53,6 +64,7 @@ class SchedulerConfig:
     max_backoff: float = 10.0
     unschedulable_timeout: float = 300.0
     parallel_binds: int = 16
+    percentage_of_nodes_to_score: int = 0  # 0: Kubernetes' adaptive default
 
 
 def _node_fingerprint(node: dict[str, Any]) -> Any:
@@ -67,7 +79,7 @@ class Scheduler:
                  framework: Framework | None = None) -> None:
         self.client = client
         self.cfg = cfg or SchedulerConfig()
-        self.framework = framework or Framework(default_plugins())
+        self.framework = framework or default_framework(self.cfg)
         self.snapshot = Snapshot()
         self.queue = SchedulingQueue(initial_backoff=self.cfg.initial_backoff,
                                      max_backoff=self.cfg.max_backoff,
@@ -78,6 +90,19 @@ class Scheduler:
         self._bind_slots = trio.Semaphore(self.cfg.parallel_binds)
 
     # -- informer handlers (synchronous: in-memory only) -----------------------
+    def on_namespace(self, etype: str, old: dict[str, Any] | None,
+                     new: dict[str, Any] | None) -> None:
+        # Namespace labels decide which pods a namespaceSelector (pod affinity) covers.
+        if etype == "DELETED":
+            assert old is not None
+            self.snapshot.remove_namespace(old["metadata"]["name"])
+            return
+        assert new is not None
+        self.snapshot.set_namespace(new)
+        if old is None or (old.get("metadata") or {}).get("labels") != \
+                (new.get("metadata") or {}).get("labels"):
+            self.queue.move_all()
+
     def on_node(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         if etype == "DELETED":
             assert old is not None
@@ -97,6 +122,7 @@ class Scheduler:
             self.pending.pop(key, None)
             self.queue.delete(key)
             self._last_event.pop(key, None)
+            self.framework.nominate(pod, None)
             if (pod.get("spec") or {}).get("nodeName"):
                 self.snapshot.remove_pod(key)
                 self.queue.move_all()  # its resources are free again
@@ -111,12 +137,14 @@ class Scheduler:
             self.pending.pop(key, None)
             self.queue.delete(key)
             self._last_event.pop(key, None)
+            self.framework.nominate(new, None)
             if old is not None and not is_terminated(old) and is_terminated(new):
                 self.queue.move_all()
             return
+        self.framework.nominate(new, (new.get("status") or {}).get("nominatedNodeName"))
         if self._responsible_for(new):
             self.pending[key] = new
-            self.queue.add(key)
+            self.queue.add(key, pod_priority(new))
 
     def _responsible_for(self, pod: dict[str, Any]) -> bool:
         spec = pod.get("spec") or {}
@@ -129,6 +157,7 @@ class Scheduler:
         async with trio.open_nursery() as nursery:
             # Nodes first, so the first pods scheduled see every node.
             await nursery.start(Informer(self.client, "v1", "nodes", self.on_node).run)
+            await nursery.start(Informer(self.client, "v1", "namespaces", self.on_namespace).run)
             await nursery.start(Informer(self.client, "v1", "pods", self.on_pod,
                                          field_selector=ACTIVE_PODS).run)
             task_status.started()
@@ -144,10 +173,14 @@ class Scheduler:
         try:
             result = self.framework.schedule(pod, self.snapshot)
         except FitError as e:
+            nomination = self.framework.post_filter(pod, self.snapshot, e)
             # Parked before any await, so a cluster event arriving while the
             # event is written still moves the pod on.
             self.queue.add_unschedulable(key)
-            await self.record_unschedulable(pod, str(e))
+            message = str(e)
+            if nomination is not None:
+                await self.preempt(pod, nomination)
+            await self.record_unschedulable(pod, message)
             return
         assumed = copy.deepcopy(pod)
         assumed["spec"]["nodeName"] = result.node
@@ -181,6 +214,33 @@ class Scheduler:
         self.pending.pop(key, None)
         await self._event(pod, "Normal", "Scheduled",
                           f"Successfully assigned {md['namespace']}/{md['name']} to {node}")
+
+    # -- preemption --------------------------------------------------------------
+    async def preempt(self, pod: dict[str, Any], nomination: Nomination) -> None:
+        """Nominate `pod` to the node and delete the victims (kube-scheduler's
+        prepareCandidate): victims are deleted gracefully, each with a Preempted event."""
+        md = pod["metadata"]
+        key = pod_key(pod)
+        nominated = copy.deepcopy(pod)
+        nominated.setdefault("status", {})["nominatedNodeName"] = nomination.node
+        self.framework.nominate(nominated, nomination.node)
+        self.pending[key] = nominated
+        try:
+            await self.client.patch("v1", "pods", md["name"],
+                                    {"status": {"nominatedNodeName": nomination.node}},
+                                    STRATEGIC_MERGE_PATCH, md["namespace"], subresource="status")
+        except (ApiException, httpx.HTTPError) as e:
+            log.info("nominating %s to %s failed: %s", key, nomination.node, e)
+        for victim in nomination.victims:
+            vmd = victim["metadata"]
+            await self._event(victim, "Normal", "Preempted",
+                              f"Preempted by pod {md.get('uid')} on node {nomination.node}")
+            try:
+                await self.client.delete("v1", "pods", vmd["name"], vmd["namespace"],
+                                         body={"preconditions": {"uid": vmd.get("uid")}})
+            except (ApiException, httpx.HTTPError) as e:
+                log.info("preempting %s failed: %s", pod_key(victim), e)
+        log.info("pod %s preempts %d pod(s) on %s", key, len(nomination.victims), nomination.node)
 
     # -- reporting -------------------------------------------------------------
     async def record_unschedulable(self, pod: dict[str, Any], message: str) -> None:
@@ -234,6 +294,15 @@ class Scheduler:
             log.info("recording %s event for %s failed: %s", reason, pod_key(pod), e)
             return None
         return name
+
+
+def default_framework(cfg: SchedulerConfig) -> Framework:
+    """The default profile: the default plugins, their weights, and preemption."""
+    from fleet.scheduler import plugins as _plugins
+
+    weights = _plugins.default_weights() if hasattr(_plugins, "default_weights") else None
+    return Framework([*default_plugins(), DefaultPreemption()], weights=weights,
+                     percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score)
 
 
 async def run(config: ClientConfig, cfg: SchedulerConfig | None = None, *,
