@@ -383,6 +383,24 @@ class PodWorker:
         self.pod = pod
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             self.terminate(grace_period(pod))
+        elif self._drifted(pod.get("status") or {}):
+            # Someone else rewrote what this node reports (the node lifecycle
+            # controller marks pods NotReady while the node is unreachable): the
+            # node's own view wins again, as the kubelet's status manager does.
+            self._reported = None
+            self._changed()
+
+    def _drifted(self, api: Mapping[str, Any]) -> bool:
+        """True when the API's phase or our conditions differ from what we last wrote."""
+        mine = self._reported
+        if not mine:
+            return False
+        if mine.get("phase") != api.get("phase"):
+            return True
+        theirs = {c.get("type"): c.get("status") for c in api.get("conditions") or []
+                  if isinstance(c, dict)}
+        return any(theirs.get(c.get("type")) != c.get("status")
+                   for c in mine.get("conditions") or [] if isinstance(c, dict))
 
     def gone(self) -> None:
         """The pod object was removed from the API: stop everything, delete nothing."""

@@ -535,3 +535,32 @@ def test_pre_stop_runs_before_term_and_is_bounded(tmp_path: Path,
             n.cancel_scope.cancel()
 
     trio.run(main, clock=clock)
+
+
+def test_status_rewritten_by_someone_else_is_reasserted(
+        tmp_path: Path, clock: trio.testing.MockClock) -> None:
+    """The node lifecycle controller marks pods NotReady on an unreachable node; once
+    the agent sees that version of the pod it writes its own (Ready) view again."""
+    driver = FakeDriver(script=[(10_000, 0)])
+
+    async def main() -> None:
+        async with trio.open_nursery() as n:
+            w, client = await start_worker(tmp_path, driver, make_pod(), n)
+            await trio.sleep(1)
+            ours = client.statuses[-1]
+            assert conditions(ours)["Ready"] == "True"
+            writes = len(client.statuses)
+            # Our own write coming back through the watch changes nothing.
+            w.update({**make_pod(), "status": ours})
+            await trio.sleep(1)
+            assert len(client.statuses) == writes
+            marked = {**ours, "conditions": [
+                {**c, "status": "False"} if c["type"] == "Ready" else c
+                for c in ours["conditions"]]}
+            w.update({**make_pod(), "status": marked})
+            await trio.sleep(1)
+            assert len(client.statuses) == writes + 1
+            assert conditions(client.statuses[-1])["Ready"] == "True"
+            n.cancel_scope.cancel()
+
+    trio.run(main, clock=clock)
