@@ -44,7 +44,7 @@ from fleet.api import meta
 from fleet.client import STRATEGIC_MERGE_PATCH, ApiException, Client, ClientConfig
 from fleet.client.informer import Informer
 from fleet.scheduler.framework import FitError, Framework, Nomination, pod_priority
-from fleet.scheduler.plugins import default_plugins
+from fleet.scheduler.plugins import default_plugins, default_weights
 from fleet.scheduler.plugins.default_preemption import DefaultPreemption
 from fleet.scheduler.queue import SchedulingQueue
 from fleet.scheduler.snapshot import Snapshot, is_terminated, pod_key
@@ -297,11 +297,8 @@ class Scheduler:
 
 
 def default_framework(cfg: SchedulerConfig) -> Framework:
-    """The default profile: the default plugins, their weights, and preemption."""
-    from fleet.scheduler import plugins as _plugins
-
-    weights = _plugins.default_weights() if hasattr(_plugins, "default_weights") else None
-    return Framework([*default_plugins(), DefaultPreemption()], weights=weights,
+    """The default profile: the default plugins with kube-scheduler's weights, and preemption."""
+    return Framework([*default_plugins(), DefaultPreemption()], weights=default_weights(),
                      percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score)
 
 

@@ -20,7 +20,7 @@ class NodeUnschedulable:
     name = "NodeUnschedulable"
 
     def filter(self, state: CycleState, pod: dict[str, Any], node: NodeInfo) -> Status:
-        if (node.node.get("spec") or {}).get("unschedulable") is not True:
+        if not node.unschedulable:
             return Status.success()
         if tolerates((pod.get("spec") or {}).get("tolerations") or [], UNSCHEDULABLE_TAINT):
             return Status.success()

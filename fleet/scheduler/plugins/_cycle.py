@@ -1,0 +1,31 @@
+"""How a plugin reaches the whole cluster from inside a cycle.
+
+Most plugins judge one node at a time and need nothing else.  A few
+(InterPodAffinity, PodTopologySpread, VolumeBinding, ImageLocality) need the
+cluster-wide aggregates of the `Snapshot`.  kube-scheduler gives plugins a
+handle to the cycle's snapshot; here the Framework attaches it to the
+CycleState as `state.snapshot`.  Every NodeInfo built by a Snapshot also
+points back to it, which covers the score points (they receive nodes) and a
+Framework that has not attached the snapshot: a plugin then defers its
+pre-filter work to its first `filter` call (see `DEFERRED`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fleet.scheduler.framework import CycleState
+from fleet.scheduler.snapshot import NodeInfo, Snapshot
+
+# Written by a pre_filter that could not see the snapshot; the plugin's
+# filter then does the work on the first node it is given.
+DEFERRED: Any = object()
+
+
+def cycle_snapshot(state: CycleState, nodes: Sequence[NodeInfo] = ()) -> Snapshot | None:
+    """The snapshot this cycle runs over: the CycleState's, else the one the nodes belong to."""
+    snap = getattr(state, "snapshot", None)
+    if snap is None and nodes:
+        snap = nodes[0].snapshot
+    return snap
