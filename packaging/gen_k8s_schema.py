@@ -33,6 +33,7 @@ ROOTS = {
     ("", "v1", "Binding"): "V1Binding",
     ("events.k8s.io", "v1", "Event"): "EventsV1Event",
     ("coordination.k8s.io", "v1", "Lease"): "V1Lease",
+    ("scheduling.k8s.io", "v1", "PriorityClass"): "V1PriorityClass",
     ("apps", "v1", "Deployment"): "V1Deployment",
     ("apps", "v1", "ReplicaSet"): "V1ReplicaSet",
     ("apps", "v1", "StatefulSet"): "V1StatefulSet",

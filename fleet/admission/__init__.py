@@ -2,9 +2,19 @@
 
 A plugin sees the request attributes, the new object and the old one (on
 update/delete).  Mutating plugins return the (possibly changed) object;
-validating plugins raise an `APIError` to refuse.  The chain is empty in
-issue 2; built-in plugins (quota, limit ranges, service accounts, ...) and
-webhooks join it in later issues without changing the server.
+validating plugins raise an `APIError` to refuse.  Built-in plugins live one
+per module beside this one (`priority.py`, `default_toleration_seconds.py`);
+quota, limit ranges, service accounts and webhooks join the same chain later
+without changing the server.
+
+The server runs the two halves around the kind's validation, as
+kube-apiserver does: mutating admission, then validation of the (mutated)
+object, then validating admission.  So what a mutating plugin adds is
+validated like anything a client sent, and a plugin that restores a field on
+update (Priority keeps `spec.priority`) runs before the update is judged.
+Mutating plugins therefore see objects that have been defaulted but not yet
+validated: they must tolerate any JSON shape and leave wrong types for
+validation to report.
 """
 
 from __future__ import annotations
@@ -34,12 +44,44 @@ class AdmissionChain:
     mutating: list[MutatingPlugin] = field(default_factory=list)
     validating: list[ValidatingPlugin] = field(default_factory=list)
 
-    async def admit(self, attrs: Attributes, user: UserInfo, obj: dict[str, Any] | None,
-                    old: dict[str, Any] | None) -> dict[str, Any] | None:
-        """Run mutating plugins in order, then validating ones; return the admitted object."""
-        if obj is not None:
-            for m in self.mutating:
-                obj = await m.mutate(attrs, user, obj, old)
+    async def mutate(self, attrs: Attributes, user: UserInfo, obj: dict[str, Any],
+                     old: dict[str, Any] | None) -> dict[str, Any]:
+        """Run the mutating plugins in order; return the mutated object."""
+        for m in self.mutating:
+            obj = await m.mutate(attrs, user, obj, old)
+        return obj
+
+    async def validate(self, attrs: Attributes, user: UserInfo, obj: dict[str, Any] | None,
+                       old: dict[str, Any] | None) -> None:
+        """Run the validating plugins; the first refusal raises."""
         for v in self.validating:
             await v.validate(attrs, user, obj, old)
+
+    async def admit(self, attrs: Attributes, user: UserInfo, obj: dict[str, Any] | None,
+                    old: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Both halves back to back (requests with no kind validation in between:
+        deletes, bindings, evictions)."""
+        if obj is not None:
+            obj = await self.mutate(attrs, user, obj, old)
+        await self.validate(attrs, user, obj, old)
         return obj
+
+
+def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_seconds: int = 300,
+                  priority_cache: Any = None) -> AdmissionChain:
+    """The chain `fleet server` runs, in kube-apiserver's recommended plugin order
+    (Priority before DefaultTolerationSeconds).
+
+    `priority_cache` is a running `priority.ClassCache`; without one the
+    Priority plugin reads PriorityClasses from `store` on every pod create.
+    """
+    # Imported here: the plugins import the store and the kinds, which need not
+    # load for code that only wants the chain's types.
+    from fleet.admission.default_toleration_seconds import DefaultTolerationSeconds
+    from fleet.admission.priority import Priority
+
+    priority = Priority(store, priority_cache)
+    return AdmissionChain(
+        mutating=[priority, DefaultTolerationSeconds(not_ready_seconds, unreachable_seconds)],
+        validating=[priority],
+    )

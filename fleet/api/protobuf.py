@@ -1361,6 +1361,11 @@ SCHEMA: Final[dict[str, Message]] = {
     "meta.v1.Preconditions": {
         1: ("uid", STR, None, PTR), 2: ("resourceVersion", STR, None, PTR),
     },
+    "scheduling.v1.PriorityClass": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0), 2: ("value", INT, None, 0),
+        3: ("globalDefault", BOOL, None, 0), 4: ("description", STR, None, 0),
+        5: ("preemptionPolicy", STR, None, PTR),
+    },
     "policy.v1.Eviction": {
         1: ("metadata", MSG, "meta.v1.ObjectMeta", 0),
         2: ("deleteOptions", MSG, "meta.v1.DeleteOptions", 0),
@@ -1385,7 +1390,10 @@ KINDS: Final[dict[tuple[str, str], str]] = {
     ("batch/v1", "CronJob"): "batch.v1.CronJob",
     ("coordination.k8s.io/v1", "Lease"): "coordination.v1.Lease",
     ("events.k8s.io/v1", "Event"): "events.v1.Event",
+    ("scheduling.k8s.io/v1", "PriorityClass"): "scheduling.v1.PriorityClass",
     ("policy/v1", "Eviction"): "policy.v1.Eviction",
+    # policy/v1beta1 Eviction has the same fields and numbers (kubectl < 1.22 sends it).
+    ("policy/v1beta1", "Eviction"): "policy.v1.Eviction",
     ("v1", "DeleteOptions"): "meta.v1.DeleteOptions",
     ("meta.k8s.io/v1", "DeleteOptions"): "meta.v1.DeleteOptions",
 }

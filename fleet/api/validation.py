@@ -187,7 +187,9 @@ def is_qualified_name(value: str) -> list[str]:
         errs.append("name part must be non-empty")
     elif len(name) > QUALIFIED_NAME_MAX:
         errs.append("name part " + max_len_error(QUALIFIED_NAME_MAX))
-    if name and not _QUALIFIED_NAME_RE.fullmatch(name):
+    # Also for an empty name: apimachinery reports both problems ("must be
+    # non-empty" and the regex), and people paste those messages into searches.
+    if not _QUALIFIED_NAME_RE.fullmatch(name):
         errs.append("name part " + _regex_error(_QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT,
                                                 "MyName", "my.name", "123-abc"))
     return errs
@@ -324,6 +326,15 @@ def validate_labels(labels: Any, path: str = "metadata.labels") -> list[Cause]:
     return out
 
 
+def validate_label_name(key: Any, path: str) -> list[Cause]:
+    """unversionedvalidation.ValidateLabelName: a qualified name; absent counts as ""."""
+    if key is None:
+        key = ""
+    if not isinstance(key, str):
+        return [type_invalid(path, key, "string")]
+    return [invalid(path, key, msg) for msg in is_qualified_name(key)]
+
+
 def validate_annotations(annotations: Any, path: str = "metadata.annotations") -> list[Cause]:
     if annotations is None:
         return []
@@ -435,12 +446,7 @@ def validate_label_selector(sel: Any, path: str) -> list[Cause]:
                                      "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
         else:
             out.append(invalid(f"{ep}.operator", op, "not a valid selector operator"))
-        key = expr.get("key")
-        if not isinstance(key, str) or not key:
-            out.append(required(f"{ep}.key"))
-        else:
-            for msg in is_qualified_name(key):
-                out.append(invalid(f"{ep}.key", key, msg))
+        out.extend(validate_label_name(expr.get("key"), f"{ep}.key"))
         for j, v in enumerate(values):
             if not isinstance(v, str):
                 out.append(type_invalid(f"{ep}.values[{j}]", v, "string"))
@@ -792,33 +798,340 @@ def _validate_volumes(volumes: Any, path: str, out: list[Cause]) -> set[str]:
     return names
 
 
-def _validate_tolerations(tols: Any, path: str, out: list[Cause]) -> None:
+def _go_toleration(t: dict[str, Any]) -> str:
+    """A toleration as Go's %#v prints the internal `core.Toleration` struct.
+
+    kube-apiserver puts the whole struct in the message when `operator: Exists`
+    comes with a value; the pointer field prints as an address there, which is
+    meaningless outside that process, so a fixed one stands in for it.
+    """
+    def q(key: str) -> str:
+        val = t.get(key)
+        return json.dumps(val if isinstance(val, str) else "")
+
+    secs = "(*int64)(nil)" if t.get("tolerationSeconds") is None else "(*int64)(0xc000000000)"
+    return (f"core.Toleration{{Key:{q('key')}, Operator:{q('operator')}, Value:{q('value')}, "
+            f"Effect:{q('effect')}, TolerationSeconds:{secs}}}")
+
+
+def validate_tolerations(tols: Any, path: str) -> list[Cause]:
+    """ValidateTolerations (pkg/apis/core/validation), check for check and word for word."""
     if tols is None:
-        return
+        return []
     if not isinstance(tols, list):
-        out.append(type_invalid(path, tols, "array"))
-        return
+        return [type_invalid(path, tols, "array")]
+    out: list[Cause] = []
     for i, t in enumerate(tols):
         tp = f"{path}[{i}]"
         if not isinstance(t, dict):
             out.append(type_invalid(tp, t, "object"))
             continue
-        key = t.get("key")
-        op = t.get("operator") or "Equal"
+        bad_type = False
+        for f in ("key", "operator", "value", "effect"):
+            if t.get(f) is not None and not isinstance(t[f], str):
+                out.append(type_invalid(f"{tp}.{f}", t[f], "string"))
+                bad_type = True
+        secs = t.get("tolerationSeconds")
+        if secs is not None and as_int(secs) is None:
+            out.append(type_invalid(f"{tp}.tolerationSeconds", secs, "integer"))
+            bad_type = True
+        if bad_type:
+            continue
+        key = t.get("key") or ""
+        op = t.get("operator") or ""
+        value = t.get("value") or ""
+        effect = t.get("effect") or ""
         if key:
-            for msg in is_qualified_name(key):
-                out.append(invalid(f"{tp}.key", key, msg))
-        elif op != "Exists":
+            out.extend(validate_label_name(key, f"{tp}.key"))
+        # An empty key with Exists (and no value) is the "tolerate everything" toleration.
+        if not key and op != "Exists":
             out.append(invalid(f"{tp}.operator", op,
-                               "operator must be Exists when `key` is empty, which means \"match all values and all keys\""))
-        if op == "Exists" and t.get("value"):
-            out.append(invalid(f"{tp}.operator", t.get("value"),
-                               "value must be empty when `operator` is 'Exists'"))
-        elif op not in ("Equal", "Exists"):
+                               "operator must be Exists when `key` is empty, which means \"match all "
+                               "values and all keys\""))
+        if secs is not None and effect != "NoExecute":
+            out.append(invalid(f"{tp}.effect", effect,
+                               "effect must be 'NoExecute' when `tolerationSeconds` is set"))
+        if op in ("Equal", ""):
+            errs = is_valid_label_value(value)
+            if errs:
+                out.append(invalid(f"{tp}.operator", value, ";".join(errs)))
+        elif op == "Exists":
+            if value:
+                out.append(cause(f"{tp}.operator", f"Invalid value: {_go_toleration(t)}: value must be "
+                                 "empty when `operator` is 'Exists'", "FieldValueInvalid"))
+        else:
             out.append(not_supported(f"{tp}.operator", op, ("Equal", "Exists")))
-        eff = t.get("effect")
-        if eff and eff not in TAINT_EFFECTS:
-            out.append(not_supported(f"{tp}.effect", eff, TAINT_EFFECTS))
+        if effect and effect not in TAINT_EFFECTS:
+            out.append(not_supported(f"{tp}.effect", effect, TAINT_EFFECTS))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Affinity and topology spread (pkg/apis/core/validation: validateAffinity,
+# validateTopologySpreadConstraints).  The scheduler trusts these shapes, so a
+# malformed term is refused here, with kube-apiserver's paths and words,
+# instead of surfacing later as an unschedulable pod.
+# ---------------------------------------------------------------------------
+
+NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+SCHEDULE_ACTIONS = ("DoNotSchedule", "ScheduleAnyway")  # sets.List order
+NODE_INCLUSION_POLICIES = ("Honor", "Ignore")
+NOT_POSITIVE = "must be greater than zero"
+WEIGHT_RANGE = "must be in the range 1-100"
+
+
+def _objects(value: Any, path: str, out: list[Cause]) -> list[tuple[int, dict[str, Any]]]:
+    """(index, item) for the dict items of a list field; type problems go to `out`."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        out.append(type_invalid(path, value, "array"))
+        return []
+    items = []
+    for i, item in enumerate(value):
+        if isinstance(item, dict):
+            items.append((i, item))
+        else:
+            out.append(type_invalid(f"{path}[{i}]", item, "object"))
+    return items
+
+
+def _strings(value: Any, path: str, out: list[Cause]) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        out.append(type_invalid(path, value, "array of strings"))
+        return []
+    return value
+
+
+def _node_selector_requirement(rq: dict[str, Any], path: str, out: list[Cause]) -> None:
+    values = _strings(rq.get("values"), f"{path}.values", out)
+    op = rq.get("operator")
+    if op in ("In", "NotIn"):
+        if not values:
+            out.append(required(f"{path}.values", "must be specified when `operator` is 'In' or 'NotIn'"))
+    elif op in ("Exists", "DoesNotExist"):
+        if values:
+            out.append(forbidden(f"{path}.values",
+                                 "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
+    elif op in ("Gt", "Lt"):
+        if len(values) != 1:
+            out.append(required(f"{path}.values",
+                                "must be specified single value when `operator` is 'Lt' or 'Gt'"))
+    else:
+        out.append(invalid(f"{path}.operator", op if op is not None else "", "not a valid selector operator"))
+    out.extend(validate_label_name(rq.get("key"), f"{path}.key"))
+
+
+def _node_field_selector_requirement(rq: dict[str, Any], path: str, out: list[Cause]) -> None:
+    values = _strings(rq.get("values"), f"{path}.values", out)
+    op = rq.get("operator")
+    if op in ("In", "NotIn"):
+        if len(values) != 1:
+            out.append(required(f"{path}.values", "must be only one value when `operator` is 'In' or "
+                                "'NotIn' for node field selector"))
+    else:
+        out.append(invalid(f"{path}.operator", op if op is not None else "", "not a valid selector operator"))
+    key = rq.get("key")
+    if key != "metadata.name":
+        out.append(invalid(f"{path}.key", key if key is not None else "", "not a valid field selector key"))
+    else:
+        for j, val in enumerate(values):
+            for msg in is_dns1123_subdomain(val):
+                out.append(invalid(f"{path}.values[{j}]", val, msg))
+
+
+def validate_node_selector_term(term: Any, path: str) -> list[Cause]:
+    """ValidateNodeSelectorTerm: matchExpressions on labels, matchFields on metadata.name."""
+    if not isinstance(term, dict):
+        return [type_invalid(path, term, "object")]
+    out: list[Cause] = []
+    for j, rq in _objects(term.get("matchExpressions"), f"{path}.matchExpressions", out):
+        _node_selector_requirement(rq, f"{path}.matchExpressions[{j}]", out)
+    for j, rq in _objects(term.get("matchFields"), f"{path}.matchFields", out):
+        _node_field_selector_requirement(rq, f"{path}.matchFields[{j}]", out)
+    return out
+
+
+def validate_node_selector(sel: Any, path: str) -> list[Cause]:
+    """ValidateNodeSelector: at least one term; the terms are ORed."""
+    if not isinstance(sel, dict):
+        return [type_invalid(path, sel, "object")]
+    out: list[Cause] = []
+    tp = f"{path}.nodeSelectorTerms"
+    terms = sel.get("nodeSelectorTerms")
+    if not terms:
+        return [required(tp, "must have at least one node selector term")]
+    if not isinstance(terms, list):
+        return [type_invalid(tp, terms, "array")]
+    for i, term in enumerate(terms):
+        out.extend(validate_node_selector_term(term, f"{tp}[{i}]"))
+    return out
+
+
+def _weight(item: dict[str, Any], path: str, out: list[Cause]) -> None:
+    w = item.get("weight", 0)
+    if as_int(w) is None:
+        out.append(type_invalid(path, w, "int32"))
+    elif not 1 <= w <= 100:
+        out.append(invalid(path, w, WEIGHT_RANGE))
+
+
+def _validate_node_affinity(na: Any, path: str, out: list[Cause]) -> None:
+    if not isinstance(na, dict):
+        out.append(type_invalid(path, na, "object"))
+        return
+    req = na.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if req is not None:
+        out.extend(validate_node_selector(req, f"{path}.requiredDuringSchedulingIgnoredDuringExecution"))
+    pp = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
+    for i, term in _objects(na.get("preferredDuringSchedulingIgnoredDuringExecution"), pp, out):
+        _weight(term, f"{pp}[{i}].weight", out)
+        pref = term.get("preference")
+        out.extend(validate_node_selector_term(pref if pref is not None else {}, f"{pp}[{i}].preference"))
+
+
+def _label_keys(keys: list[str], sel: Any, path: str, out: list[Cause]) -> None:
+    if not keys:
+        return
+    if sel is None:
+        out.append(forbidden(path, "must not be specified when labelSelector is not set"))
+        return
+    for i, k in enumerate(keys):
+        out.extend(validate_label_name(k, f"{path}[{i}]"))
+
+
+def _pod_affinity_term(term: dict[str, Any], path: str, out: list[Cause]) -> None:
+    """validatePodAffinityTerm: selectors, namespaces, match/mismatchLabelKeys, topologyKey."""
+    sel = term.get("labelSelector")
+    out.extend(validate_label_selector(sel, f"{path}.labelSelector"))
+    out.extend(validate_label_selector(term.get("namespaceSelector"), f"{path}.namespaceSelector"))
+    for ns in _strings(term.get("namespaces"), f"{path}.namespaces", out):
+        for msg in is_dns1123_label(ns):
+            # Sic: kube-apiserver names this path "namespace".
+            out.append(invalid(f"{path}.namespace", ns, msg))
+    match = _strings(term.get("matchLabelKeys"), f"{path}.matchLabelKeys", out)
+    mismatch = _strings(term.get("mismatchLabelKeys"), f"{path}.mismatchLabelKeys", out)
+    _label_keys(match, sel, f"{path}.matchLabelKeys", out)
+    _label_keys(mismatch, sel, f"{path}.mismatchLabelKeys", out)
+    for i, k in enumerate(match):
+        if k in mismatch:
+            out.append(invalid(f"{path}.matchLabelKeys[{i}]", k,
+                               "exists in both matchLabelKeys and mismatchLabelKeys"))
+    key = term.get("topologyKey")
+    if not key:
+        out.append(required(f"{path}.topologyKey", "can not be empty"))
+    out.extend(validate_label_name(key, f"{path}.topologyKey"))
+
+
+def _validate_pod_affinity(pa: Any, path: str, out: list[Cause]) -> None:
+    if not isinstance(pa, dict):
+        out.append(type_invalid(path, pa, "object"))
+        return
+    rp = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
+    for i, term in _objects(pa.get("requiredDuringSchedulingIgnoredDuringExecution"), rp, out):
+        _pod_affinity_term(term, f"{rp}[{i}]", out)
+    pp = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
+    for i, wt in _objects(pa.get("preferredDuringSchedulingIgnoredDuringExecution"), pp, out):
+        _weight(wt, f"{pp}[{i}].weight", out)
+        term = wt.get("podAffinityTerm")
+        if term is not None and not isinstance(term, dict):
+            out.append(type_invalid(f"{pp}[{i}].podAffinityTerm", term, "object"))
+            continue
+        _pod_affinity_term(term or {}, f"{pp}[{i}].podAffinityTerm", out)
+
+
+def validate_affinity(aff: Any, path: str) -> list[Cause]:
+    """validateAffinity: nodeAffinity, podAffinity, podAntiAffinity."""
+    if aff is None:
+        return []
+    if not isinstance(aff, dict):
+        return [type_invalid(path, aff, "object")]
+    out: list[Cause] = []
+    if aff.get("nodeAffinity") is not None:
+        _validate_node_affinity(aff["nodeAffinity"], f"{path}.nodeAffinity", out)
+    if aff.get("podAffinity") is not None:
+        _validate_pod_affinity(aff["podAffinity"], f"{path}.podAffinity", out)
+    if aff.get("podAntiAffinity") is not None:
+        _validate_pod_affinity(aff["podAntiAffinity"], f"{path}.podAntiAffinity", out)
+    return out
+
+
+def validate_topology_spread_constraints(constraints: Any, path: str) -> list[Cause]:
+    """validateTopologySpreadConstraints, in kube-apiserver's order of checks."""
+    out: list[Cause] = []
+    items = _objects(constraints, path, out)
+    for pos, (i, c) in enumerate(items):
+        cp = f"{path}[{i}]"
+        skew = c.get("maxSkew", 0)
+        if as_int(skew) is None:
+            out.append(type_invalid(f"{cp}.maxSkew", skew, "int32"))
+        elif skew <= 0:
+            out.append(invalid(f"{cp}.maxSkew", skew, NOT_POSITIVE))
+        key = c.get("topologyKey")
+        if not key:
+            out.append(required(f"{cp}.topologyKey", "can not be empty"))
+        elif not isinstance(key, str):
+            out.append(type_invalid(f"{cp}.topologyKey", key, "string"))
+        action = c.get("whenUnsatisfiable")
+        if action not in SCHEDULE_ACTIONS:
+            out.append(not_supported(f"{cp}.whenUnsatisfiable", action if action is not None else "",
+                                     SCHEDULE_ACTIONS))
+        # {topologyKey, whenUnsatisfiable} names one kind of constraint: no repeats.
+        for _j, later in items[pos + 1:]:
+            if later.get("topologyKey") == key and later.get("whenUnsatisfiable") == action:
+                out.append(duplicate(f"{cp}.{{topologyKey, whenUnsatisfiable}}",
+                                     f"{{{key or ''}, {action or ''}}}"))
+                break
+        md = c.get("minDomains")
+        if md is not None:
+            if as_int(md) is None:
+                out.append(type_invalid(f"{cp}.minDomains", md, "int32"))
+            else:
+                if md <= 0:
+                    out.append(invalid(f"{cp}.minDomains", md, NOT_POSITIVE))
+                if action != "DoNotSchedule":
+                    out.append(invalid(f"{cp}.minDomains", md, "can only use minDomains if "
+                                       f"whenUnsatisfiable=DoNotSchedule, not {action or ''}"))
+        for policy in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
+            val = c.get(policy)
+            if val is not None and val not in NODE_INCLUSION_POLICIES:
+                out.append(not_supported(f"{cp}.{policy}", val, NODE_INCLUSION_POLICIES))
+        sel = c.get("labelSelector")
+        keys = _strings(c.get("matchLabelKeys"), f"{cp}.matchLabelKeys", out)
+        if keys:
+            sel_keys: set[str] = set()
+            if isinstance(sel, dict):
+                if isinstance(sel.get("matchLabels"), dict):
+                    sel_keys.update(sel["matchLabels"])
+                for e in sel.get("matchExpressions") or []:
+                    if isinstance(e, dict) and isinstance(e.get("key"), str):
+                        sel_keys.add(e["key"])
+            else:
+                out.append(forbidden(f"{cp}.matchLabelKeys",
+                                     "must not be specified when labelSelector is not set"))
+            for j, k in enumerate(keys):
+                out.extend(validate_label_name(k, f"{cp}.matchLabelKeys[{j}]"))
+                if k in sel_keys:
+                    out.append(invalid(f"{cp}.matchLabelKeys[{j}]", k,
+                                       "exists in both matchLabelKeys and labelSelector"))
+        out.extend(validate_label_selector(sel, f"{cp}.labelSelector"))
+    return out
+
+
+PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+
+
+def validate_preemption_policy(policy: Any, path: str) -> list[Cause]:
+    """ValidatePreemptionPolicy (a PriorityClass's and a pod's preemptionPolicy)."""
+    if policy is None:
+        return []
+    if policy == "":
+        return [required(path)]
+    if policy not in PREEMPTION_POLICIES:
+        return [not_supported(path, policy, PREEMPTION_POLICIES)]
+    return []
 
 
 def validate_pod_spec(spec: Any, path: str = "spec", *,
@@ -880,7 +1193,14 @@ def validate_pod_spec(spec: Any, path: str = "spec", *,
         check = is_dns1123_label if key in ("hostname", "subdomain") else is_dns1123_subdomain
         for msg in check(v):
             out.append(invalid(f"{path}.{key}", v, msg))
-    _validate_tolerations(spec.get("tolerations"), f"{path}.tolerations", out)
+    out.extend(validate_affinity(spec.get("affinity"), f"{path}.affinity"))
+    out.extend(validate_tolerations(spec.get("tolerations"), f"{path}.tolerations"))
+    prio = spec.get("priority")
+    if prio is not None and as_int(prio) is None:
+        out.append(type_invalid(f"{path}.priority", prio, "int32"))
+    out.extend(validate_preemption_policy(spec.get("preemptionPolicy"), f"{path}.preemptionPolicy"))
+    out.extend(validate_topology_spread_constraints(spec.get("topologySpreadConstraints"),
+                                                    f"{path}.topologySpreadConstraints"))
     return out
 
 

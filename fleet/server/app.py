@@ -3,12 +3,15 @@
 `FleetASGI` adapts every HTTP request into a `Req` and `APIServer.handle`
 runs the pipeline as explicit stages:
 
-    authenticate → authorize → (decode, default, validate) → admit → store
+    authenticate → authorize → decode → default → mutating admission → validate
+                 → validating admission → store
 
 Discovery, OpenAPI, version and health endpoints are answered here; every
 resource path goes to the generic handlers in rest.py / watch.py, except the
 pod subresources served by the node agents (`log`, `exec`, `attach`) and
-`nodes/{name}/proxy/...`, which proxy.py relays.  Errors of any stage become Kubernetes `Status` objects.
+`nodes/{name}/proxy/...`, which proxy.py relays, and Fleet's node maintenance
+subresources (`nodes/{name}/drain`, `nodes/{name}/schedulable`), served by
+drain.py.  Errors of any stage become Kubernetes `Status` objects.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from fleet.api import errors
 from fleet.api.registry import Registry
 from fleet.auth import Attributes, Authenticator, Authorizer, UserInfo
 from fleet.server import discovery
+from fleet.server.drain import NodeMaintenance
 from fleet.server.http import Req, Resp, dumps
 from fleet.server.metrics import Metrics
 from fleet.server.openapi import OpenAPICache
@@ -45,7 +49,7 @@ from fleet.server.proxy import (
     parse_node_proxy,
     reject_websocket,
 )
-from fleet.server.rest import MAX_BODY, ResourceAPI, Route, parse_route
+from fleet.server.rest import MAX_BODY, SUBRESOURCE_VERBS, ResourceAPI, Route, parse_route
 from fleet.server.watch import WatchCounter, watch
 from fleet.store import Store
 
@@ -75,7 +79,7 @@ class APIServer:
     def __init__(self, store: Store, registry: Registry, authenticator: Authenticator,
                  authorizer: Authorizer, admission: AdmissionChain, resources: ResourceAPI,
                  metrics: Metrics, watches: WatchCounter, server_address: str, *,
-                 agent_token: str | None = None) -> None:
+                 agent_token: str | None = None, maintenance: NodeMaintenance | None = None) -> None:
         self.store = store
         self.registry = registry
         self.authenticator = authenticator
@@ -91,6 +95,9 @@ class APIServer:
         agent_token = agent_token or admin_token_from(authenticator)
         self.pods = PodProxy(store, registry, agent_token)
         self.nodes = NodeProxy(store, registry, agent_token)
+        # nodes/drain and nodes/schedulable; its runner (`maintenance.run`) is
+        # started by whoever runs the server (fleet/server/run.py).
+        self.maintenance = maintenance or NodeMaintenance(resources)
         self.ready = True
 
     async def handle(self, req: Req) -> tuple[Resp, str, str]:
@@ -206,8 +213,8 @@ class APIServer:
             raise errors.MethodNotAllowed(f"method {method} is not supported")
         if route.name is None and verb in ("update", "patch"):
             raise errors.MethodNotAllowed(f"{method} requires a resource name")
-        # pods/binding is create-only (the scheduler POSTs a Binding; rest.py handles it).
-        sub_verbs = ("create",) if route.subresource == "binding" else ("get", "update", "patch")
+        # pods/binding and pods/eviction are create-only (a POSTed Binding / Eviction).
+        sub_verbs = SUBRESOURCE_VERBS.get(route.subresource, ())
         if route.subresource and verb not in sub_verbs:
             raise errors.MethodNotAllowed(f"{method} is not supported on {resource}")
         base_verb = verb if not route.subresource else verb
@@ -221,6 +228,8 @@ class APIServer:
             raise errors.Forbidden(self.forbidden_message(req.user, verb, info.plural, info.group,
                                                           route.namespace, decision.reason))
         user = req.user
+        if route.subresource in ("drain", "schedulable"):
+            return await self.maintenance.handle(route, req, verb), verb, resource
         if verb == "watch":
             return await watch(api, info, route, req, self.watches, sse=route.sse_watch), verb, resource
         if verb == "get":

@@ -11,15 +11,32 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.api.registry import KindInfo, Registry
+from fleet.server.drain import DRAIN_KIND
 from fleet.server.proxy import STREAM_SUBRESOURCES
+from fleet.server.rest import SUBRESOURCE_VERBS as REST_SUBRESOURCE_VERBS
 from fleet.server.rest import SUPPORTED_SUBRESOURCES
 
 SUBRESOURCE_VERBS = {
-    "status": ["get", "patch", "update"],
-    "scale": ["get", "patch", "update"],
-    "binding": ["create"],
+    **{sub: list(verbs) for sub, verbs in REST_SUBRESOURCE_VERBS.items()},
     **{sub: list(verbs) for sub, (verbs, _kind) in STREAM_SUBRESOURCES.items()},
 }
+
+# The (group, version, kind) a subresource takes or returns, when it is not the
+# parent's.  Clients read these: `kubectl drain` posts evictions only if
+# pods/eviction says policy/v1 Eviction (drain.CheckEvictionSupport).
+SUBRESOURCE_KINDS: dict[str, tuple[str, str, str]] = {
+    "scale": ("autoscaling", "v1", "Scale"),
+    "eviction": ("policy", "v1", "Eviction"),
+    "drain": (DRAIN_KIND["group"], DRAIN_KIND["version"], DRAIN_KIND["kind"]),
+}
+
+
+def _subresource_kind(info: KindInfo, sub: str) -> tuple[str, str, str]:
+    if sub in SUBRESOURCE_KINDS:
+        return SUBRESOURCE_KINDS[sub]
+    if sub == "binding":
+        return info.group, info.version, "Binding"
+    return info.group, info.version, info.kind
 
 
 def api_versions(server_address: str) -> dict[str, Any]:
@@ -80,10 +97,10 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict[str,
                 "kind": info.kind,
                 "verbs": SUBRESOURCE_VERBS[sub],
             }
-            if sub == "scale":
-                entry.update(group="autoscaling", version="v1", kind="Scale")
-            elif sub == "binding":
-                entry["kind"] = "Binding"
+            group, version, kind = _subresource_kind(info, sub)
+            if (group, version) != (info.group, info.version):
+                entry.update(group=group, version=version)
+            entry["kind"] = kind
             resources.append(entry)
     return {
         "kind": "APIResourceList",
@@ -127,10 +144,9 @@ def _aggregated_resource(info: KindInfo) -> dict[str, Any]:
     for sub in info.subresources:
         if sub not in SUPPORTED_SUBRESOURCES and sub not in STREAM_SUBRESOURCES:
             continue
-        kind = ({"group": "autoscaling", "version": "v1", "kind": "Scale"} if sub == "scale"
-                else {"group": info.group, "version": info.version,
-                      "kind": "Binding" if sub == "binding" else info.kind})
-        subs.append({"subresource": sub, "responseKind": kind, "verbs": SUBRESOURCE_VERBS[sub]})
+        group, version, kind = _subresource_kind(info, sub)
+        subs.append({"subresource": sub, "responseKind": {"group": group, "version": version, "kind": kind},
+                     "verbs": SUBRESOURCE_VERBS[sub]})
     if subs:
         r["subresources"] = subs
     return r

@@ -3,13 +3,15 @@
 A request path is parsed into a `Route` (group, version, namespace, plural,
 name, subresource); the kind's `KindInfo` then drives everything: defaulting,
 validation, tables, scale, status.  The only per-kind code paths are real
-subresources (`status`, `scale`, `binding`) and namespace lifecycle (a namespace
-delete starts finalization instead of removing the object at once).
+subresources (`status`, `scale`, `binding`, `eviction`; drain.py serves the
+nodes' `drain` and `schedulable`), graceful pod deletion, and namespace
+lifecycle (a namespace delete starts finalization instead of removing the
+object at once).
 
 Every handler follows the pipeline order of kube-apiserver: decode → default
-→ validate → admission (mutating, validating) → store.  Authentication and
-authorization happened before (see app.py), and anything that goes wrong
-raises an `APIError`, rendered as a Status by the caller.
+→ mutating admission → validate → validating admission → store.
+Authentication and authorization happened before (see app.py), and anything
+that goes wrong raises an `APIError`, rendered as a Status by the caller.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from fleet.admission import AdmissionChain
 from fleet.api import errors, meta, patch, protobuf, schema, selectors
 from fleet.api.registry import KindInfo, Registry
 from fleet.auth import Attributes, UserInfo
+from fleet.server import eviction
 from fleet.server.http import JSON, Req, Resp
 from fleet.server.nscache import NamespaceCache
 from fleet.server.tables import table, wants_table
@@ -180,6 +183,8 @@ class ResourceAPI:
         self.registry = registry
         self.admission = admission
         self._ns_finalizer = namespace_finalizer
+        # The disruption-budget seam of the eviction subresource (see eviction.py).
+        self.budgets = eviction.DisruptionBudgets(store, registry)
 
     # ----------------------------------------------------------------- helpers
     def kind_for(self, route: Route) -> KindInfo:
@@ -355,6 +360,8 @@ class ResourceAPI:
     async def create(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
         if route.subresource == "binding":
             return await self.bind(info, route, req, user)
+        if route.subresource == "eviction":
+            return await self.evict(info, route, req, user)
         if route.name is not None:
             raise errors.MethodNotAllowed(f"POST is not supported on a named {info.kind}")
         obj = self.check_type(info, decode_body(req))
@@ -382,13 +389,16 @@ class ResourceAPI:
             obj.pop("status", None)
         if info.default is not None:
             info.default(obj)
-        self.validate(info, obj, None)
         if info.namespaced:
             await self.check_namespace(route.namespace or "")
+        # kube-apiserver's order: mutating admission, then validation of what it
+        # produced, then validating admission (see fleet/admission/__init__.py).
         attrs = Attributes("create", info.group, info.version, info.plural, "", route.namespace or "",
                            md["name"], is_dry_run(req))
-        obj = await self.admission.admit(attrs, user, obj, None)
-        assert obj is not None
+        obj = await self.admission.mutate(attrs, user, obj, None)
+        md = obj["metadata"]
+        self.validate(info, obj, None)
+        await self.admission.validate(attrs, user, obj, None)
         if is_dry_run(req):
             md.setdefault("creationTimestamp", meta.now_rfc3339())
             md.setdefault("generation", 1)
@@ -463,6 +473,77 @@ class ResourceAPI:
             raise conflict(info, route.name, "too many concurrent writers; try again")
         return Resp.json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                "code": 201})
+
+    async def evict(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
+        """POST pods/{name}/eviction: check the Eviction, admit it, evict (see evict_pod).
+
+        Answers a Status Success (201) as kube-apiserver does; 429 when a
+        disruption budget forbids it, 404 when the pod does not exist.
+        """
+        assert route.name is not None
+        body = decode_body(req)
+        if not isinstance(body, dict):
+            raise errors.BadRequest("the body must be a policy/v1 Eviction")
+        api_version, kind = body.get("apiVersion"), body.get("kind")
+        if (api_version, kind) != (None, None) and (
+                kind != "Eviction" or api_version not in eviction.EVICTION_API_VERSIONS):
+            raise errors.BadRequest(f"the body must be a policy/v1 Eviction (got {kind} in {api_version})")
+        md = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        if md.get("name") != route.name:
+            raise errors.BadRequest("name in URL does not match name in Eviction object")
+        if md.get("namespace") not in (None, "", route.namespace):
+            raise errors.BadRequest("the namespace of the provided object does not match the namespace "
+                                    "sent on the request")
+        opts = body.get("deleteOptions")
+        if opts is None:
+            opts = {}
+        if not isinstance(opts, dict):
+            raise errors.BadRequest("deleteOptions must be an object")
+        opts = check_delete_options(dict(opts))
+        # propagateDryRun: the request's dryRun and the Eviction's must agree.
+        query_dry = ["All"] if is_dry_run(req) else []
+        body_dry = opts.get("dryRun") or []
+        if query_dry and body_dry and query_dry != body_dry:
+            raise errors.BadRequest(f"DryRun in DeleteOptions ({body_dry}) and CreateOptions ({query_dry}) "
+                                    "do not match")
+        dry_run = bool(query_dry or body_dry)
+        attrs = Attributes("create", info.group, info.version, info.plural, "eviction", route.namespace or "",
+                           route.name, dry_run)
+        await self.admission.admit(attrs, user, body, None)
+        await self.evict_pod(route.namespace or "", route.name, opts, dry_run=dry_run)
+        return Resp.json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                               "code": 201})
+
+    async def evict_pod(self, namespace: str, name: str, opts: dict[str, Any], *, dry_run: bool = False) -> None:
+        """Evict one pod: EvictionREST.Create without the HTTP.  Used by the eviction
+        subresource and by Fleet's server-side drain.
+
+        A pod that is finished, pending or already terminating is deleted right
+        away; any other must first pass its disruption budget
+        (`self.budgets.admit_eviction`, 429 when it would break the budget).  The
+        pod then gets the DisruptionTarget condition and is deleted per `opts`
+        (gracefully for a pod on a node).  Conflicts with concurrent writers are
+        retried unless the caller pinned a resourceVersion.
+        """
+        info = self.registry.get("", "v1", "pods")
+        assert info is not None
+        route = Route("", "v1", "pods", namespace, name)
+        pinned = parse_rv((opts.get("preconditions") or {}).get("resourceVersion")) is not None
+        admitted = False  # a budget is used up once, however often the delete is retried
+        for _attempt in range(PATCH_RETRIES):
+            pod = await self.get_current(info, route)
+            if not admitted and not eviction.can_ignore_budgets(pod):
+                await self.budgets.admit_eviction(pod, dry_run=dry_run)
+                admitted = True
+            try:
+                await self.delete_object(info, route, pod, opts, dry_run=dry_run,
+                                         mark=eviction.add_disruption_target)
+            except errors.Conflict:
+                if pinned:
+                    raise
+                continue
+            return
+        raise conflict(info, name, "too many concurrent writers; try again")
 
     async def update(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
         assert route.name is not None
@@ -575,11 +656,11 @@ class ResourceAPI:
             new["metadata"]["resourceVersion"] = str(old_rv)
             if info.default is not None:
                 info.default(new)
-            self.validate(info, new, old)
             attrs = Attributes(verb, info.group, info.version, info.plural, route.subresource,
                                route.namespace or "", route.name, is_dry_run(req))
-            new = await self.admission.admit(attrs, user, new, old)
-            assert new is not None
+            new = await self.admission.mutate(attrs, user, new, old)
+            self.validate(info, new, old)
+            await self.admission.validate(attrs, user, new, old)
             if is_dry_run(req):
                 return Resp.json(200, new, warning_headers(warnings or []))
             try:
@@ -625,34 +706,67 @@ class ResourceAPI:
     async def delete(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
         assert route.name is not None
         opts = delete_options(req)
-        pre = opts.get("preconditions") or {}
-        expected_rv = parse_rv(pre.get("resourceVersion"))
-        expected_uid = pre.get("uid") or None
+        dry_run = is_dry_run(req)
         old = await self.get_current(info, route)
         attrs = Attributes("delete", info.group, info.version, info.plural, "", route.namespace or "",
-                           route.name, is_dry_run(req))
+                           route.name, dry_run)
         await self.admission.admit(attrs, user, None, old)
         if info.kind == "Namespace" and not info.group:
-            return await self._delete_namespace(info, route, old, req, expected_rv, expected_uid)
+            pre = opts.get("preconditions") or {}
+            return await self._delete_namespace(info, route, old, req, parse_rv(pre.get("resourceVersion")),
+                                                pre.get("uid") or None)
+        obj, code = await self.delete_object(info, route, old, opts, dry_run=dry_run)
+        return Resp.json(code, obj)
+
+    async def delete_object(self, info: KindInfo, route: Route, old: dict[str, Any], opts: dict[str, Any],
+                            *, dry_run: bool,
+                            mark: Any = None) -> tuple[dict[str, Any], int]:
+        """Delete `old` (already read, already admitted) per DeleteOptions `opts`;
+        returns (object, HTTP code).  Shared by DELETE and the eviction subresource.
+
+        `mark(pod)`, if given, is applied to a pod in the same write that starts its
+        graceful termination, or in a write of its own just before an immediate
+        delete (eviction's DisruptionTarget condition)."""
+        assert route.name is not None
+        pre = opts.get("preconditions") or {}
+        if not isinstance(pre, dict):
+            raise errors.BadRequest("preconditions must be an object")
+        expected_rv = parse_rv(pre.get("resourceVersion"))
+        expected_uid = pre.get("uid") or None
+        key = info.key(route.namespace, route.name)
         if info.kind == "Pod" and not info.group:
             grace = pod_grace_period(old, opts.get("gracePeriodSeconds"))
             if grace > 0:
-                return await self._delete_pod_gracefully(info, route, old, req, grace,
-                                                         expected_rv, expected_uid)
-        if is_dry_run(req):
-            return Resp.json(200, old)
+                return await self._delete_pod_gracefully(info, route, old, grace, expected_rv, expected_uid,
+                                                         dry_run=dry_run, mark=mark), 200
+        if dry_run:
+            return old, 200
+        if mark is not None and not old["metadata"].get("deletionTimestamp"):
+            if expected_uid and old["metadata"].get("uid") != expected_uid:
+                raise conflict(info, route.name, "the UID precondition did not match")
+            if expected_rv is not None and int(old["metadata"]["resourceVersion"]) != expected_rv:
+                raise conflict(info, route.name)
+            marked = copy.deepcopy(old)
+            mark(marked)
+            try:
+                stored = await self.store.update(key, marked, expected_revision=int(old["metadata"]["resourceVersion"]))
+            except RevisionConflict:
+                raise conflict(info, route.name) from None
+            except KeyNotFound:
+                raise not_found(info, route.name) from None
+            # The precondition was checked against `old`; the delete follows our own write.
+            expected_rv = int(stored["metadata"]["resourceVersion"])
         try:
-            obj, removed = await self.store.delete(info.key(route.namespace, route.name),
-                                                   expected_revision=expected_rv, expected_uid=expected_uid)
+            obj, removed = await self.store.delete(key, expected_revision=expected_rv, expected_uid=expected_uid)
         except KeyNotFound:
             raise not_found(info, route.name) from None
         except RevisionConflict:
             raise conflict(info, route.name, "the precondition (uid or resourceVersion) did not match") from None
-        return Resp.json(200 if removed else 202, obj)
+        return obj, 200 if removed else 202
 
-    async def _delete_pod_gracefully(self, info: KindInfo, route: Route, old: dict[str, Any], req: Req,
-                                     grace: int, expected_rv: int | None,
-                                     expected_uid: str | None) -> Resp:
+    async def _delete_pod_gracefully(self, info: KindInfo, route: Route, old: dict[str, Any], grace: int,
+                                     expected_rv: int | None, expected_uid: str | None, *,
+                                     dry_run: bool, mark: Any = None) -> dict[str, Any]:
         """Mark a running pod for deletion; its node's agent stops the containers
         (preStop, SIGTERM, the grace period, SIGKILL) and then deletes it for good
         with gracePeriodSeconds=0, as the kubelet does."""
@@ -662,22 +776,23 @@ class ResourceAPI:
             raise conflict(info, route.name, "the UID precondition did not match")
         if expected_rv is not None and int(md["resourceVersion"]) != expected_rv:
             raise conflict(info, route.name)
-        if is_dry_run(req) or md.get("deletionTimestamp"):
+        if dry_run or md.get("deletionTimestamp"):
             # Already terminating: the agent is on it (a shorter grace period is
             # only honoured when it is 0, which deletes at once above).
-            return Resp.json(200, old)
+            return old
         new = copy.deepcopy(old)
         deadline = meta.utcnow() + datetime.timedelta(seconds=grace)
         new["metadata"]["deletionTimestamp"] = deadline.strftime("%Y-%m-%dT%H:%M:%SZ")
         new["metadata"]["deletionGracePeriodSeconds"] = grace
+        if mark is not None:
+            mark(new)
         try:
-            stored = await self.store.update(info.key(route.namespace, route.name), new,
-                                             expected_revision=int(md["resourceVersion"]))
+            return await self.store.update(info.key(route.namespace, route.name), new,
+                                           expected_revision=int(md["resourceVersion"]))
         except RevisionConflict:
             raise conflict(info, route.name) from None
         except KeyNotFound:
             raise not_found(info, route.name) from None
-        return Resp.json(200, stored)
 
     async def _delete_namespace(self, info: KindInfo, route: Route, old: dict[str, Any], req: Req,
                                 expected_rv: int | None, expected_uid: str | None) -> Resp:
@@ -725,7 +840,17 @@ class ResourceAPI:
                                "items": deleted})
 
 
-SUPPORTED_SUBRESOURCES = frozenset({"status", "scale", "binding"})
+# Subresources served by the generic handlers (and drain.py for nodes), with
+# their verbs; the agent-relayed ones (log, exec, attach) are in proxy.py.
+SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
+    "status": ("get", "patch", "update"),
+    "scale": ("get", "patch", "update"),
+    "binding": ("create",),
+    "eviction": ("create",),
+    "drain": ("create", "get"),
+    "schedulable": ("create",),
+}
+SUPPORTED_SUBRESOURCES = frozenset(SUBRESOURCE_VERBS)
 
 
 def pod_grace_period(pod: dict[str, Any], requested: Any) -> int:
@@ -786,15 +911,27 @@ def delete_options(req: Req) -> dict[str, Any]:
         opts["propagationPolicy"] = req.query["propagationPolicy"]
     if "dryRun" in req.query:
         opts["dryRun"] = [req.query["dryRun"]]
+    opts = check_delete_options(opts)
+    if opts.get("dryRun") == ["All"]:
+        req.query.setdefault("dryRun", "All")
+    return opts
+
+
+def check_delete_options(opts: dict[str, Any]) -> dict[str, Any]:
+    """Refuse DeleteOptions values kube-apiserver refuses (400); returns `opts`."""
+    grace = opts.get("gracePeriodSeconds")
+    if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool)):
+        raise errors.BadRequest(f"gracePeriodSeconds: Invalid value: {json.dumps(grace)}: must be an integer")
     pp = opts.get("propagationPolicy")
     if pp not in (None, "Background", "Foreground", "Orphan"):
         raise errors.BadRequest(f'propagationPolicy: Unsupported value: "{pp}": supported values: '
                                 f'"Background", "Foreground", "Orphan"')
+    pre = opts.get("preconditions")
+    if pre is not None and not isinstance(pre, dict):
+        raise errors.BadRequest("preconditions must be an object")
     dry = opts.get("dryRun")
     if dry and dry != ["All"]:
         raise errors.BadRequest(f"dryRun: Unsupported value: {dry}")
-    if dry == ["All"]:
-        req.query.setdefault("dryRun", "All")
     return opts
 
 

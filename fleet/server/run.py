@@ -2,7 +2,7 @@
 
 Start-up order follows nesting (DESIGN.md): the store opens first and closes
 last; the API and metrics listeners start only after the default namespaces
-exist, and `task_status.started()` fires when the API answers — which is also
+and the system PriorityClasses exist, and `task_status.started()` fires when the API answers — which is also
 when the admin kubeconfig is written and its path printed.
 """
 
@@ -24,13 +24,15 @@ from quart_trio import QuartTrio
 
 from fleet import scheduler
 from fleet._core import memory
-from fleet.admission import AdmissionChain
+from fleet.admission import builtin_chain
+from fleet.admission.priority import ClassCache
 from fleet.api import meta
+from fleet.api.kinds.scheduling import system_priority_classes
 from fleet.api.registry import Registry, default_registry
 from fleet.auth import ADMIN, AllowAll, TokenAuthenticator, load_or_create_admin_token
 from fleet.auth.pki import ServingTLS, ensure_serving_tls
 from fleet.client import ClientConfig
-from fleet.controllers import nodeipam
+from fleet.controllers import nodeipam, nodelifecycle
 from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.server import nslifecycle
 from fleet.server.app import APIServer, FleetASGI, create_app
@@ -70,6 +72,23 @@ class ServerConfig:
     # them in the host's network, as the process driver does anyway.
     agent_network: str | None = field(default_factory=lambda: "bridge" if os.geteuid() == 0 else None)
     agent_bridge: str | None = None  # bridge name (default: the driver's, fleet0)
+    scheduler: bool = True  # the built-in scheduler (off: `fleet scheduler` runs elsewhere)
+    # DefaultTolerationSeconds admission: how long pods tolerate the NoExecute
+    # not-ready / unreachable taints of a failed node (kube-apiserver's
+    # --default-not-ready-toleration-seconds / --default-unreachable-toleration-seconds).
+    default_not_ready_toleration_seconds: int = 300
+    default_unreachable_toleration_seconds: int = 300
+    # Node lifecycle controller (kube-controller-manager's flags of the same names):
+    # a node not heard from for the grace period goes Unknown and gets the
+    # unreachable NoExecute taint; nodes are tainted at most eviction_rate per
+    # second per zone (see fleet/controllers/nodelifecycle.py).
+    node_monitor_grace_period: float = 40.0
+    node_startup_grace_period: float = 60.0
+    node_monitor_period: float = 5.0
+    node_eviction_rate: float = 0.1
+    secondary_node_eviction_rate: float = 0.01
+    unhealthy_zone_threshold: float = 0.55
+    large_cluster_size_threshold: int = 50
 
 
 @dataclass
@@ -79,6 +98,20 @@ class ServerInfo:
     token: str
     metrics_url: str
     ca_pem: bytes
+
+
+async def ensure_system_priority_classes(store: Store, registry: Registry) -> None:
+    """Create system-cluster-critical and system-node-critical if missing (as kube-apiserver's
+    bootstrap hook does at every start, so a class lost to an old store comes back)."""
+    info = registry.get("scheduling.k8s.io", "v1", "priorityclasses")
+    assert info is not None
+    for obj in system_priority_classes():
+        if info.default is not None:
+            info.default(obj)
+        try:
+            await store.create(info.key(None, obj["metadata"]["name"]), obj)
+        except KeyExists:
+            pass
 
 
 async def ensure_default_namespaces(store: Store, registry: Registry) -> None:
@@ -167,6 +200,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                           compact_interval=cfg.compact_interval) as store:
         registry = default_registry()
         await ensure_default_namespaces(store, registry)
+        await ensure_system_priority_classes(store, registry)
         async with trio.open_nursery() as nursery:
             if handle_signals:
                 nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)
@@ -179,9 +213,18 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             metrics = Metrics(store.stats, lambda: watches.open)
             host = "127.0.0.1" if cfg.address in ("0.0.0.0", "::", "") else cfg.address
             url = f"https://{host}:{cfg.port}"
-            api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), AdmissionChain(),
-                            ResourceAPI(store, registry, AdmissionChain(), ns_send, namespaces), metrics, watches,
+            priority_classes = ClassCache()
+            await nursery.start(priority_classes.run, store)
+            # One chain for both: ResourceAPI runs it on every write; APIServer keeps
+            # it for the pipeline stages it runs itself.
+            admission = builtin_chain(store, priority_cache=priority_classes,
+                                      not_ready_seconds=cfg.default_not_ready_toleration_seconds,
+                                      unreachable_seconds=cfg.default_unreachable_toleration_seconds)
+            api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), admission,
+                            ResourceAPI(store, registry, admission, ns_send, namespaces), metrics, watches,
                             f"{host}:{cfg.port}")
+            # Server-side drains (nodes/{name}/drain): resumes the ones a restart interrupted.
+            await nursery.start(api.maintenance.run)
             await nursery.start(_serve, create_app(api), cfg.address, cfg.port, tls)
             await nursery.start(_serve, _metrics_app(metrics), cfg.address, cfg.metrics_port)
             kubeconfig = data_dir / "admin.kubeconfig"
@@ -193,8 +236,16 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             # does).  They start after `started`, so a SIGTERM during their
             # start-up cannot look like a failed server start.
             client_cfg = ClientConfig(server=url, token=token, ca_data=tls.ca_cert_pem)
-            nursery.start_soon(scheduler.run, client_cfg)
+            if cfg.scheduler:
+                nursery.start_soon(scheduler.run, client_cfg)
             nursery.start_soon(partial(nodeipam.run, client_cfg, NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr)))
+            nursery.start_soon(partial(nodelifecycle.run, client_cfg, nodelifecycle.NodeLifecycleConfig(
+                monitor_grace_period=cfg.node_monitor_grace_period,
+                startup_grace_period=cfg.node_startup_grace_period,
+                monitor_period=cfg.node_monitor_period, eviction_rate=cfg.node_eviction_rate,
+                secondary_eviction_rate=cfg.secondary_node_eviction_rate,
+                unhealthy_zone_threshold=cfg.unhealthy_zone_threshold,
+                large_cluster_size_threshold=cfg.large_cluster_size_threshold)))
             if cfg.agent:
                 nursery.start_soon(_run_agent, cfg, url, token, tls.ca_cert_pem)
 

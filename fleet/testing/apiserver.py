@@ -16,16 +16,17 @@ from typing import Any
 
 import trio
 
-from fleet.admission import AdmissionChain
+from fleet.admission import AdmissionChain, builtin_chain
 from fleet.api.registry import default_registry
 from fleet.auth import ADMIN, AllowAll, TokenAuthenticator
 from fleet.server import nslifecycle
 from fleet.server.app import APIServer
+from fleet.server.drain import NodeMaintenance
 from fleet.server.http import Req, Resp
 from fleet.server.metrics import Metrics
 from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI
-from fleet.server.run import ensure_default_namespaces
+from fleet.server.run import ensure_default_namespaces, ensure_system_priority_classes
 from fleet.server.watch import WatchCounter
 from fleet.store import open_store
 
@@ -58,19 +59,27 @@ class InProcessAPI:
 
 
 @asynccontextmanager
-async def open_api(data_dir: Path, **store_kw: Any) -> AsyncIterator[InProcessAPI]:
+async def open_api(data_dir: Path, *, builtin_admission: bool = False, maintenance: bool = False,
+                   **store_kw: Any) -> AsyncIterator[InProcessAPI]:
+    """The API over a fresh store.  `builtin_admission` runs `fleet server`'s admission
+    chain (Priority, DefaultTolerationSeconds) instead of an empty one;
+    `maintenance` runs the node drain runner (nodes/{name}/drain) with short intervals."""
     async with open_store(Path(data_dir) / "fleet.db", **store_kw) as store:
         registry = default_registry()
         await ensure_default_namespaces(store, registry)
+        await ensure_system_priority_classes(store, registry)
         async with trio.open_nursery() as nursery:
             send, recv = trio.open_memory_channel[str](100)
             await nursery.start(nslifecycle.run, store, registry, recv)
             namespaces = NamespaceCache()
             await nursery.start(namespaces.run, store)
             watches = WatchCounter()
-            admission = AdmissionChain()
+            admission = builtin_chain(store) if builtin_admission else AdmissionChain()
+            resources = ResourceAPI(store, registry, admission, send, namespaces)
             server = APIServer(store, registry, TokenAuthenticator({TOKEN: ADMIN}), AllowAll(), admission,
-                               ResourceAPI(store, registry, admission, send, namespaces),
-                               Metrics(store.stats, lambda: watches.open), watches, "127.0.0.1:0")
+                               resources, Metrics(store.stats, lambda: watches.open), watches, "127.0.0.1:0",
+                               maintenance=NodeMaintenance(resources, poll_interval=0.05, retry_interval=0.2))
+            if maintenance:
+                await nursery.start(server.maintenance.run)
             yield InProcessAPI(server)
             nursery.cancel_scope.cancel()

@@ -8,7 +8,7 @@ preferred version) and for `Registry.resolve` ties, so core comes first.
 
 from __future__ import annotations
 
-from fleet.api.kinds import apps, batch, coordination, core, events
+from fleet.api.kinds import apps, batch, coordination, core, events, scheduling
 from fleet.api.registry import KindInfo, Registry
 
 BUILTIN_KINDS: tuple[KindInfo, ...] = (
@@ -17,6 +17,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *apps.KINDS,
     *batch.KINDS,
     *coordination.KINDS,
+    *scheduling.KINDS,
     events.EVENTS_EVENT,
 )
 

@@ -190,7 +190,9 @@ def validate_node(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause
 
 NODE = KindInfo(
     group="", version="v1", kind="Node", plural="nodes", singular="node",
-    namespaced=False, short_names=("no",), subresources=("status",),
+    namespaced=False, short_names=("no",),
+    # drain and schedulable are Fleet's node maintenance subresources (fleet/server/drain.py).
+    subresources=("status", "drain", "schedulable"),
     # kubectl prints VERSION after AGE, so this table is spelled out.
     columns_override=(
         NAME_COLUMN,

@@ -313,6 +313,18 @@ def test_eviction_and_delete_options() -> None:
                                     "propagationPolicy": "Foreground"}}
 
 
+def test_eviction_v1beta1_and_priority_class() -> None:
+    ev = protobuf.decode_body(envelope("policy/v1beta1", "Eviction", meta("p")))
+    assert ev == {"apiVersion": "policy/v1beta1", "kind": "Eviction", "metadata": {"name": "p"}}
+    # What `kubectl create priorityclass high --value=1000 --preemption-policy=Never` sends;
+    # field numbers from the descriptor of k8s.io/api/scheduling/v1/generated.proto in kubectl 1.32.
+    pc = protobuf.decode_body(envelope("scheduling.k8s.io/v1", "PriorityClass",
+                                       meta("high") + vi(2, 1000) + vi(3, 0) + ld(4, "")
+                                       + ld(5, "Never")))
+    assert pc == {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                  "metadata": {"name": "high"}, "value": 1000, "preemptionPolicy": "Never"}
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("body", "message"), [

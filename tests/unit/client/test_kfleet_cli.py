@@ -67,3 +67,29 @@ def test_delete_needs_names_or_selector(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_unknown_output_format_is_rejected() -> None:
     assert kfleet.run(["get", "pods", "-o", "xml"]) == 2
+
+
+def test_drain_status_lines() -> None:
+    doc = {"kind": "NodeDrain", "metadata": {"name": "n1"}, "phase": "Running",
+           "options": {"ignoreDaemonSets": True, "force": False, "gracePeriodSeconds": 0, "timeoutSeconds": 0},
+           "startTime": "2026-01-01T00:00:00Z", "completionTime": None, "evicted": ["a/p", "a/q"],
+           "remaining": ["a/q"], "blockedByBudget": [], "skipped": ["a/ds"],
+           "warnings": ["ignoring DaemonSet-managed Pods: a/ds"], "errors": []}
+    lines = kfleet._drain_lines(doc)
+    assert lines[:9] == [
+        "Node:              n1",
+        "Phase:             Running",
+        "Options:           ignoreDaemonSets, gracePeriodSeconds=0",
+        "Started:           2026-01-01T00:00:00Z",
+        "Completed:         <none>",
+        "Evicted:           a/p, a/q",
+        "Remaining:         a/q",
+        "Blocked by budget: <none>",
+        "Skipped:           a/ds",
+    ]
+    assert lines[9:] == ["Warnings:", "  ignoring DaemonSet-managed Pods: a/ds"]
+
+
+def test_drain_refuses_a_bad_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert kfleet.run(["drain", "n1", "--timeout", "soon"]) == 1
+    assert 'invalid duration "soon"' in capsys.readouterr().err
