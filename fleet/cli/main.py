@@ -8,12 +8,15 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import cyclopts
 import trio
 
 from fleet import __version__
+
+if TYPE_CHECKING:
+    from fleet.agent.config import AgentConfig
 
 app = cyclopts.App(name="fleet", help="Fleet: a Kubernetes-class orchestrator in one program.",
                    version=__version__)
@@ -30,11 +33,27 @@ def server(
     retention: Annotated[int, cyclopts.Parameter(help="Revisions of history kept for watches.")] = 10000,
     cluster_cidr: Annotated[str, cyclopts.Parameter(help="Pod address range; each node gets a /24.")] = "10.42.0.0/16",
     no_agent: Annotated[bool, cyclopts.Parameter(help="Do not run the built-in node agent.", negative=())] = False,
+    no_scheduler: Annotated[bool, cyclopts.Parameter(
+        help="Do not run the built-in scheduler (run `fleet scheduler` elsewhere).", negative=())] = False,
     agent_port: Annotated[int, cyclopts.Parameter(help="Port of the built-in agent's API.")] = 9301,
     agent_driver: Annotated[str, cyclopts.Parameter(help="Runtime driver of the built-in agent: auto, oci or process.")] = "auto",
     agent_network: Annotated[str | None, cyclopts.Parameter(
         help="Pod network of the built-in agent: bridge or none (default: bridge as root, else none).")] = None,
     agent_bridge: Annotated[str | None, cyclopts.Parameter(help="Bridge name of the built-in agent (default fleet0).")] = None,
+    node_monitor_grace_period: Annotated[float, cyclopts.Parameter(
+        help="Seconds without a node heartbeat before the node is Unknown and unreachable.")] = 40.0,
+    node_startup_grace_period: Annotated[float, cyclopts.Parameter(
+        help="The same for a node that never posted Ready.")] = 60.0,
+    node_monitor_period: Annotated[float, cyclopts.Parameter(
+        help="Longest interval between two node health passes.")] = 5.0,
+    node_eviction_rate: Annotated[float, cyclopts.Parameter(
+        help="Nodes per second (per zone) that may get the NoExecute taint.")] = 0.1,
+    secondary_node_eviction_rate: Annotated[float, cyclopts.Parameter(
+        help="That rate in a large, partially disrupted zone.")] = 0.01,
+    unhealthy_zone_threshold: Annotated[float, cyclopts.Parameter(
+        help="Fraction of not-Ready nodes that makes a zone partially disrupted.")] = 0.55,
+    large_cluster_size_threshold: Annotated[int, cyclopts.Parameter(
+        help="Zones larger than this keep tainting (slowly) when partially disrupted.")] = 50,
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -48,6 +67,14 @@ def server(
                        agent_bridge=agent_bridge)
     if agent_network is not None:
         cfg.agent_network = None if agent_network in ("none", "host", "") else agent_network
+    cfg.scheduler = not no_scheduler
+    cfg.node_monitor_grace_period = node_monitor_grace_period
+    cfg.node_startup_grace_period = node_startup_grace_period
+    cfg.node_monitor_period = node_monitor_period
+    cfg.node_eviction_rate = node_eviction_rate
+    cfg.secondary_node_eviction_rate = secondary_node_eviction_rate
+    cfg.unhealthy_zone_threshold = unhealthy_zone_threshold
+    cfg.large_cluster_size_threshold = large_cluster_size_threshold
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def main() -> None:
@@ -72,6 +99,40 @@ def server(
 
 
 @app.command
+def scheduler(
+    *,
+    kubeconfig: Annotated[str | None, cyclopts.Parameter(help="Read server, token and CA from here.")] = None,
+    server: Annotated[str | None, cyclopts.Parameter(help="API server URL.")] = None,
+    token: Annotated[str | None, cyclopts.Parameter(help="Bearer token.")] = None,
+    ca_file: Annotated[str | None, cyclopts.Parameter(help="CA bundle to trust the server with.")] = None,
+    percentage_of_nodes_to_score: Annotated[int, cyclopts.Parameter(
+        help="Share of feasible nodes to find before scoring (0: Kubernetes' adaptive default).")] = 0,
+    log_level: str = "INFO",
+) -> None:
+    """Run the scheduler on its own, against any Fleet API (as kube-scheduler runs).
+
+    `fleet server` runs the same scheduler in-process unless --no-scheduler."""
+    from fleet.client import ClientConfig, load_kubeconfig
+    from fleet.scheduler import SchedulerConfig
+    from fleet.scheduler import run as run_scheduler
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    if kubeconfig:
+        cfg = load_kubeconfig(kubeconfig)
+    else:
+        if not server:
+            sys.exit("fleet scheduler: --kubeconfig or --server is required")
+        ca = Path(ca_file).read_bytes() if ca_file else None
+        cfg = ClientConfig(server=server, token=token, ca_data=ca)
+    try:
+        trio.run(run_scheduler, cfg, SchedulerConfig(
+            percentage_of_nodes_to_score=percentage_of_nodes_to_score))
+    except* KeyboardInterrupt:
+        pass
+
+
+@app.command
 def agent(
     *,
     server: Annotated[str | None, cyclopts.Parameter(help="API server URL.")] = None,
@@ -88,6 +149,25 @@ def agent(
     pod_cidr: Annotated[str | None, cyclopts.Parameter(help="This node's pod CIDR if the server assigns none.")] = None,
     bridge_name: str | None = None,
     insecure_registry: Annotated[list[str] | None, cyclopts.Parameter(help="Registry reachable over plain HTTP.")] = None,
+    lease_interval: Annotated[float | None, cyclopts.Parameter(
+        help="Seconds between node Lease renewals (default 10).")] = None,
+    node_status_interval: Annotated[float | None, cyclopts.Parameter(
+        help="Seconds between node status heartbeats when nothing changed "
+             "(default 60 for simulated nodes, 20 for a real one).")] = None,
+    simulate: Annotated[int, cyclopts.Parameter(
+        help="Run N simulated nodes (no containers; KWOK-style) instead of a real one; "
+             "--node-name is their name prefix (default sim).")] = 0,
+    simulate_zones: Annotated[int, cyclopts.Parameter(
+        help="Spread simulated nodes over this many zones (zone-a, zone-b, ...).")] = 3,
+    simulate_region: Annotated[str, cyclopts.Parameter(
+        help="topology.kubernetes.io/region of simulated nodes.")] = "region-1",
+    simulate_start_delay: Annotated[float, cyclopts.Parameter(
+        help="Seconds from a pod's binding to it being Running on a simulated node.")] = 0.5,
+    simulate_concurrency: Annotated[int, cyclopts.Parameter(
+        help="Pod status writes and deletes in flight at once (simulated nodes).")] = 16,
+    simulate_control_port: Annotated[int | None, cyclopts.Parameter(
+        help="Serve the simulator's control endpoint (pause/resume heartbeats) on "
+             "127.0.0.1:PORT (0: any free port).")] = None,
     log_level: str = "INFO",
 ) -> None:
     """Run a node agent: register the node and run the pods bound to it."""
@@ -104,8 +184,53 @@ def agent(
                       insecure_registries=list(insecure_registry or []))
     if node_name:
         cfg.node_name = node_name
+    if lease_interval is not None:
+        cfg.heartbeat = lease_interval
+    if node_status_interval is not None:
+        cfg.status_interval = node_status_interval
+    if simulate:
+        _simulate(cfg, count=simulate, prefix=node_name or "sim", zones=simulate_zones,
+                  region=simulate_region, start_delay=simulate_start_delay,
+                  concurrency=simulate_concurrency, control_port=simulate_control_port,
+                  lease_interval=lease_interval, node_status_interval=node_status_interval)
+        return
     try:
         trio.run(run, cfg)
+    except* KeyboardInterrupt:
+        pass
+
+
+def _simulate(cfg: AgentConfig, *, count: int, prefix: str, zones: int, region: str, start_delay: float,
+              concurrency: int, control_port: int | None, lease_interval: float | None,
+              node_status_interval: float | None) -> None:
+    """`fleet agent --simulate N`: hollow nodes in this process (fleet.agent.simulate)."""
+    from fleet.agent.simulate import Simulator, SimulatorConfig
+
+    sim_cfg = SimulatorConfig(count=count, prefix=prefix, zones=zones, region=region,
+                              start_delay=start_delay, pod_concurrency=concurrency,
+                              control_port=control_port, lease_duration=cfg.lease_duration)
+    if lease_interval is not None:
+        sim_cfg.lease_interval = lease_interval
+    if node_status_interval is not None:
+        sim_cfg.node_status_interval = node_status_interval
+    try:
+        sim_cfg.validate()
+        client_cfg = cfg.client_config()
+    except ValueError as e:
+        print(f"fleet agent: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+    async def main() -> None:
+        sim = Simulator(sim_cfg, client_cfg)
+        async with trio.open_nursery() as n:
+            await n.start(sim.run)
+            print(f"Simulating {count} nodes ({sim.node_names[0]} .. {sim.node_names[-1]}), "
+                  f"registered in {sim.stats.registration_seconds:.1f}s", flush=True)
+            if sim.control_url:
+                print(f"Simulator control endpoint on {sim.control_url}", flush=True)
+
+    try:
+        trio.run(main)
     except* KeyboardInterrupt:
         pass
 
