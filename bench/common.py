@@ -214,6 +214,7 @@ class FleetServer:
     proc: subprocess.Popen | None = None
     info: ServerInfo | None = None
     startup_s: float | None = None
+    extra_args: list[str] = field(default_factory=list)
 
     @property
     def pid(self) -> int:
@@ -236,6 +237,7 @@ class FleetServer:
             "--metrics-port", str(self.metrics_port),
             "--no-agent",  # the API benchmarks measure the control plane alone
             *SERVER_EXTRA_ARGS,
+            *self.extra_args,
         ]  # fmt: skip
         (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()

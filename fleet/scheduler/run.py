@@ -31,7 +31,7 @@ the room.
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import logging
 import uuid
 from dataclasses import dataclass
@@ -43,6 +43,7 @@ import trio
 from fleet.api import meta
 from fleet.client import STRATEGIC_MERGE_PATCH, ApiException, Client, ClientConfig
 from fleet.client.informer import Informer
+from fleet.client.rest import ssl_context
 from fleet.scheduler.framework import FitError, Framework, Nomination, pod_priority
 from fleet.scheduler.plugins import default_plugins, default_weights
 from fleet.scheduler.plugins.default_preemption import DefaultPreemption
@@ -64,6 +65,10 @@ class SchedulerConfig:
     max_backoff: float = 10.0
     unschedulable_timeout: float = 300.0
     parallel_binds: int = 16
+    # Scheduled events wait here for a sender; beyond it they are dropped (binding
+    # comes first), as client-go's event broadcaster drops when its queue is full.
+    event_queue: int = 2000
+    event_senders: int = 2
     percentage_of_nodes_to_score: int = 0  # 0: Kubernetes' adaptive default
 
 
@@ -76,8 +81,19 @@ def _node_fingerprint(node: dict[str, Any]) -> Any:
 
 class Scheduler:
     def __init__(self, client: Client, cfg: SchedulerConfig | None = None,
-                 framework: Framework | None = None) -> None:
+                 framework: Framework | None = None, *,
+                 bind_clients: list[Client] | None = None,
+                 event_clients: list[Client] | None = None) -> None:
         self.client = client
+        # Binds go through their own single-connection clients: one shared httpx
+        # pool rescans every connection per request and, past its keep-alive limit,
+        # closes connections (a TLS handshake per bind) — at hundreds of binds per
+        # second that cost more CPU than the scheduling itself.
+        self._bind_clients = list(bind_clients or [])
+        self._event_clients = list(event_clients or [])
+        self._event_send, self._event_recv = trio.open_memory_channel[tuple[Any, ...]](
+            (cfg or SchedulerConfig()).event_queue)
+        self.events_dropped = 0
         self.cfg = cfg or SchedulerConfig()
         self.framework = framework or default_framework(self.cfg)
         self.snapshot = Snapshot()
@@ -160,6 +176,9 @@ class Scheduler:
             await nursery.start(Informer(self.client, "v1", "namespaces", self.on_namespace).run)
             await nursery.start(Informer(self.client, "v1", "pods", self.on_pod,
                                          field_selector=ACTIVE_PODS).run)
+            for i in range(self.cfg.event_senders):
+                c = self._event_clients[i % len(self._event_clients)] if self._event_clients else self.client
+                nursery.start_soon(self._send_events, c)
             task_status.started()
             while True:
                 await self.schedule_one(nursery)
@@ -182,21 +201,25 @@ class Scheduler:
                 await self.preempt(pod, nomination)
             await self.record_unschedulable(pod, message)
             return
-        assumed = copy.deepcopy(pod)
-        assumed["spec"]["nodeName"] = result.node
+        # A shallow copy with a new spec: snapshot objects are never mutated, so the
+        # rest can be shared (a deep copy per pod was a visible share of a cycle).
+        assumed = {**pod, "spec": {**pod["spec"], "nodeName": result.node}}
         self.snapshot.set_pod(assumed)
         self.assumed[key] = result.node
         await self._bind_slots.acquire()
-        nursery.start_soon(self._bind, key, pod, result.node)
+        client = self._bind_clients.pop() if self._bind_clients else self.client
+        nursery.start_soon(self._bind, key, pod, result.node, client)
 
-    async def _bind(self, key: str, pod: dict[str, Any], node: str) -> None:
+    async def _bind(self, key: str, pod: dict[str, Any], node: str,
+                    client: Client | None = None) -> None:
         md = pod["metadata"]
         body = {"apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": md["name"], "namespace": md["namespace"], "uid": md.get("uid")},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        c = client or self.client
         try:
-            await self.client.create("v1", "pods", body, md["namespace"], name=md["name"],
-                                     subresource="binding")
+            await c.create("v1", "pods", body, md["namespace"], name=md["name"],
+                           subresource="binding")
         except (ApiException, httpx.HTTPError) as e:
             log.info("binding %s to %s failed: %s", key, node, e)
             if self.assumed.get(key) == node:
@@ -209,11 +232,13 @@ class Scheduler:
                 self.queue.add_backoff(key)
             return
         finally:
+            if c is not self.client:
+                self._bind_clients.append(c)
             self._bind_slots.release()
         self.queue.done(key)
         self.pending.pop(key, None)
-        await self._event(pod, "Normal", "Scheduled",
-                          f"Successfully assigned {md['namespace']}/{md['name']} to {node}")
+        self._event_soon(pod, "Normal", "Scheduled",
+                         f"Successfully assigned {md['namespace']}/{md['name']} to {node}")
 
     # -- preemption --------------------------------------------------------------
     async def preempt(self, pod: dict[str, Any], nomination: Nomination) -> None:
@@ -221,8 +246,8 @@ class Scheduler:
         prepareCandidate): victims are deleted gracefully, each with a Preempted event."""
         md = pod["metadata"]
         key = pod_key(pod)
-        nominated = copy.deepcopy(pod)
-        nominated.setdefault("status", {})["nominatedNodeName"] = nomination.node
+        nominated = {**pod, "status": {**(pod.get("status") or {}),
+                                       "nominatedNodeName": nomination.node}}
         self.framework.nominate(nominated, nomination.node)
         self.pending[key] = nominated
         try:
@@ -233,8 +258,8 @@ class Scheduler:
             log.info("nominating %s to %s failed: %s", key, nomination.node, e)
         for victim in nomination.victims:
             vmd = victim["metadata"]
-            await self._event(victim, "Normal", "Preempted",
-                              f"Preempted by pod {md.get('uid')} on node {nomination.node}")
+            self._event_soon(victim, "Normal", "Preempted",
+                             f"Preempted by pod {md.get('uid')} on node {nomination.node}")
             try:
                 await self.client.delete("v1", "pods", vmd["name"], vmd["namespace"],
                                          body={"preconditions": {"uid": vmd.get("uid")}})
@@ -273,7 +298,21 @@ class Scheduler:
         except (ApiException, httpx.HTTPError) as e:
             log.info("setting PodScheduled on %s failed: %s", key, e)
 
-    async def _event(self, pod: dict[str, Any], etype: str, reason: str, message: str) -> str | None:
+    def _event_soon(self, pod: dict[str, Any], etype: str, reason: str, message: str) -> None:
+        """Queue an event for the senders; dropped (and counted) if the queue is full."""
+        try:
+            self._event_send.send_nowait((pod, etype, reason, message))
+        except trio.WouldBlock:
+            self.events_dropped += 1
+            if self.events_dropped % 1000 == 1:
+                log.warning("event queue full: %d event(s) dropped so far", self.events_dropped)
+
+    async def _send_events(self, client: Client) -> None:
+        async for pod, etype, reason, message in self._event_recv:
+            await self._event(pod, etype, reason, message, client)
+
+    async def _event(self, pod: dict[str, Any], etype: str, reason: str, message: str,
+                     client: Client | None = None) -> str | None:
         md = pod["metadata"]
         now = meta.now_rfc3339()
         name = f"{md['name']}.{uuid.uuid4().hex[:16]}"
@@ -289,7 +328,7 @@ class Scheduler:
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
         try:
-            await self.client.create("v1", "events", event, md["namespace"])
+            await (client or self.client).create("v1", "events", event, md["namespace"])
         except (ApiException, httpx.HTTPError) as e:
             log.info("recording %s event for %s failed: %s", reason, pod_key(pod), e)
             return None
@@ -309,5 +348,17 @@ async def run(config: ClientConfig, cfg: SchedulerConfig | None = None, *,
     `started` fires once both informers have listed, i.e. when the scheduler
     knows every node and pending pod.  The client is owned (and closed) here.
     """
-    async with Client(config, user_agent="fleet-scheduler") as client:
-        await Scheduler(client, cfg).run(task_status=task_status)
+    cfg = cfg or SchedulerConfig()
+
+    def single() -> Client:
+        transport = httpx.AsyncHTTPTransport(
+            verify=ssl_context(config),
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
+        return Client(config, user_agent="fleet-scheduler", transport=transport)
+
+    async with contextlib.AsyncExitStack() as stack:
+        client = await stack.enter_async_context(Client(config, user_agent="fleet-scheduler"))
+        binds = [await stack.enter_async_context(single()) for _ in range(cfg.parallel_binds)]
+        events = [await stack.enter_async_context(single()) for _ in range(cfg.event_senders)]
+        await Scheduler(client, cfg, bind_clients=binds, event_clients=events).run(
+            task_status=task_status)
