@@ -1,0 +1,427 @@
+"""The controller runtime: shared informers, work queues, expectations, the manager.
+
+    API ──list+watch──▶ SharedInformer (cache + indexes) ──handlers──▶ enqueue(key)
+                                                                         │
+                              WorkQueue (de-duplicating, rate-limited) ◀─┘
+                                         │ get()
+                                         ▼
+                          Controller.reconcile(key) — reads the caches, decides with a
+                          pure plan(desired, observed), writes through the client
+
+* **SharedInformer** — one list+watch per resource however many controllers use it
+  (the `InformerFactory` hands out the same one), re-listing after a 410 or a lost
+  connection (`fleet.client.informer.Informer`).  The cache is keyed "ns/name"; named
+  indexes (by owner uid, by node, ...) answer "which objects does X own" without a scan.
+* **WorkQueue** — a key is queued at most once; a key added while it is being
+  reconciled is queued again when that reconcile is done, so two workers never
+  reconcile one key at once and no change is lost.  `add_rate_limited` backs off
+  per key (5 ms doubling to 1000 s, as client-go's default controller rate limiter);
+  `forget` resets it after a success; `add_after` schedules a later look (a Deployment's
+  progress deadline, a CronJob's next run).
+* **Expectations** — a controller that created 3 pods must not create 3 more before
+  its informer has seen the first 3 (client-go's ControllerExpectations).  It records
+  what it expects; informer events lower the counts; until they reach zero (or 5
+  minutes pass) reconcile does not act on counts.
+* **Manager** — runs every controller in one nursery with one client and one
+  informer factory; the whole manager is one task, ready to be started only while
+  holding a leader lease once there are several servers.
+
+Times come from `trio.current_time()`, so tests drive queues and expectations with
+MockClock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+from fleet.client import Client, ClientConfig
+from fleet.client.informer import Informer, object_key
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]
+IndexFunc = Callable[[dict[str, Any]], Iterable[str]]
+
+
+def key_of(obj: dict[str, Any]) -> str:
+    """"namespace/name" (or "/name" for cluster-scoped objects), the cache and queue key."""
+    return object_key(obj)
+
+
+def split_key(key: str) -> tuple[str, str]:
+    ns, _, name = key.partition("/")
+    return ns, name
+
+
+def controller_ref(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The ownerReference with controller: true, if any."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
+    return None
+
+
+def by_controller_uid(obj: dict[str, Any]) -> list[str]:
+    """Index: the uid of the object's controller (Deployments find their ReplicaSets...)."""
+    ref = controller_ref(obj)
+    return [str(ref.get("uid"))] if ref and ref.get("uid") else []
+
+
+def by_owner_uid(obj: dict[str, Any]) -> list[str]:
+    """Index: the uid of every owner (the garbage collector's dependents lookup)."""
+    return [str(r["uid"]) for r in (obj.get("metadata") or {}).get("ownerReferences") or []
+            if isinstance(r, dict) and r.get("uid")]
+
+
+def by_namespace(obj: dict[str, Any]) -> list[str]:
+    return [str((obj.get("metadata") or {}).get("namespace") or "")]
+
+
+def by_node_name(obj: dict[str, Any]) -> list[str]:
+    node = (obj.get("spec") or {}).get("nodeName")
+    return [str(node)] if node else []
+
+
+# ---------------------------------------------------------------------------------------
+# Informers
+
+
+class SharedInformer:
+    """A list+watch cache of one resource, with indexes and any number of handlers."""
+
+    def __init__(self, client: Client, api_version: str, plural: str, *,
+                 field_selector: str | None = None) -> None:
+        self.api_version = api_version
+        self.plural = plural
+        self._handlers: list[Handler] = []
+        self._indexers: dict[str, IndexFunc] = {}
+        self._indexes: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+        self._informer = Informer(client, api_version, plural, self._on_event,
+                                  field_selector=field_selector)
+        self.synced = trio.Event()
+
+    # -- reading -----------------------------------------------------------------------
+    @property
+    def cache(self) -> dict[str, dict[str, Any]]:
+        return self._informer.items
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self._informer.items.get(key)
+
+    def list(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        if namespace is None:
+            return list(self._informer.items.values())
+        return list(self.by_index("namespace", namespace))
+
+    def by_index(self, name: str, value: str) -> list[dict[str, Any]]:
+        return list(self._indexes[name].get(value, {}).values())
+
+    # -- wiring ----------------------------------------------------------------------------
+    def add_handler(self, handler: Handler) -> None:
+        self._handlers.append(handler)
+
+    def add_index(self, name: str, fn: IndexFunc) -> None:
+        if name in self._indexers:
+            return
+        self._indexers[name] = fn
+        idx: dict[str, dict[str, dict[str, Any]]] = {}
+        for key, obj in self._informer.items.items():
+            for v in fn(obj):
+                idx.setdefault(v, {})[key] = obj
+        self._indexes[name] = idx
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.add_index("namespace", by_namespace)
+        async with trio.open_nursery() as n:
+            await n.start(self._informer.run)
+            self.synced.set()
+            task_status.started()
+
+    def _on_event(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        key = key_of(new if new is not None else old or {})
+        for name, fn in self._indexers.items():
+            idx = self._indexes[name]
+            if old is not None:
+                for v in fn(old):
+                    bucket = idx.get(v)
+                    if bucket is not None:
+                        bucket.pop(key, None)
+                        if not bucket:
+                            del idx[v]
+            if new is not None:
+                for v in fn(new):
+                    idx.setdefault(v, {})[key] = new
+        for h in self._handlers:
+            try:
+                h(etype, old, new)
+            except Exception:  # a buggy handler must not stop the informer
+                log.exception("%s handler failed on %s %s", self.plural, etype, key)
+
+
+class InformerFactory:
+    """Hands out one SharedInformer per resource; `run` starts them all."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._informers: dict[tuple[str, str, str | None], SharedInformer] = {}
+
+    def informer(self, api_version: str, plural: str, *,
+                 field_selector: str | None = None) -> SharedInformer:
+        k = (api_version, plural, field_selector)
+        inf = self._informers.get(k)
+        if inf is None:
+            inf = self._informers[k] = SharedInformer(self.client, api_version, plural,
+                                                      field_selector=field_selector)
+        return inf
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start every informer asked for so far; `started` when all have listed."""
+        async with trio.open_nursery() as n:
+            for inf in list(self._informers.values()):
+                await n.start(inf.run)
+            task_status.started()
+
+
+# ---------------------------------------------------------------------------------------
+# Work queue
+
+
+@dataclass
+class _Item:
+    failures: int = 0
+
+
+class WorkQueue:
+    """De-duplicating, rate-limited work queue of keys (client-go's workqueue)."""
+
+    def __init__(self, *, base_delay: float = 0.005, max_delay: float = 1000.0) -> None:
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self._queue: list[str] = []
+        self._head = 0
+        self._dirty: set[str] = set()  # queued (or to be re-queued when done)
+        self._processing: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._later: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
+        self._wakeup = trio.Event()
+        self.shutting_down = False
+
+    def __len__(self) -> int:
+        return len(self._dirty)
+
+    def add(self, key: str) -> None:
+        if key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._queue.append(key)
+            self._wakeup.set()
+
+    def add_after(self, key: str, delay: float) -> None:
+        if delay <= 0:
+            self.add(key)
+            return
+        heapq.heappush(self._later, (trio.current_time() + delay, next(self._seq), key))
+        self._wakeup.set()
+
+    def add_rate_limited(self, key: str) -> None:
+        n = self._failures.get(key, 0)
+        self._failures[key] = n + 1
+        self.add_after(key, min(self.base_delay * (2 ** n), self.max_delay))
+
+    def forget(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    def failures(self, key: str) -> int:
+        return self._failures.get(key, 0)
+
+    async def get(self) -> str:
+        while True:
+            now = trio.current_time()
+            while self._later and self._later[0][0] <= now:
+                _, _, key = heapq.heappop(self._later)
+                self.add(key)
+            if self._head < len(self._queue):
+                key = self._queue[self._head]
+                self._head += 1
+                if self._head > 1024 and self._head * 2 > len(self._queue):
+                    del self._queue[:self._head]
+                    self._head = 0
+                self._dirty.discard(key)
+                self._processing.add(key)
+                return key
+            deadline = self._later[0][0] if self._later else math.inf
+            if self._wakeup.is_set():
+                self._wakeup = trio.Event()
+            with trio.move_on_at(deadline):
+                await self._wakeup.wait()
+
+    def done(self, key: str) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:  # changed while being reconciled: look again
+            self._queue.append(key)
+            self._wakeup.set()
+
+
+# ---------------------------------------------------------------------------------------
+# Expectations
+
+
+@dataclass
+class _Expect:
+    add: int = 0
+    delete: set[str] = field(default_factory=set)
+    at: float = 0.0
+
+
+class Expectations:
+    """What a controller's own writes should soon show up as in its informer.
+
+    `satisfied(key)` is False while creations or deletions are outstanding, unless
+    `ttl` has passed since they were recorded (a lost watch event must not wedge a
+    controller forever; client-go uses 5 minutes)."""
+
+    def __init__(self, ttl: float = 300.0) -> None:
+        self.ttl = ttl
+        self._e: dict[str, _Expect] = {}
+
+    def expect_creations(self, key: str, n: int) -> None:
+        e = self._e.setdefault(key, _Expect())
+        e.add += n
+        e.at = trio.current_time()
+
+    def expect_deletions(self, key: str, uids: Iterable[str]) -> None:
+        e = self._e.setdefault(key, _Expect())
+        e.delete.update(uids)
+        e.at = trio.current_time()
+
+    def creation_observed(self, key: str) -> None:
+        e = self._e.get(key)
+        if e is not None and e.add > 0:
+            e.add -= 1
+
+    def creation_failed(self, key: str) -> None:
+        """A create the controller expected did not happen (the API refused it)."""
+        self.creation_observed(key)
+
+    def deletion_observed(self, key: str, uid: str) -> None:
+        e = self._e.get(key)
+        if e is not None:
+            e.delete.discard(uid)
+
+    def satisfied(self, key: str) -> bool:
+        e = self._e.get(key)
+        if e is None or (e.add <= 0 and not e.delete):
+            return True
+        return trio.current_time() - e.at > self.ttl
+
+    def forget(self, key: str) -> None:
+        self._e.pop(key, None)
+
+
+# ---------------------------------------------------------------------------------------
+# Controllers and the manager
+
+
+class Controller(Protocol):
+    """What the manager runs: `setup` asks for informers and wires handlers (before the
+    informers start); `run` works until cancelled."""
+
+    name: str
+
+    def setup(self, ctx: Context) -> None: ...
+
+    async def run(self, ctx: Context) -> None: ...
+
+
+@dataclass
+class Context:
+    client: Client
+    informers: InformerFactory
+    events: Any = None  # fleet.controllers.events.EventRecorder, set by the manager
+
+
+class QueueWorker:
+    """The usual controller shape: a WorkQueue drained by `workers` tasks calling
+    `reconcile(key)`.  An exception re-queues the key with back-off; a float return
+    re-queues it after that many seconds; None forgets its failures."""
+
+    name = "controller"
+    workers = 2
+
+    def __init__(self) -> None:
+        self.queue = WorkQueue()
+
+    async def reconcile(self, key: str) -> float | None:
+        raise NotImplementedError
+
+    def enqueue(self, obj: dict[str, Any] | None) -> None:
+        if obj is not None:
+            self.queue.add(key_of(obj))
+
+    async def run(self, ctx: Context) -> None:
+        async with trio.open_nursery() as n:
+            for _ in range(self.workers):
+                n.start_soon(self._worker)
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self.queue.get()
+            try:
+                again = await self.reconcile(key)
+            except Exception as e:  # noqa: BLE001 - keep the controller alive, retry later
+                failures = self.queue.failures(key)
+                (log.warning if failures < 5 else log.debug)(
+                    "%s: reconciling %s failed (%s): %r", self.name, key, failures + 1, e)
+                self.queue.add_rate_limited(key)
+            else:
+                if again is not None:
+                    self.queue.add_after(key, again)
+                else:
+                    self.queue.forget(key)
+            finally:
+                self.queue.done(key)
+
+
+class Manager:
+    """Runs a set of controllers with one client and one informer factory."""
+
+    def __init__(self, controllers: Iterable[Controller]) -> None:
+        self.controllers = list(controllers)
+
+    async def run(self, config: ClientConfig, *,
+                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        from fleet.controllers.events import EventRecorder
+
+        async with Client(config, user_agent="fleet-controller-manager") as client:
+            ctx = Context(client=client, informers=InformerFactory(client))
+            ctx.events = EventRecorder(client)
+            for c in self.controllers:
+                c.setup(ctx)
+            async with trio.open_nursery() as n:
+                await n.start(ctx.informers.run)
+                await n.start(ctx.events.run)
+                for c in self.controllers:
+                    n.start_soon(self._supervise, c, ctx)
+                task_status.started()
+
+    @staticmethod
+    async def _supervise(c: Controller, ctx: Context) -> None:
+        backoff = 1.0
+        while True:
+            try:
+                await c.run(ctx)
+                return
+            except Exception:
+                log.exception("controller %s crashed; restarting in %.0fs", c.name, backoff)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, 60.0)
