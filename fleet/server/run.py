@@ -33,6 +33,7 @@ from fleet.auth import ADMIN, AllowAll, TokenAuthenticator, load_or_create_admin
 from fleet.auth.pki import ServingTLS, ensure_serving_tls
 from fleet.client import ClientConfig
 from fleet.controllers import nodeipam, nodelifecycle
+from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.server import nslifecycle
 from fleet.server.app import APIServer, FleetASGI, create_app
@@ -239,6 +240,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             if cfg.scheduler:
                 nursery.start_soon(scheduler.run, client_cfg)
             nursery.start_soon(partial(nodeipam.run, client_cfg, NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr)))
+            nursery.start_soon(partial(default_manager().run, client_cfg))
             nursery.start_soon(partial(nodelifecycle.run, client_cfg, nodelifecycle.NodeLifecycleConfig(
                 monitor_grace_period=cfg.node_monitor_grace_period,
                 startup_grace_period=cfg.node_startup_grace_period,
