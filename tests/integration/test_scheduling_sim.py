@@ -62,8 +62,9 @@ def ok(r: httpx.Response, *codes: int) -> dict[str, Any]:
 class SimThread:
     """The simulator on its own Trio loop in a thread, stopped at the end."""
 
-    def __init__(self, srv: FleetServer) -> None:
-        self.cfg = SimulatorConfig(count=NODES, prefix="sim", zones=3, start_delay=0.2,
+    def __init__(self, srv: FleetServer, count: int = NODES, prefix: str = "sim",
+                 start_delay: float = 0.2) -> None:
+        self.cfg = SimulatorConfig(count=count, prefix=prefix, zones=3, start_delay=start_delay,
                                    lease_interval=1.0, node_status_interval=10.0)
         ca = srv._kubeconfig_cluster().get("certificate-authority-data")
         self.client_cfg = ClientConfig(server=srv.url, token=srv.token,
