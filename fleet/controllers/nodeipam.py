@@ -132,6 +132,7 @@ class NodeIPAM:
         self.cfg = cfg or NodeIPAMConfig()
         self.allocator = CIDRAllocator(self.cfg.cluster_cidr, self.cfg.node_mask)
         self.assigned: dict[str, str] = {}  # node name -> range, as the API last showed it
+        self.starved: set[str] = set()  # nodes told "no range left" (logged once each)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         started = False
@@ -181,8 +182,13 @@ class NodeIPAM:
         try:
             cidr = self.allocator.allocate()
         except CIDRExhausted as e:
-            log.error("node IPAM: node %s gets no pod CIDR: %s", name, e)
+            # Once per node, not per event: every status heartbeat of a node without a
+            # range would otherwise log again (thousands of simulated nodes did).
+            if name not in self.starved:
+                self.starved.add(name)
+                log.error("node IPAM: node %s gets no pod CIDR: %s", name, e)
             return
+        self.starved.discard(name)
         await self.assign(name, cidr)
 
     async def assign(self, name: str, cidr: str) -> None:
