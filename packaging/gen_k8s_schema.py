@@ -31,6 +31,9 @@ ROOTS = {
     ("", "v1", "ServiceAccount"): "V1ServiceAccount",
     ("", "v1", "Event"): "CoreV1Event",
     ("", "v1", "Binding"): "V1Binding",
+    ("", "v1", "PersistentVolumeClaim"): "V1PersistentVolumeClaim",
+    ("", "v1", "ResourceQuota"): "V1ResourceQuota",
+    ("", "v1", "LimitRange"): "V1LimitRange",
     ("events.k8s.io", "v1", "Event"): "EventsV1Event",
     ("coordination.k8s.io", "v1", "Lease"): "V1Lease",
     ("scheduling.k8s.io", "v1", "PriorityClass"): "V1PriorityClass",
@@ -38,11 +41,13 @@ ROOTS = {
     ("apps", "v1", "ReplicaSet"): "V1ReplicaSet",
     ("apps", "v1", "StatefulSet"): "V1StatefulSet",
     ("apps", "v1", "DaemonSet"): "V1DaemonSet",
+    ("apps", "v1", "ControllerRevision"): "V1ControllerRevision",
     ("batch", "v1", "Job"): "V1Job",
     ("batch", "v1", "CronJob"): "V1CronJob",
     ("autoscaling", "v1", "Scale"): "V1Scale",
     ("meta.k8s.io", "v1", "DeleteOptions"): "V1DeleteOptions",
     ("policy", "v1", "Eviction"): "V1Eviction",
+    ("policy", "v1", "PodDisruptionBudget"): "V1PodDisruptionBudget",
 }
 
 SCALARS = {"str": "string", "int": "integer", "bool": "boolean", "float": "number",

@@ -435,6 +435,25 @@ SCHEMA: Final[dict[str, Message]] = {
         1: ("type", STR, None, 0),
         2: ("rollingUpdate", MSG, "apps.v1.RollingUpdateStatefulSetStrategy", 0),
     },
+    # autoscaling/v1 HorizontalPodAutoscaler (`kubectl autoscale`); stored as v2 (fleet/server/hpa_v1.py).
+    "autoscaling.v1.CrossVersionObjectReference": {
+        1: ("kind", STR, None, 0), 2: ("name", STR, None, 0), 3: ("apiVersion", STR, None, 0),
+    },
+    "autoscaling.v1.HorizontalPodAutoscaler": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0),
+        2: ("spec", MSG, "autoscaling.v1.HorizontalPodAutoscalerSpec", 0),
+        3: ("status", MSG, "autoscaling.v1.HorizontalPodAutoscalerStatus", 0),
+    },
+    "autoscaling.v1.HorizontalPodAutoscalerSpec": {
+        1: ("scaleTargetRef", MSG, "autoscaling.v1.CrossVersionObjectReference", 0),
+        2: ("minReplicas", INT, None, PTR), 3: ("maxReplicas", INT, None, 0),
+        4: ("targetCPUUtilizationPercentage", INT, None, PTR),
+    },
+    "autoscaling.v1.HorizontalPodAutoscalerStatus": {
+        1: ("observedGeneration", INT, None, PTR), 2: ("lastScaleTime", TIME, None, 0),
+        3: ("currentReplicas", INT, None, 0), 4: ("desiredReplicas", INT, None, 0),
+        5: ("currentCPUUtilizationPercentage", INT, None, PTR),
+    },
     "batch.v1.CronJob": {
         1: ("metadata", MSG, "meta.v1.ObjectMeta", 0), 2: ("spec", MSG, "batch.v1.CronJobSpec", 0),
         3: ("status", MSG, "batch.v1.CronJobStatus", 0),
@@ -1370,6 +1389,50 @@ SCHEMA: Final[dict[str, Message]] = {
         1: ("metadata", MSG, "meta.v1.ObjectMeta", 0),
         2: ("deleteOptions", MSG, "meta.v1.DeleteOptions", 0),
     },
+    # `kubectl create poddisruptionbudget|quota` (and typed clients creating limit ranges).
+    "policy.v1.PodDisruptionBudget": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0),
+        2: ("spec", MSG, "policy.v1.PodDisruptionBudgetSpec", 0),
+        3: ("status", MSG, "policy.v1.PodDisruptionBudgetStatus", 0),
+    },
+    "policy.v1.PodDisruptionBudgetSpec": {
+        1: ("minAvailable", INTSTR, None, 0), 2: ("selector", MSG, "meta.v1.LabelSelector", 0),
+        3: ("maxUnavailable", INTSTR, None, 0), 4: ("unhealthyPodEvictionPolicy", STR, None, PTR),
+    },
+    "policy.v1.PodDisruptionBudgetStatus": {
+        1: ("observedGeneration", INT, None, 0), 2: ("disruptedPods", TIME, None, MAP),
+        3: ("disruptionsAllowed", INT, None, 0), 4: ("currentHealthy", INT, None, 0),
+        5: ("desiredHealthy", INT, None, 0), 6: ("expectedPods", INT, None, 0),
+        7: ("conditions", MSG, "meta.v1.Condition", REP),
+    },
+    "core.v1.ResourceQuota": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0), 2: ("spec", MSG, "core.v1.ResourceQuotaSpec", 0),
+        3: ("status", MSG, "core.v1.ResourceQuotaStatus", 0),
+    },
+    "core.v1.ResourceQuotaSpec": {
+        1: ("hard", QUANTITY, None, MAP), 2: ("scopes", STR, None, REP),
+        3: ("scopeSelector", MSG, "core.v1.ScopeSelector", 0),
+    },
+    "core.v1.ResourceQuotaStatus": {
+        1: ("hard", QUANTITY, None, MAP), 2: ("used", QUANTITY, None, MAP),
+    },
+    "core.v1.ScopeSelector": {
+        1: ("matchExpressions", MSG, "core.v1.ScopedResourceSelectorRequirement", REP),
+    },
+    "core.v1.ScopedResourceSelectorRequirement": {
+        1: ("scopeName", STR, None, 0), 2: ("operator", STR, None, 0), 3: ("values", STR, None, REP),
+    },
+    "core.v1.LimitRange": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0), 2: ("spec", MSG, "core.v1.LimitRangeSpec", 0),
+    },
+    "core.v1.LimitRangeSpec": {
+        1: ("limits", MSG, "core.v1.LimitRangeItem", REP),
+    },
+    "core.v1.LimitRangeItem": {
+        1: ("type", STR, None, 0), 2: ("max", QUANTITY, None, MAP), 3: ("min", QUANTITY, None, MAP),
+        4: ("default", QUANTITY, None, MAP), 5: ("defaultRequest", QUANTITY, None, MAP),
+        6: ("maxLimitRequestRatio", QUANTITY, None, MAP),
+    },
 }
 
 KINDS: Final[dict[tuple[str, str], str]] = {
@@ -1392,8 +1455,12 @@ KINDS: Final[dict[tuple[str, str], str]] = {
     ("events.k8s.io/v1", "Event"): "events.v1.Event",
     ("scheduling.k8s.io/v1", "PriorityClass"): "scheduling.v1.PriorityClass",
     ("policy/v1", "Eviction"): "policy.v1.Eviction",
+    ("policy/v1", "PodDisruptionBudget"): "policy.v1.PodDisruptionBudget",
+    ("v1", "ResourceQuota"): "core.v1.ResourceQuota",
+    ("v1", "LimitRange"): "core.v1.LimitRange",
     # policy/v1beta1 Eviction has the same fields and numbers (kubectl < 1.22 sends it).
     ("policy/v1beta1", "Eviction"): "policy.v1.Eviction",
+    ("autoscaling/v1", "HorizontalPodAutoscaler"): "autoscaling.v1.HorizontalPodAutoscaler",
     ("v1", "DeleteOptions"): "meta.v1.DeleteOptions",
     ("meta.k8s.io/v1", "DeleteOptions"): "meta.v1.DeleteOptions",
 }

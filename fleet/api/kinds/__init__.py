@@ -8,16 +8,35 @@ preferred version) and for `Registry.resolve` ties, so core comes first.
 
 from __future__ import annotations
 
-from fleet.api.kinds import apps, batch, coordination, core, events, scheduling
+from fleet.api.kinds import (
+    apps,
+    autoscaling,
+    batch,
+    controllerrevision,
+    coordination,
+    core,
+    events,
+    metrics,
+    policy,
+    quota,
+    scheduling,
+    storage,
+)
 from fleet.api.registry import KindInfo, Registry
 
 BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *core.KINDS,
+    *quota.KINDS,
+    *storage.KINDS,
     events.CORE_EVENT,
     *apps.KINDS,
+    *controllerrevision.KINDS,
     *batch.KINDS,
     *coordination.KINDS,
     *scheduling.KINDS,
+    *policy.KINDS,
+    *autoscaling.KINDS,
+    *metrics.KINDS,
     events.EVENTS_EVENT,
 )
 

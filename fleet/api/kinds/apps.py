@@ -9,6 +9,7 @@ restartPolicy must be Always (these controllers replace pods, never rerun them).
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -232,8 +233,36 @@ def default_stateful_set(obj: dict[str, Any]) -> None:
     pods.default_pod_template(spec.get("template"))
 
 
+def _with_claim_volumes(obj: dict[str, Any]) -> dict[str, Any]:
+    """The StatefulSet as its pods will see it: each volumeClaimTemplate becomes a volume.
+
+    Containers mount claim templates by name although the template lists no such
+    volume (the controller adds one per pod); validating the template alone would
+    refuse every StatefulSet with storage.  Kubernetes skips pod-spec validation
+    here altogether; checking the union keeps the rest of the validation.
+    """
+    spec = obj.get("spec")
+    tspec = template_spec(obj)
+    claims = [t.get("metadata", {}).get("name") for t in (spec or {}).get("volumeClaimTemplates") or []
+              if isinstance(t, dict) and isinstance(t.get("metadata"), dict)] if isinstance(spec, dict) else []
+    if not claims or not tspec:
+        return obj
+    vols = tspec.get("volumes")
+    if vols is not None and not isinstance(vols, list):
+        return obj
+    have = {vol.get("name") for vol in vols or [] if isinstance(vol, dict)}
+    extra = [{"name": n, "persistentVolumeClaim": {"claimName": n}}
+             for n in claims if isinstance(n, str) and n and n not in have]
+    if not extra:
+        return obj
+    patched = copy.deepcopy(obj)
+    patched["spec"]["template"]["spec"]["volumes"] = [*(vols or []), *extra]
+    return patched
+
+
 def validate_stateful_set(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
-    out, spec = validate_workload(obj, old, what="statefulset")
+    out, _ = validate_workload(_with_claim_volumes(obj), old, what="statefulset")
+    spec = d(obj, "spec")
     pmp = spec.get("podManagementPolicy")
     if pmp is not None and pmp not in ("OrderedReady", "Parallel"):
         out.append(v.not_supported("spec.podManagementPolicy", pmp, ("OrderedReady", "Parallel")))

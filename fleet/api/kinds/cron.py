@@ -7,11 +7,13 @@ and weekday names (`jan`, `mon`); and the descriptors `@yearly`,
 `@annually`, `@monthly`, `@weekly`, `@daily`, `@midnight`, `@hourly` and
 `@every <duration>`.  The error texts are robfig's, which is what kubectl
 users see.  The parsed `CronSchedule` keeps the allowed values of each field
-so the CronJob controller can compute run times from it.
+and computes run times (`next_after`) the way robfig's `Next` does, for the
+CronJob controller.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from dataclasses import dataclass
 
@@ -65,6 +67,44 @@ class CronSchedule:
     dom_star: bool = False
     dow_star: bool = False
     every: float | None = None
+
+    def day_matches(self, day: _dt.date) -> bool:
+        dom = day.day in self.days_of_month
+        dow = (day.isoweekday() % 7) in self.days_of_week  # cron counts Sunday as 0
+        if self.dom_star or self.dow_star:
+            return dom and dow
+        return dom or dow
+
+    def next_after(self, t: _dt.datetime, tz: _dt.tzinfo) -> _dt.datetime | None:
+        """The first run time strictly after `t` (aware), as an aware time in `tz`.
+
+        Fields are matched on the wall clock of `tz`, as robfig/cron does with a
+        location.  A wall time that does not exist (skipped by a daylight-saving
+        change) is skipped; an ambiguous one runs at its first occurrence after `t`.
+        None when nothing matches within five years (say, February 31st)."""
+        if self.every is not None:
+            # robfig's ConstantDelaySchedule: whole seconds, then the delay.
+            return (t.replace(microsecond=0) + _dt.timedelta(seconds=self.every)).astimezone(tz)
+        local = t.astimezone(tz).replace(tzinfo=None, second=0, microsecond=0) + _dt.timedelta(minutes=1)
+        limit = local.year + 5
+        while local.year <= limit:
+            if local.month not in self.months:
+                local = (local.replace(day=1, hour=0, minute=0) + _dt.timedelta(days=32)).replace(day=1)
+            elif not self.day_matches(local.date()):
+                local = local.replace(hour=0, minute=0) + _dt.timedelta(days=1)
+            elif local.hour not in self.hours:
+                local = local.replace(minute=0) + _dt.timedelta(hours=1)
+            elif local.minute not in self.minutes:
+                local += _dt.timedelta(minutes=1)
+            else:
+                for fold in (0, 1):
+                    aware = local.replace(tzinfo=tz, fold=fold)
+                    if aware.astimezone(_dt.UTC).astimezone(tz).replace(tzinfo=None) != local:
+                        break  # in a daylight-saving gap: this wall time never happens
+                    if aware > t:
+                        return aware
+                local += _dt.timedelta(minutes=1)
+        return None
 
 
 def _number(s: str, bounds: _Bounds) -> int:
@@ -138,5 +178,15 @@ def parse_cron(spec: str) -> CronSchedule:
     return CronSchedule(
         minutes=parsed[0], hours=parsed[1], days_of_month=parsed[2], months=parsed[3],
         days_of_week=parsed[4],
-        dom_star=fields[2] in ("*", "?"), dow_star=fields[4] in ("*", "?"),
+        dom_star=_is_star(fields[2]), dow_star=_is_star(fields[4]),
     )
+
+
+def _is_star(field: str) -> bool:
+    """robfig's "star bit": some part of the field is `*` or `?` with no step
+    above 1 (`*/1` counts, `*/2` does not) — it decides how the day fields combine."""
+    for part in field.split(","):
+        base, _, step = part.partition("/")
+        if base in ("*", "?") and step in ("", "1"):
+            return True
+    return False

@@ -26,17 +26,32 @@ IDENTITY = [
     ("", "v1", "ConfigMap", "configmaps", "configmap", True, ("cm",), (), ()),
     ("", "v1", "Secret", "secrets", "secret", True, (), (), ()),
     ("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", True, ("sa",), (), ()),
+    ("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim", True, ("pvc",), (),
+     ("status",)),
     ("", "v1", "Event", "events", "event", True, ("ev",), (), ()),
     ("events.k8s.io", "v1", "Event", "events", "event", True, ("ev",), (), ()),
     ("coordination.k8s.io", "v1", "Lease", "leases", "lease", True, (), (), ()),
     ("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", False, ("pc",), (), ()),
+    ("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget", True, ("pdb",), (),
+     ("status",)),
+    ("", "v1", "ResourceQuota", "resourcequotas", "resourcequota", True, ("quota",), (), ("status",)),
+    ("", "v1", "LimitRange", "limitranges", "limitrange", True, ("limits",), (), ()),
     ("apps", "v1", "Deployment", "deployments", "deployment", True, ("deploy",), ("all",), ("status", "scale")),
     ("apps", "v1", "ReplicaSet", "replicasets", "replicaset", True, ("rs",), ("all",), ("status", "scale")),
     ("apps", "v1", "StatefulSet", "statefulsets", "statefulset", True, ("sts",), ("all",), ("status", "scale")),
     ("apps", "v1", "DaemonSet", "daemonsets", "daemonset", True, ("ds",), ("all",), ("status",)),
+    ("apps", "v1", "ControllerRevision", "controllerrevisions", "controllerrevision", True, (), (), ()),
     ("batch", "v1", "Job", "jobs", "job", True, (), ("all",), ("status",)),
     ("batch", "v1", "CronJob", "cronjobs", "cronjob", True, ("cj",), ("all",), ("status",)),
+    ("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler",
+     True, ("hpa",), ("all",), ("status",)),
+    ("autoscaling", "v1", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler",
+     True, ("hpa",), ("all",), ("status",)),
+    # Served from memory (fleet/server/resource_metrics.py): get and list only, no singular name.
+    ("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", False, (), (), ()),
+    ("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", True, (), (), ()),
 ]
+READ_ONLY_GROUPS = ("metrics.k8s.io",)
 
 
 @pytest.mark.parametrize("row", IDENTITY, ids=[f"{r[0]}/{r[2]}" for r in IDENTITY])
@@ -52,7 +67,10 @@ def test_identity(row):
     assert info.default is None or callable(info.default)
     assert callable(info.validate)
     assert info.scale is not None if "scale" in subs else info.scale is None
-    assert set(info.verbs) >= {"get", "list", "watch", "create", "update", "patch", "delete"}
+    if group in READ_ONLY_GROUPS:
+        assert info.verbs == ("get", "list")
+    else:
+        assert set(info.verbs) >= {"get", "list", "watch", "create", "update", "patch", "delete"}
 
 
 def test_exactly_the_declared_kinds():
@@ -65,7 +83,7 @@ def test_exactly_the_declared_kinds():
 
 
 @pytest.mark.parametrize(("typed", "group", "kind"), [
-    (n, r[0], r[2]) for r in IDENTITY if r[0] != "events.k8s.io"
+    (n, r[0], r[2]) for r in IDENTITY if r[0] not in ("events.k8s.io", *READ_ONLY_GROUPS)
     for n in (r[3], r[4], r[2], *r[6])
 ] + [("events.events.k8s.io", "events.k8s.io", "Event"), ("deployments.apps", "apps", "Deployment"),
      ("Pods", "", "Pod"), ("DEPLOY", "apps", "Deployment")])

@@ -416,7 +416,8 @@ UPDATES: list[tuple[str, str, Any, list[tuple[str, str]]]] = [
      [("spec.selector", "FieldValueInvalid")]),
     ("Job", "spec.template.spec.containers[0].image", "busybox", [("spec.template", "FieldValueInvalid")]),
     ("Job", "spec.selector", {"matchLabels": {"x": "y"}},
-     [("spec.selector", "FieldValueInvalid"), ("spec.template.metadata.labels", "FieldValueInvalid")]),
+     [("spec.selector", "FieldValueInvalid"), ("spec.template.metadata.labels", "FieldValueInvalid"),
+      ("spec.selector", "FieldValueInvalid")]),  # immutable, and not the generated one
     ("Service", "spec.clusterIP", "10.0.0.9", [("spec.clusterIP", "FieldValueInvalid")]),
     ("Service", "spec.clusterIP", "", []),
     ("Pod", f"{PC}.image", "nginx:1.26", []),

@@ -1,0 +1,233 @@
+"""The core (`v1`) storage kinds: PersistentVolumeClaim.
+
+A claim is a request for storage ("10Gi, ReadWriteOnce, class fast").  Fleet
+keeps claims as API objects now — StatefulSets create one per ordinal from
+their `volumeClaimTemplates` and the scheduler's VolumeBinding plugin reads
+them — while provisioning and binding them to volumes come with the storage
+issue.  Until then a claim stays `Pending`, exactly what Kubernetes shows for
+a claim no provisioner serves.
+
+Validation follows kube-apiserver (`ValidatePersistentVolumeClaim` and
+`...Update`): at least one supported access mode, `ReadWriteOncePod` alone, a
+positive `resources.requests.storage`, and a spec that is immutable after
+creation — because quota and limit ranges were charged for what the claim
+asked at creation — except that the binder may fill `volumeName` once and a
+*bound* claim may grow `resources.requests.storage` (volume expansion), never
+shrink below what was provisioned.
+"""
+
+from __future__ import annotations
+
+import copy
+from decimal import Decimal
+from typing import Any
+
+from fleet.api import validation as v
+from fleet.api.kinds._common import col, d, lst, set_default, table
+from fleet.api.quantity import QuantityError, parse_quantity
+from fleet.api.registry import KindInfo
+
+Cause = dict[str, str]
+
+ACCESS_MODES = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
+# kubectl's short forms, in the order helper.GetAccessModesAsString prints them.
+ACCESS_MODE_ABBREV = (("ReadWriteOnce", "RWO"), ("ReadOnlyMany", "ROX"),
+                      ("ReadWriteMany", "RWX"), ("ReadWriteOncePod", "RWOP"))
+VOLUME_MODES = ("Block", "Filesystem")
+PHASES = ("Bound", "Lost", "Pending")
+# The pre-storageClassName way of naming a class; still honoured by kubectl's printer.
+BETA_STORAGE_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
+IMMUTABLE_SPEC = "spec is immutable after creation except resources.requests for bound claims"
+
+
+def default_pvc(obj: dict[str, Any]) -> None:
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        set_default(spec, "volumeMode", "Filesystem")
+    # A claim nobody has looked at yet is Pending (SetDefaults_PersistentVolumeClaim);
+    # the server drops a client's status on create, so this is what a new claim shows.
+    status = obj.get("status")
+    if status is None:
+        obj["status"] = {"phase": "Pending"}
+    elif isinstance(status, dict):
+        set_default(status, "phase", "Pending")
+
+
+def storage_request(spec: Any) -> Any:
+    """spec.resources.requests.storage, or None."""
+    return d(spec, "resources", "requests").get("storage")
+
+
+def _quantity(value: Any) -> Decimal | None:
+    try:
+        return parse_quantity(value)
+    except (QuantityError, TypeError, ValueError):
+        return None
+
+
+def validate_pvc_spec(spec: Any, path: str = "spec") -> list[Cause]:
+    """ValidatePersistentVolumeClaimSpec: access modes, storage request, class, volume mode."""
+    if not isinstance(spec, dict):
+        return [v.required(path) if spec is None else v.type_invalid(path, spec, "object")]
+    out: list[Cause] = []
+    modes = spec.get("accessModes")
+    if modes is not None and not isinstance(modes, list):
+        out.append(v.type_invalid(f"{path}.accessModes", modes, "array"))
+        modes = []
+    modes = modes or []
+    if not modes:
+        out.append(v.required(f"{path}.accessModes", "at least 1 access mode is required"))
+    rwop = other = False
+    for mode in modes:
+        if mode not in ACCESS_MODES:
+            out.append(v.not_supported(f"{path}.accessModes", mode, ACCESS_MODES))
+        elif mode == "ReadWriteOncePod":
+            rwop = True
+        else:
+            other = True
+    if rwop and other:
+        out.append(v.forbidden(f"{path}.accessModes", "may not use ReadWriteOncePod with other access modes"))
+    sel = spec.get("selector")
+    if sel is not None:
+        out.extend(v.validate_label_selector(sel, f"{path}.selector"))
+    res = spec.get("resources")
+    if res is not None and not isinstance(res, dict):
+        out.append(v.type_invalid(f"{path}.resources", res, "object"))
+    else:
+        out.extend(v.validate_resources(res, f"{path}.resources"))
+    storage = storage_request(spec)
+    spath = f"{path}.resources[storage]"
+    if storage is None:
+        out.append(v.required(spath))
+    else:
+        q = _quantity(storage)
+        if q is not None and q <= 0:
+            out.append(v.invalid(spath, storage, "must be greater than zero"))
+    cls = spec.get("storageClassName")
+    if cls:
+        if not isinstance(cls, str):
+            out.append(v.type_invalid(f"{path}.storageClassName", cls, "string"))
+        else:
+            for msg in v.is_dns1123_subdomain(cls):
+                out.append(v.invalid(f"{path}.storageClassName", cls, msg))
+    mode = spec.get("volumeMode")
+    if mode is not None and mode not in VOLUME_MODES:
+        out.append(v.not_supported(f"{path}.volumeMode", mode, VOLUME_MODES))
+    vname = spec.get("volumeName")
+    if vname is not None and not isinstance(vname, str):
+        out.append(v.type_invalid(f"{path}.volumeName", vname, "string"))
+    for key in ("dataSource", "dataSourceRef"):
+        src = spec.get(key)
+        if src is None:
+            continue
+        if not isinstance(src, dict):
+            out.append(v.type_invalid(f"{path}.{key}", src, "object"))
+            continue
+        if not src.get("name"):
+            out.append(v.required(f"{path}.{key}.name"))
+        if not src.get("kind"):
+            out.append(v.required(f"{path}.{key}.kind"))
+        elif not src.get("apiGroup") and src.get("kind") != "PersistentVolumeClaim":
+            out.append(v.invalid(f"{path}.{key}", src.get("kind"), ""))
+    return out
+
+
+def validate_pvc(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    out = v.validate_object_meta(obj.get("metadata"), namespaced=True)
+    spec = obj.get("spec")
+    out += validate_pvc_spec(spec)
+    phase = d(obj, "status").get("phase")
+    if phase is not None and phase not in PHASES:
+        out.append(v.not_supported("status.phase", phase, PHASES))
+    if old is not None and isinstance(spec, dict):
+        out += _validate_update(obj, old)
+    return out
+
+
+def _validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
+    """ValidatePersistentVolumeClaimUpdate's rules (see the module docstring)."""
+    out: list[Cause] = []
+    new_spec = copy.deepcopy(d(obj, "spec"))
+    old_spec = copy.deepcopy(d(old, "spec"))
+    if not old_spec.get("volumeName"):
+        # The binder fills volumeName once.
+        old_spec["volumeName"] = new_spec.get("volumeName")
+        if old_spec["volumeName"] is None:
+            old_spec.pop("volumeName")
+    old_size, new_size = storage_request(d(old, "spec")), storage_request(d(obj, "spec"))
+    if d(obj, "status").get("phase") == "Bound" and isinstance(new_spec.get("resources"), dict):
+        # A bound claim may be resized: compare everything but the storage request.
+        requests = new_spec["resources"].get("requests")
+        if isinstance(requests, dict):
+            if old_size is None:
+                requests.pop("storage", None)
+            else:
+                requests["storage"] = old_size
+    if new_spec != old_spec:
+        out.append(v.forbidden("spec", IMMUTABLE_SPEC))
+    new_q, old_q = _quantity(new_size), _quantity(old_size)
+    if new_q is not None and old_q is not None and new_q < old_q:
+        capacity = _quantity(d(old, "status", "capacity").get("storage"))
+        if capacity is None or new_q <= capacity:
+            out.append(v.forbidden("spec.resources.requests.storage",
+                                   "field can not be less than status.capacity" if capacity is not None
+                                   else "field can not be less than previous value"))
+    old_class = d(old, "metadata", "annotations").get(BETA_STORAGE_CLASS_ANNOTATION)
+    new_class = d(obj, "metadata", "annotations").get(BETA_STORAGE_CLASS_ANNOTATION)
+    if old_class != new_class:
+        out.append(v.invalid(f"metadata.annotations[{BETA_STORAGE_CLASS_ANNOTATION}]", new_class,
+                             "field is immutable"))
+    return out
+
+
+def access_modes_string(modes: Any) -> str:
+    """helper.GetAccessModesAsString: `RWO,ROX`, always in the same order."""
+    have = {m for m in modes if isinstance(m, str)} if isinstance(modes, list) else set()
+    return ",".join(abbrev for mode, abbrev in ACCESS_MODE_ABBREV if mode in have)
+
+
+def claim_class(obj: dict[str, Any]) -> str:
+    """GetPersistentVolumeClaimClass: the beta annotation wins over storageClassName."""
+    ann = d(obj, "metadata", "annotations").get(BETA_STORAGE_CLASS_ANNOTATION)
+    if ann is not None:
+        return str(ann)
+    return str(d(obj, "spec").get("storageClassName") or "")
+
+
+def _phase(obj: dict[str, Any]) -> str:
+    if d(obj, "metadata").get("deletionTimestamp"):
+        return "Terminating"
+    return str(d(obj, "status").get("phase") or "")
+
+
+def _bound(obj: dict[str, Any]) -> bool:
+    return bool(d(obj, "spec").get("volumeName"))
+
+
+def _capacity(obj: dict[str, Any]) -> str:
+    # kubectl shows the provisioned capacity, and only once the claim is bound.
+    return str(d(obj, "status", "capacity").get("storage") or "") if _bound(obj) else ""
+
+
+PERSISTENT_VOLUME_CLAIM = KindInfo(
+    group="", version="v1", kind="PersistentVolumeClaim", plural="persistentvolumeclaims",
+    singular="persistentvolumeclaim", short_names=("pvc",), subresources=("status",),
+    columns_override=table(
+        col("Status", _phase, description="phase represents the current phase of PersistentVolumeClaim."),
+        col("Volume", lambda o: str(d(o, "spec").get("volumeName") or ""),
+            description="volumeName is the binding reference to the PersistentVolume backing this claim."),
+        col("Capacity", _capacity, description="capacity represents the actual resources of the underlying volume."),
+        col("Access Modes", lambda o: access_modes_string(lst(o, "status", "accessModes")) if _bound(o) else "",
+            description="accessModes contains the actual access modes the volume backing the PVC has."),
+        col("StorageClass", claim_class, description="StorageClass of the pvc"),
+        col("VolumeAttributesClass", lambda o: str(d(o, "spec").get("volumeAttributesClassName") or "<unset>"),
+            description="VolumeAttributesClass of the pvc"),
+        wide=(col("VolumeMode", lambda o: str(d(o, "spec").get("volumeMode") or "<unset>"), priority=1,
+                  description="volumeMode defines what type of volume is required by the claim."),),
+    ),
+    default=default_pvc, validate=validate_pvc,
+)
+
+KINDS = (PERSISTENT_VOLUME_CLAIM,)
+
+__all__ = ["KINDS", "PERSISTENT_VOLUME_CLAIM", "access_modes_string", "claim_class", "validate_pvc_spec"]
