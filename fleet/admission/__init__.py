@@ -3,9 +3,9 @@
 A plugin sees the request attributes, the new object and the old one (on
 update/delete).  Mutating plugins return the (possibly changed) object;
 validating plugins raise an `APIError` to refuse.  Built-in plugins live one
-per module beside this one (`priority.py`, `default_toleration_seconds.py`);
-quota, limit ranges, service accounts and webhooks join the same chain later
-without changing the server.
+per module beside this one (`priority.py`, `default_toleration_seconds.py`,
+`limitranger.py`, `resourcequota.py`); service accounts and webhooks join the
+same chain later without changing the server.
 
 The server runs the two halves around the kind's validation, as
 kube-apiserver does: mutating admission, then validation of the (mutated)
@@ -68,20 +68,27 @@ class AdmissionChain:
 
 
 def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_seconds: int = 300,
-                  priority_cache: Any = None) -> AdmissionChain:
+                  priority_cache: Any = None, limit_range_cache: Any = None,
+                  quota_cache: Any = None) -> AdmissionChain:
     """The chain `fleet server` runs, in kube-apiserver's recommended plugin order
-    (Priority before DefaultTolerationSeconds).
+    (LimitRanger, then Priority before DefaultTolerationSeconds; ResourceQuota last,
+    so it charges exactly what the others let through).
 
     `priority_cache` is a running `priority.ClassCache`; without one the
     Priority plugin reads PriorityClasses from `store` on every pod create.
+    `limit_range_cache` / `quota_cache` are running `objcache.NamespacedCache`s of
+    LimitRanges / ResourceQuotas; without them those plugins read the store.
     """
     # Imported here: the plugins import the store and the kinds, which need not
     # load for code that only wants the chain's types.
     from fleet.admission.default_toleration_seconds import DefaultTolerationSeconds
+    from fleet.admission.limitranger import LimitRanger
     from fleet.admission.priority import Priority
+    from fleet.admission.resourcequota import ResourceQuota
 
     priority = Priority(store, priority_cache)
+    limit_ranger = LimitRanger(store, limit_range_cache)
     return AdmissionChain(
-        mutating=[priority, DefaultTolerationSeconds(not_ready_seconds, unreachable_seconds)],
-        validating=[priority],
+        mutating=[limit_ranger, priority, DefaultTolerationSeconds(not_ready_seconds, unreachable_seconds)],
+        validating=[limit_ranger, priority, ResourceQuota(store, quota_cache)],
     )
