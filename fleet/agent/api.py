@@ -10,6 +10,8 @@ So the paths are the kubelet's and need no translation on the way:
                                                            WebSocket, channel protocol
     GET /attach/{namespace}/{pod}/{container}?stdin&stdout&stderr&tty    WebSocket
     GET /stats/summary                                     the kubelet's Summary API shape
+    GET /metrics/resource                                  cpu/memory counters (Prometheus
+                                                           text), scraped by the API server
     GET /healthz                                           "ok", no authentication
 
 (`{container}` may be left out when the pod has exactly one container.)  Every other
@@ -588,6 +590,63 @@ async def stats_summary(locator: ContainerLocator, node_name: str,
 
 
 # ---------------------------------------------------------------------------------------
+# Resource metrics (what metrics-server scrapes from the kubelet)
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _sample(name: str, labels: dict[str, str], value: float, ts_ms: int) -> str:
+    lbl = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+    return f"{name}{{{lbl}}} {value!r} {ts_ms}" if lbl else f"{name} {value!r} {ts_ms}"
+
+
+async def resource_metrics(locator: ContainerLocator) -> str:
+    """The kubelet's `/metrics/resource` in Prometheus text format.
+
+    Cumulative cpu seconds, memory working set and start time per running
+    container, and the node's totals, each with the millisecond time it was
+    read.  Counters rather than rates on purpose: the API server scrapes every
+    node on its own schedule and derives rates from two of its own scrapes, so
+    a second reader (a `/stats/summary` client) cannot shorten its window.
+    """
+    lines = ["# TYPE node_cpu_usage_seconds_total counter",
+             "# TYPE node_memory_working_set_bytes gauge",
+             "# TYPE container_cpu_usage_seconds_total counter",
+             "# TYPE container_memory_working_set_bytes gauge",
+             "# TYPE container_start_time_seconds gauge",
+             "# TYPE scrape_error gauge"]
+    now_ms = time.time_ns() // 1_000_000
+    node_cpu = await trio.to_thread.run_sync(_node_cpu_ns)
+    node_mem = await trio.to_thread.run_sync(_node_memory)
+    if node_cpu is not None:
+        lines.append(_sample("node_cpu_usage_seconds_total", {}, node_cpu / 1e9, now_ms))
+    if node_mem is not None:
+        lines.append(_sample("node_memory_working_set_bytes", {}, float(node_mem[1]), now_ms))
+    for namespace, pod, _uid, containers in locator.all():
+        for cname, located in containers:
+            if located.handle is None:
+                continue
+            try:
+                st = await located.driver.stats(located.handle)
+            except RuntimeDriverError:
+                continue  # gone between the listing and now
+            labels = {"container": cname, "namespace": namespace, "pod": pod}
+            ts_ms = int(st.timestamp.timestamp() * 1000)
+            if st.cpu_usage_ns is not None:
+                lines.append(_sample("container_cpu_usage_seconds_total", labels,
+                                     st.cpu_usage_ns / 1e9, ts_ms))
+            if st.memory_working_set_bytes is not None:
+                lines.append(_sample("container_memory_working_set_bytes", labels,
+                                     float(st.memory_working_set_bytes), ts_ms))
+            lines.append(_sample("container_start_time_seconds", labels,
+                                 located.handle.started_at.timestamp(), ts_ms))
+    lines.append("scrape_error 0")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------
 # The app
 
 
@@ -664,6 +723,11 @@ def create_app(locator: ContainerLocator, *, token: str, node_name: str = "",
     async def summary() -> Response:
         doc = await stats_summary(locator, node, rates)
         return Response(json.dumps(doc), content_type="application/json")
+
+    @app.route("/metrics/resource")
+    async def metrics_resource() -> Response:
+        return Response(await resource_metrics(locator),
+                        content_type="text/plain; version=0.0.4; charset=utf-8")
 
     for rule, handler in (extra_routes or {}).items():
         methods, path = split_rule(rule)

@@ -160,6 +160,10 @@ class Client:
             headers=headers,
             verify=ssl_context(config),
             timeout=httpx.Timeout(timeout),
+            # Watches hold connections too: past httpx's default 20 kept-alive ones the
+            # pool closes every returned connection, and each request then pays a TLS
+            # handshake (a controller manager with ~25 informers did).
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=200),
             transport=transport,  # tests pass an httpx.MockTransport
         )
         self._discovery: list[APIResource] | None = None

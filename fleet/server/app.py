@@ -36,6 +36,7 @@ from fleet.api.registry import Registry
 from fleet.auth import Attributes, Authenticator, Authorizer, UserInfo
 from fleet.server import discovery
 from fleet.server.drain import NodeMaintenance
+from fleet.server.hpa_v1 import AutoscalingV1, is_v1
 from fleet.server.http import Req, Resp, dumps
 from fleet.server.metrics import Metrics
 from fleet.server.openapi import OpenAPICache
@@ -49,6 +50,7 @@ from fleet.server.proxy import (
     parse_node_proxy,
     reject_websocket,
 )
+from fleet.server.resource_metrics import ResourceMetrics
 from fleet.server.rest import MAX_BODY, SUBRESOURCE_VERBS, ResourceAPI, Route, parse_route
 from fleet.server.watch import WatchCounter, watch
 from fleet.store import Store
@@ -79,7 +81,8 @@ class APIServer:
     def __init__(self, store: Store, registry: Registry, authenticator: Authenticator,
                  authorizer: Authorizer, admission: AdmissionChain, resources: ResourceAPI,
                  metrics: Metrics, watches: WatchCounter, server_address: str, *,
-                 agent_token: str | None = None, maintenance: NodeMaintenance | None = None) -> None:
+                 agent_token: str | None = None, maintenance: NodeMaintenance | None = None,
+                 resource_metrics: ResourceMetrics | None = None) -> None:
         self.store = store
         self.registry = registry
         self.authenticator = authenticator
@@ -98,6 +101,11 @@ class APIServer:
         # nodes/drain and nodes/schedulable; its runner (`maintenance.run`) is
         # started by whoever runs the server (fleet/server/run.py).
         self.maintenance = maintenance or NodeMaintenance(resources)
+        # metrics.k8s.io (kubectl top, the HPA): served from what `resource_metrics.run`
+        # scrapes from the agents; run.py starts that loop.
+        self.resource_metrics = resource_metrics or ResourceMetrics(store, registry, agent_token)
+        # autoscaling/v1 horizontalpodautoscalers: the stored v2 objects, converted.
+        self.hpa_v1 = AutoscalingV1(resources, registry, watches)
         self.ready = True
 
     async def handle(self, req: Req) -> tuple[Resp, str, str]:
@@ -230,6 +238,11 @@ class APIServer:
         user = req.user
         if route.subresource in ("drain", "schedulable"):
             return await self.maintenance.handle(route, req, verb), verb, resource
+        if route.group == "metrics.k8s.io" and verb in ("get", "list"):
+            return (await self.resource_metrics.serve(info, route.namespace, route.name, req),
+                    verb, resource)
+        if is_v1(route):
+            return await self.hpa_v1.handle(req, route, verb, user), verb, resource
         if verb == "watch":
             return await watch(api, info, route, req, self.watches, sse=route.sse_watch), verb, resource
         if verb == "get":

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import datetime
 import json
 import secrets
 import uuid
@@ -32,7 +31,7 @@ from fleet.admission import AdmissionChain
 from fleet.api import errors, meta, patch, protobuf, schema, selectors
 from fleet.api.registry import KindInfo, Registry
 from fleet.auth import Attributes, UserInfo
-from fleet.server import eviction
+from fleet.server import deletion, eviction
 from fleet.server.http import JSON, Req, Resp
 from fleet.server.nscache import NamespaceCache
 from fleet.server.tables import table, wants_table
@@ -712,11 +711,9 @@ class ResourceAPI:
                            route.name, dry_run)
         await self.admission.admit(attrs, user, None, old)
         if info.kind == "Namespace" and not info.group:
-            pre = opts.get("preconditions") or {}
-            return await self._delete_namespace(info, route, old, req, parse_rv(pre.get("resourceVersion")),
-                                                pre.get("uid") or None)
+            return await self._delete_namespace(info, route, old, opts, dry_run=dry_run)
         obj, code = await self.delete_object(info, route, old, opts, dry_run=dry_run)
-        return Resp.json(code, obj)
+        return Resp.json(code, obj, warning_headers(deletion.warnings_for(info, opts)))
 
     async def delete_object(self, info: KindInfo, route: Route, old: dict[str, Any], opts: dict[str, Any],
                             *, dry_run: bool,
@@ -724,102 +721,66 @@ class ResourceAPI:
         """Delete `old` (already read, already admitted) per DeleteOptions `opts`;
         returns (object, HTTP code).  Shared by DELETE and the eviction subresource.
 
-        `mark(pod)`, if given, is applied to a pod in the same write that starts its
-        graceful termination, or in a write of its own just before an immediate
-        delete (eviction's DisruptionTarget condition)."""
+        The propagation policy becomes GC finalizers and pods on a node are only
+        marked (see fleet/server/deletion.py).  `mark(obj)`, if given, is applied
+        in the write that starts the deletion (eviction's DisruptionTarget
+        condition).  The code is 200, or 202 when the object stays and the client
+        asked for cascading with the legacy `orphanDependents: false` — the one
+        case kube-apiserver answers 202."""
         assert route.name is not None
-        pre = opts.get("preconditions") or {}
-        if not isinstance(pre, dict):
-            raise errors.BadRequest("preconditions must be an object")
-        expected_rv = parse_rv(pre.get("resourceVersion"))
-        expected_uid = pre.get("uid") or None
-        key = info.key(route.namespace, route.name)
-        if info.kind == "Pod" and not info.group:
-            grace = pod_grace_period(old, opts.get("gracePeriodSeconds"))
-            if grace > 0:
-                return await self._delete_pod_gracefully(info, route, old, grace, expected_rv, expected_uid,
-                                                         dry_run=dry_run, mark=mark), 200
-        if dry_run:
-            return old, 200
-        if mark is not None and not old["metadata"].get("deletionTimestamp"):
-            if expected_uid and old["metadata"].get("uid") != expected_uid:
-                raise conflict(info, route.name, "the UID precondition did not match")
-            if expected_rv is not None and int(old["metadata"]["resourceVersion"]) != expected_rv:
-                raise conflict(info, route.name)
-            marked = copy.deepcopy(old)
-            mark(marked)
-            try:
-                stored = await self.store.update(key, marked, expected_revision=int(old["metadata"]["resourceVersion"]))
-            except RevisionConflict:
-                raise conflict(info, route.name) from None
-            except KeyNotFound:
-                raise not_found(info, route.name) from None
-            # The precondition was checked against `old`; the delete follows our own write.
-            expected_rv = int(stored["metadata"]["resourceVersion"])
         try:
-            obj, removed = await self.store.delete(key, expected_revision=expected_rv, expected_uid=expected_uid)
+            obj, removed = await deletion.delete_stored(self.store, info, info.key(route.namespace, route.name),
+                                                        opts, current=old, dry_run=dry_run, mark=mark)
         except KeyNotFound:
             raise not_found(info, route.name) from None
-        except RevisionConflict:
-            raise conflict(info, route.name, "the precondition (uid or resourceVersion) did not match") from None
-        return obj, 200 if removed else 202
+        except deletion.PreconditionFailed as e:
+            raise conflict(info, route.name, str(e)) from None
+        except deletion.TooManyConflicts:
+            raise conflict(info, route.name, "too many concurrent writers; try again") from None
+        return obj, 202 if not removed and opts.get("orphanDependents") is False else 200
 
-    async def _delete_pod_gracefully(self, info: KindInfo, route: Route, old: dict[str, Any], grace: int,
-                                     expected_rv: int | None, expected_uid: str | None, *,
-                                     dry_run: bool, mark: Any = None) -> dict[str, Any]:
-        """Mark a running pod for deletion; its node's agent stops the containers
-        (preStop, SIGTERM, the grace period, SIGKILL) and then deletes it for good
-        with gracePeriodSeconds=0, as the kubelet does."""
-        assert route.name is not None
-        md = old["metadata"]
-        if expected_uid and md.get("uid") != expected_uid:
-            raise conflict(info, route.name, "the UID precondition did not match")
-        if expected_rv is not None and int(md["resourceVersion"]) != expected_rv:
-            raise conflict(info, route.name)
-        if dry_run or md.get("deletionTimestamp"):
-            # Already terminating: the agent is on it (a shorter grace period is
-            # only honoured when it is 0, which deletes at once above).
-            return old
-        new = copy.deepcopy(old)
-        deadline = meta.utcnow() + datetime.timedelta(seconds=grace)
-        new["metadata"]["deletionTimestamp"] = deadline.strftime("%Y-%m-%dT%H:%M:%SZ")
-        new["metadata"]["deletionGracePeriodSeconds"] = grace
-        if mark is not None:
-            mark(new)
-        try:
-            return await self.store.update(info.key(route.namespace, route.name), new,
-                                           expected_revision=int(md["resourceVersion"]))
-        except RevisionConflict:
-            raise conflict(info, route.name) from None
-        except KeyNotFound:
-            raise not_found(info, route.name) from None
-
-    async def _delete_namespace(self, info: KindInfo, route: Route, old: dict[str, Any], req: Req,
-                                expected_rv: int | None, expected_uid: str | None) -> Resp:
+    async def _delete_namespace(self, info: KindInfo, route: Route, old: dict[str, Any], opts: dict[str, Any],
+                                *, dry_run: bool) -> Resp:
+        """Start a namespace's finalization: deletionTimestamp, phase Terminating and
+        the GC finalizers the options ask for, in one write; the namespace
+        lifecycle task (nslifecycle.py) then empties it and removes it.  A repeated
+        DELETE only rewrites the GC finalizers, as for any object."""
         assert route.name is not None
         if route.name in PROTECTED_NAMESPACES:
             raise errors.Forbidden(f'namespaces "{route.name}" is forbidden: this namespace may not be deleted',
                                    name=route.name, kind="namespaces")
-        if expected_uid and old["metadata"].get("uid") != expected_uid:
+        pre = opts.get("preconditions") or {}
+        expected_rv = parse_rv(pre.get("resourceVersion"))
+        if pre.get("uid") and old["metadata"].get("uid") != pre["uid"]:
             raise conflict(info, route.name, "the UID precondition did not match")
         if expected_rv is not None and int(old["metadata"]["resourceVersion"]) != expected_rv:
             raise conflict(info, route.name)
-        if is_dry_run(req):
-            return Resp.json(200, old)
-        if old["metadata"].get("deletionTimestamp"):
-            return Resp.json(202, old)
+        code = 202 if opts.get("orphanDependents") is False else 200
+        old_fins = list(old["metadata"].get("finalizers") or [])
+        fins = deletion.gc_finalizers(info, old_fins, opts)
+        if old["metadata"].get("deletionTimestamp") and fins is old_fins:
+            return Resp.json(code, old)
         new = copy.deepcopy(old)
-        new["metadata"]["deletionTimestamp"] = meta.now_rfc3339()
-        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        if fins:
+            new["metadata"]["finalizers"] = fins
+        else:
+            new["metadata"].pop("finalizers", None)
+        if not old["metadata"].get("deletionTimestamp"):
+            new["metadata"]["deletionTimestamp"] = meta.now_rfc3339()
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
         new.setdefault("status", {})["phase"] = "Terminating"
+        if dry_run:
+            return Resp.json(200, new)
         try:
             stored = await self.store.update(info.key(None, route.name), new,
                                              expected_revision=int(old["metadata"]["resourceVersion"]))
         except RevisionConflict:
             raise conflict(info, route.name) from None
+        except KeyNotFound:
+            raise not_found(info, route.name) from None
         if self._ns_finalizer is not None:
             self._ns_finalizer.send_nowait(route.name)
-        return Resp.json(202, stored)
+        return Resp.json(code, stored)
 
     async def delete_collection(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
         ls, fs = self.selectors(info, req)
@@ -831,14 +792,15 @@ class ResourceAPI:
             r = Route(route.group, route.version, route.plural, o["metadata"].get("namespace"),
                       o["metadata"]["name"])
             try:
-                resp = await self.delete(info, r, Req("DELETE", req.path, dict(req.query), req.headers, b""), user)
+                # The body is the collection's DeleteOptions (propagationPolicy...), for every item.
+                resp = await self.delete(info, r, Req("DELETE", req.path, dict(req.query), req.headers, req.body),
+                                         user)
             except errors.NotFound:
                 continue
             deleted.append(json.loads(resp.body))  # type: ignore[arg-type]
         return Resp.json(200, {"kind": info.list_kind, "apiVersion": info.api_version,
                                "metadata": {"resourceVersion": str(self.store.current_revision())},
                                "items": deleted})
-
 
 # Subresources served by the generic handlers (and drain.py for nodes), with
 # their verbs; the agent-relayed ones (log, exec, attach) are in proxy.py.
@@ -853,22 +815,8 @@ SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
 SUPPORTED_SUBRESOURCES = frozenset(SUBRESOURCE_VERBS)
 
 
-def pod_grace_period(pod: dict[str, Any], requested: Any) -> int:
-    """Seconds a pod gets to terminate, per Kubernetes' pod deletion strategy.
-
-    A pod no node has taken (no nodeName) or one that already finished has
-    nothing to stop, so it goes at once; otherwise the DeleteOptions' period,
-    else the pod's terminationGracePeriodSeconds (default 30).
-    """
-    spec = pod.get("spec") or {}
-    if not spec.get("nodeName"):
-        return 0
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return 0
-    if isinstance(requested, int) and not isinstance(requested, bool):
-        return max(requested, 0)
-    g = spec.get("terminationGracePeriodSeconds", 30)
-    return g if isinstance(g, int) and g >= 0 else 30
+# Kept importable from here: the pod deletion strategy lives in deletion.py.
+pod_grace_period = deletion.pod_grace_period
 
 
 def is_dry_run(req: Req) -> bool:
@@ -909,23 +857,43 @@ def delete_options(req: Req) -> dict[str, Any]:
         opts["gracePeriodSeconds"] = _int_param(req, "gracePeriodSeconds", 0)
     if "propagationPolicy" in req.query:
         opts["propagationPolicy"] = req.query["propagationPolicy"]
+    if "orphanDependents" in req.query:
+        # The legacy option, as query parameter too (client-go encodes DeleteOptions both ways).
+        opts["orphanDependents"] = {"true": True, "false": False}.get(req.query["orphanDependents"],
+                                                                     req.query["orphanDependents"])
     if "dryRun" in req.query:
         opts["dryRun"] = [req.query["dryRun"]]
-    opts = check_delete_options(opts)
+    opts = check_delete_options(opts, invalid_status=True)
     if opts.get("dryRun") == ["All"]:
         req.query.setdefault("dryRun", "All")
     return opts
 
 
-def check_delete_options(opts: dict[str, Any]) -> dict[str, Any]:
-    """Refuse DeleteOptions values kube-apiserver refuses (400); returns `opts`."""
+def check_delete_options(opts: dict[str, Any], *, invalid_status: bool = False) -> dict[str, Any]:
+    """Refuse DeleteOptions values kube-apiserver refuses; returns `opts`.
+
+    Malformed values are 400.  With `invalid_status` (a DELETE request) an
+    unsupported propagationPolicy, or one given together with the legacy
+    orphanDependents, is 422 Invalid on `DeleteOptions.meta.k8s.io` as
+    kube-apiserver's ValidateDeleteOptions answers."""
     grace = opts.get("gracePeriodSeconds")
     if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool)):
         raise errors.BadRequest(f"gracePeriodSeconds: Invalid value: {json.dumps(grace)}: must be an integer")
+    orphan = opts.get("orphanDependents")
+    if orphan is not None and not isinstance(orphan, bool):
+        raise errors.BadRequest(f"orphanDependents: Invalid value: {json.dumps(orphan)}: must be a boolean")
     pp = opts.get("propagationPolicy")
     if pp not in (None, "Background", "Foreground", "Orphan"):
+        if invalid_status:
+            raise errors.Invalid.for_object("DeleteOptions", "meta.k8s.io", "", [errors.cause(
+                "propagationPolicy", f'Unsupported value: "{pp}": supported values: "Foreground", '
+                '"Background", "Orphan", "nil"', "FieldValueNotSupported")])
         raise errors.BadRequest(f'propagationPolicy: Unsupported value: "{pp}": supported values: '
                                 f'"Background", "Foreground", "Orphan"')
+    if pp is not None and orphan is not None:
+        raise errors.Invalid.for_object("DeleteOptions", "meta.k8s.io", "", [errors.cause(
+            "propagationPolicy", f'Invalid value: "{pp}": orphanDependents and deletionPropagation '
+            "cannot be both set", "FieldValueInvalid")])
     pre = opts.get("preconditions")
     if pre is not None and not isinstance(pre, dict):
         raise errors.BadRequest("preconditions must be an object")

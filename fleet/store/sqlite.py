@@ -479,11 +479,14 @@ class _Engine:
         md["resourceVersion"] = str(rev)
         # Only the update that removes the *last* finalizer completes a deletion;
         # an object marked for deletion without finalizers (a Terminating
-        # namespace, a pod in its grace period) stays until it is deleted.
+        # namespace, a pod in its grace period) stays until it is deleted.  A pod
+        # still in its grace period stays even then: its node has not confirmed
+        # the containers stopped (Kubernetes requires deletionGracePeriodSeconds 0).
         removed = (
             bool(md.get("deletionTimestamp"))
             and not md.get("finalizers")
             and bool(omd.get("finalizers"))
+            and not md.get("deletionGracePeriodSeconds")
         )
         ev = self._append(
             req.key, "deleted" if removed else "updated", rev, old_rev, new, old, overlay

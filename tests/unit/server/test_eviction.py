@@ -152,14 +152,14 @@ def pdb(name: str, allowed: int, selector: dict[str, Any] | None = None, **statu
 
 async def test_no_budget_kind_means_no_budgets(api):
     budgets = api.server.resources.budgets
-    assert budgets.registry.get("policy", "v1", "poddisruptionbudgets") is None
+    budgets.registry.unregister("policy", "v1", "poddisruptionbudgets")
     assert await budgets.matching(pod()) == []
 
 
 @pytest.fixture
 async def budgeted(api):
-    """The API with a stand-in PodDisruptionBudget kind registered (tests only: the real
-    kind arrives with its controller) and a Running, Ready pod."""
+    """The API with a minimal PodDisruptionBudget kind (no defaulting or validation, so the
+    tests can store any status) and a Running, Ready pod."""
     api.server.registry.register(PDB)
     await api.json("POST", PODS, pod(node="n1"))
     code, _ = await api.json("PATCH", f"{PODS}/p/status", {"status": {"phase": "Running", "conditions": [
@@ -243,3 +243,31 @@ def test_too_many_requests_shape():
     assert isinstance(e, errors.TooManyRequests)
     assert e.status()["details"] == {"causes": [{"reason": "DisruptionBudget", "message": "why"}],
                                      "retryAfterSeconds": 10}
+
+
+async def test_a_budget_write_that_loses_a_race_is_retried_on_the_fresh_budget(budgeted):
+    """The disruption controller rewrote the budget between our read and our write: the
+    eviction is decided again on the fresh budget, not refused with a 429."""
+    await put_pdb(budgeted, pdb("web", 2))
+    key = meta.store_key("policy", "poddisruptionbudgets", "default", "web")
+    store = budgeted.store
+    real_update = store.update
+    raced = False
+
+    async def racing_update(k: str, obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        nonlocal raced
+        if k == key and not raced:
+            raced = True
+            current = await store.get(key)
+            current["status"] = dict(current["status"], disruptionsAllowed=1)
+            await real_update(key, current)
+        return await real_update(k, obj, **kw)
+
+    store.update = racing_update
+    try:
+        code, body = await budgeted.json("POST", f"{PODS}/p/eviction", ev())
+    finally:
+        store.update = real_update
+    assert code == 201, body
+    got = await store.get(key)
+    assert got["status"]["disruptionsAllowed"] == 0 and list(got["status"]["disruptedPods"]) == ["p"]

@@ -290,7 +290,7 @@ async def test_finalizers_and_delete_preconditions(api):
                                                         "preconditions": {"uid": "wrong"}})
     assert code == 409
     code, body = await api.json("DELETE", f"{CM}/fin")
-    assert code == 202 and body["metadata"]["deletionTimestamp"]
+    assert code == 200 and body["metadata"]["deletionTimestamp"]
     code, body = await api.json("GET", f"{CM}/fin")
     assert code == 200
     code, body = await api.json("PATCH", f"{CM}/fin", {"metadata": {"finalizers": []}},
