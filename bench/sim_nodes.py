@@ -255,6 +255,9 @@ def run_one(nodes: int, sample: float, lease_interval: float,
                     sim.wait(timeout=10)
         server_log = server.log_path.read_text(errors="replace")
         out["nodeipam_no_cidr_log_lines"] = server_log.count("gets no pod CIDR")
+        # Simulated nodes the node lifecycle controller gave up on: heartbeats that
+        # did not reach the server in time.
+        out["nodes_marked_unknown_log_lines"] = server_log.count("conditions set to Unknown")
         out["server_log_lines"] = server_log.count("\n")
     return out
 

@@ -4,6 +4,7 @@ under MockClock, and a Simulator against the real API pipeline in-process."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,6 +33,7 @@ from fleet.agent.simulate import (
     node_names,
     node_object,
     running_status,
+    slim_pod,
     zone_names,
 )
 from fleet.api.registry import default_registry
@@ -96,21 +98,22 @@ def test_node_object_is_a_valid_ready_node() -> None:
 # --------------------------------------------------------------------------- heartbeat phases
 
 
-@pytest.mark.parametrize(("index", "not_before", "expect"), [
-    (0, 0.0, 0.0),
+@pytest.mark.parametrize(("index", "after", "expect"), [
+    (0, 0.0, 10.0),  # strictly after: not again at once
     (1, 0.0, 1.0),
-    (1, 1.0, 1.0),
+    (1, 1.0, 11.0),
     (1, 1.5, 11.0),
     (9, 35.0, 39.0),
     (0, 35.0, 40.0),
+    (0, -3.0, 0.0),
 ])
-def test_first_due_is_the_nodes_phase(index: int, not_before: float, expect: float) -> None:
-    assert first_due(index, 10, 10.0, 0.0, not_before) == pytest.approx(expect)
+def test_first_due_is_the_nodes_phase(index: int, after: float, expect: float) -> None:
+    assert first_due(index, 10, 10.0, 0.0, after) == pytest.approx(expect)
 
 
 def test_first_due_spreads_nodes_evenly_whenever_they_register() -> None:
     # Registration order and speed do not matter: each node keeps its slot.
-    dues = sorted(first_due(i, 1000, 10.0, 0.0, not_before=i * 0.037) % 10.0
+    dues = sorted(first_due(i, 1000, 10.0, 0.0, after=i * 0.037) % 10.0
                   for i in range(1000))
     gaps = [b - a for a, b in zip(dues, dues[1:], strict=False)]
     assert max(gaps) == pytest.approx(0.01) and min(gaps) == pytest.approx(0.01)
@@ -193,6 +196,20 @@ def test_running_status() -> None:
     assert [list(c["state"]) for c in s["initContainerStatuses"]] == [["terminated"], ["running"]]
     assert s["containerStatuses"][0]["imageID"].startswith("nginx@sha256:")
     assert s["containerStatuses"][0]["containerID"] == "sim://01234567-app"
+
+
+def test_slim_pod_gives_the_same_status() -> None:
+    full = pod(init=True, restart="Never", annotations={EXIT_AFTER_ANNOTATION: "3", "x": "y"})
+    full["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
+    full["spec"]["containers"][0]["env"] = [{"name": "BIG", "value": "x" * 1000}]
+    full["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    slim = slim_pod(full)
+    assert len(json.dumps(slim)) < len(json.dumps(full)) / 2
+    kw = {"pod_ip": "10.0.0.2", "host_ip": "h", "now": "T"}
+    assert running_status(slim, **kw) == running_status(full, **kw)
+    assert exited_status(slim, started="S", exit_code=1, **kw) == exited_status(
+        full, started="S", exit_code=1, **kw)
+    assert exit_plan(slim) == exit_plan(full) == (3.0, 0)
 
 
 @pytest.mark.parametrize(("restart", "code", "phase"), [
@@ -482,3 +499,130 @@ async def test_pod_due_while_frozen_starts_on_resume(tmp_path: Any) -> None:
         async def running() -> bool:
             return (await api.json("GET", f"{PODS}/waiting"))[1]["status"]["phase"] == "Running"
         await eventually(running)
+
+
+# --------------------------------------------------------------------------- heartbeats, MockClock
+
+
+class FakeAPI:
+    """Just enough of the API for heartbeats, recording when each write arrived."""
+
+    def __init__(self) -> None:
+        self.renewals: dict[str, list[float]] = {}
+        self.statuses: dict[str, list[float]] = {}
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path, method = request.url.path, request.method
+        now = trio.current_time()
+        name = path.rstrip("/").split("/")[-1]
+        if method == "POST":
+            body = json.loads(request.content)
+            body.setdefault("metadata", {})["uid"] = "u-" + body["metadata"]["name"]
+            return httpx.Response(201, json=body)
+        if method == "PATCH" and "/leases/" in path:
+            self.renewals.setdefault(name, []).append(now)
+            return httpx.Response(200, json={})
+        if method == "PATCH" and path.endswith("/status"):
+            node = path.split("/")[-2]
+            self.statuses.setdefault(node, []).append(now)
+            return httpx.Response(200, json={"metadata": {"name": node}, "spec": {}})
+        if method == "GET" and "watch" in request.url.params:
+            return httpx.Response(200, content=b"")  # an empty stream; the client re-watches
+        if method == "GET" and "/nodes/" in path:
+            return httpx.Response(200, json={"metadata": {"name": name}, "spec": {}})
+        if method == "GET" and path.endswith("/pods"):
+            return httpx.Response(200, json={"items": [], "metadata": {"resourceVersion": "1"}})
+        return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
+
+
+@pytest.mark.parametrize("tick", [0.0, 0.25])
+async def test_heartbeats_keep_their_phase_and_pause_alone(
+        autojump_clock: trio.testing.MockClock, tick: float) -> None:
+    fake = FakeAPI()
+    cfg = SimulatorConfig(count=10, lease_interval=10.0, node_status_interval=60.0,
+                          heartbeat_tick=tick)
+    sim = Simulator(cfg, ClientConfig(server="http://fake", token="t"),
+                    client_factory=lambda: Client(ClientConfig(server="http://fake", token="t"),
+                                                  transport=httpx.MockTransport(fake)))
+    async with trio.open_nursery() as n:
+        await n.start(sim.run)
+        t0 = sim._origin
+        await trio.sleep_until(t0 + 45)
+        sim.pause_heartbeats("sim-0003")
+        await trio.sleep_until(t0 + 70.5)
+        sim.resume_heartbeats("sim-0003")
+        await trio.sleep_until(t0 + 130.5)
+        n.cancel_scope.cancel()
+
+    for i, name in enumerate(sim.node_names):
+        times = [t - t0 for t in fake.renewals[name]]
+        if name == "sim-0003":
+            # Slots 3, 13, 23, 33, 43; silent while paused; at once on resume, then the
+            # node's own slots again (73 is too close to the resume, so 83 ...).
+            assert times[:5] == pytest.approx([3, 13, 23, 33, 43], abs=tick + 1e-6)
+            assert not [t for t in times if 45 < t < 70.5]
+            assert times[5] == pytest.approx(70.5, abs=1e-6)
+            assert times[6:] == pytest.approx([73, 83, 93, 103, 113, 123], abs=tick + 1e-6)
+            continue
+        # Node i renews at i, i + 10, ... (registered at 0 with its Lease fresh,
+        # so node 0 waits for 10).
+        assert times == pytest.approx([i + 10.0 * k for k in range(14) if 0 < i + 10 * k < 130.5],
+                                      abs=tick + 1e-6)
+        # Status heartbeats: every 60 s at the node's own phase (6 s apart per node).
+        assert [t - t0 for t in fake.statuses[name]] == pytest.approx(
+            [6.0 * i + 60 * k for k in range(3) if 0 < 6.0 * i + 60 * k < 130.5], abs=tick + 1e-6)
+    # The paused node wrote its status with the resume (a change is written at once).
+    assert any(abs(t - t0 - 70.5) < 1e-6 for t in fake.statuses["sim-0003"])
+
+
+class SlowAPI(httpx.AsyncBaseTransport):
+    """FakeAPI behind a fixed latency, counting pod status writes in flight."""
+
+    def __init__(self, latency: float) -> None:
+        self.fake = FakeAPI()
+        self.latency = latency
+        self.pod_writes = 0
+        self.in_flight = 0
+        self.max_in_flight_while_behind = 0
+        self.sim: Simulator | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        pod_write = "/pods/" in request.url.path and request.method == "PATCH"
+        if pod_write:
+            self.in_flight += 1
+            if self.sim is not None and self.sim.heartbeats_behind():
+                self.max_in_flight_while_behind = max(self.max_in_flight_while_behind,
+                                                      self.in_flight)
+        try:
+            await trio.sleep(self.latency)
+            if pod_write:
+                self.pod_writes += 1
+                return httpx.Response(200, json={})
+            await request.aread()
+            return self.fake(request)
+        finally:
+            if pod_write:
+                self.in_flight -= 1
+
+
+async def test_pod_work_makes_way_for_late_heartbeats(autojump_clock: trio.testing.MockClock) -> None:
+    # One lease worker at 0.2 s a request carries 5 renewals/s; 20 nodes at 1 s need 20.
+    slow = SlowAPI(latency=0.2)
+    cfg = SimulatorConfig(count=20, lease_interval=1.0, lease_concurrency=1, pod_concurrency=8,
+                          start_delay=0.0, heartbeat_tick=0.0)
+    sim = Simulator(cfg, ClientConfig(server="http://fake", token="t"),
+                    client_factory=lambda: Client(ClientConfig(server="http://fake", token="t"),
+                                                  transport=slow))
+    slow.sim = sim
+    async with trio.open_nursery() as n:
+        await n.start(sim.run)
+        await trio.sleep(5)  # renewals fall behind
+        assert sim.heartbeats_behind()
+        for i in range(40):
+            sim.on_pod_event("ADDED", pod(f"p{i}", node=sim.node_names[i % 20]) | {
+                "metadata": {"name": f"p{i}", "namespace": "default", "uid": f"u{i}"}})
+        await trio.sleep(20)
+        n.cancel_scope.cancel()
+    assert sim.stats.pod_work_deferred > 0
+    assert slow.max_in_flight_while_behind == 1  # only the one worker that always runs
+    assert slow.pod_writes == sim.stats.pods_started == 40  # and it got everything done
