@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 import threading
 import uuid
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from fleet.cli import kfleet
-from tests.conftest import KUBECTL, FleetServer, run_kubectl
+from tests.conftest import KUBECTL, FleetServer, ServerFactory, _make_base, run_kubectl
 from tests.e2e.helpers import api_get, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -48,6 +49,22 @@ def make_node(srv: FleetServer) -> str:
                                               "metadata": {"name": name}})
     assert code == 201, body
     return name
+
+
+@pytest.fixture(scope="module")
+def fleet_server() -> Iterator[FleetServer]:
+    """This module's own server: its pods name owners (ReplicaSet "web", a DaemonSet) that
+    the test plays itself, so the controllers that would act on them — and the garbage
+    collector, which deletes pods whose owner does not exist — are left out."""
+    base = _make_base("fleet-e2e-maint-")
+    factory = ServerFactory(base)
+    try:
+        yield factory.start(extra_args=[
+            "--controllers", "*,-garbagecollector,-replicaset,-daemonset,-disruption"])
+    finally:
+        problems = factory.stop_all()
+        shutil.rmtree(base, ignore_errors=True)
+        assert not problems, problems
 
 
 def make_pod(srv: FleetServer, ns: str, name: str, node: str, *, owner: tuple[str, str] | None = ("ReplicaSet", "web"),

@@ -73,7 +73,9 @@ def test_version_and_api_resources(kfleet_server: KfleetServer) -> None:
     assert rc == 0, err
     rows = [line.split() for line in out.splitlines()]
     assert rows[0] == ["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"]
-    by_name = {r[0]: r for r in rows[1:]}
+    by_name: dict[str, list[str]] = {}
+    for r in rows[1:]:
+        by_name.setdefault(r[0], r)  # metrics.k8s.io serves `nodes` and `pods` too, later
     assert by_name["pods"][1:] == ["po", "v1", "true", "Pod"]
     assert by_name["deployments"][1:] == ["deploy", "apps/v1", "true", "Deployment"]
     assert by_name["namespaces"][-2:] == ["false", "Namespace"]
