@@ -36,6 +36,8 @@ import heapq
 import itertools
 import logging
 import math
+import weakref
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -107,6 +109,9 @@ class SharedInformer:
         self._informer = Informer(client, api_version, plural, self._on_event,
                                   field_selector=field_selector)
         self.synced = trio.Event()
+        # Here, not in run(): handlers of *other* informers may call list(ns) on this
+        # one before it has started.
+        self.add_index("namespace", by_namespace)
 
     # -- reading -----------------------------------------------------------------------
     @property
@@ -139,7 +144,6 @@ class SharedInformer:
         self._indexes[name] = idx
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self.add_index("namespace", by_namespace)
         async with trio.open_nursery() as n:
             await n.start(self._informer.run)
             self.synced.set()
@@ -199,12 +203,58 @@ class _Item:
     failures: int = 0
 
 
+class QueueMetrics:
+    """What client-go's workqueue metrics tell: adds, retries, how long keys wait in
+    the queue (add → get) and how long their reconcile takes.  The latest `keep`
+    samples of each are kept for percentiles; counts are totals since start."""
+
+    def __init__(self, keep: int = 65536) -> None:
+        self.adds = 0
+        self.processed = 0
+        self.retries = 0
+        self.queue_latency: deque[float] = deque(maxlen=keep)
+        self.work_duration: deque[float] = deque(maxlen=keep)
+
+    @staticmethod
+    def _percentiles(samples: Iterable[float]) -> dict[str, float | None]:
+        xs = sorted(samples)
+        if not xs:
+            return {"p50": None, "p99": None, "max": None}
+
+        def at(q: float) -> float:
+            return xs[min(len(xs) - 1, math.ceil(q * len(xs)) - 1)]
+
+        return {"p50": at(0.50), "p99": at(0.99), "max": xs[-1]}
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"adds": self.adds, "processed": self.processed, "retries": self.retries,
+                "queue_latency_s": self._percentiles(self.queue_latency),
+                "work_duration_s": self._percentiles(self.work_duration)}
+
+
+_QUEUES: weakref.WeakSet[WorkQueue] = weakref.WeakSet()
+
+
+def queue_stats() -> dict[str, dict[str, Any]]:
+    """Every live work queue's metrics by name (benchmarks and debugging read this)."""
+    out: dict[str, dict[str, Any]] = {}
+    for q in list(_QUEUES):
+        name = q.name or f"queue-{id(q):x}"
+        out[name] = {**q.metrics.snapshot(), "depth": len(q)}
+    return out
+
+
 class WorkQueue:
     """De-duplicating, rate-limited work queue of keys (client-go's workqueue)."""
 
-    def __init__(self, *, base_delay: float = 0.005, max_delay: float = 1000.0) -> None:
+    def __init__(self, *, base_delay: float = 0.005, max_delay: float = 1000.0,
+                 name: str = "") -> None:
         self.base_delay = base_delay
         self.max_delay = max_delay
+        self.name = name
+        self.metrics = QueueMetrics()
+        self._added_at: dict[str, float] = {}  # when each queued key was first added
+        _QUEUES.add(self)
         self._queue: list[str] = []
         self._head = 0
         self._dirty: set[str] = set()  # queued (or to be re-queued when done)
@@ -222,6 +272,8 @@ class WorkQueue:
         if key in self._dirty:
             return
         self._dirty.add(key)
+        self.metrics.adds += 1
+        self._added_at.setdefault(key, trio.current_time())
         if key not in self._processing:
             self._queue.append(key)
             self._wakeup.set()
@@ -234,6 +286,7 @@ class WorkQueue:
         self._wakeup.set()
 
     def add_rate_limited(self, key: str) -> None:
+        self.metrics.retries += 1
         n = self._failures.get(key, 0)
         self._failures[key] = n + 1
         self.add_after(key, min(self.base_delay * (2 ** n), self.max_delay))
@@ -258,6 +311,9 @@ class WorkQueue:
                     self._head = 0
                 self._dirty.discard(key)
                 self._processing.add(key)
+                added = self._added_at.pop(key, None)
+                if added is not None:
+                    self.metrics.queue_latency.append(now - added)
                 return key
             deadline = self._later[0][0] if self._later else math.inf
             if self._wakeup.is_set():
@@ -359,7 +415,7 @@ class QueueWorker:
     workers = 2
 
     def __init__(self) -> None:
-        self.queue = WorkQueue()
+        self.queue = WorkQueue(name=self.name)
 
     async def reconcile(self, key: str) -> float | None:
         raise NotImplementedError
@@ -376,6 +432,7 @@ class QueueWorker:
     async def _worker(self) -> None:
         while True:
             key = await self.queue.get()
+            started = trio.current_time()
             try:
                 again = await self.reconcile(key)
             except Exception as e:  # noqa: BLE001 - keep the controller alive, retry later
@@ -389,6 +446,8 @@ class QueueWorker:
                 else:
                     self.queue.forget(key)
             finally:
+                self.queue.metrics.processed += 1
+                self.queue.metrics.work_duration.append(trio.current_time() - started)
                 self.queue.done(key)
 
 
