@@ -35,6 +35,9 @@ def server(
     no_agent: Annotated[bool, cyclopts.Parameter(help="Do not run the built-in node agent.", negative=())] = False,
     no_scheduler: Annotated[bool, cyclopts.Parameter(
         help="Do not run the built-in scheduler (run `fleet scheduler` elsewhere).", negative=())] = False,
+    controllers: Annotated[str | None, cyclopts.Parameter(
+        help="Controllers to run, comma-separated: `*` for all (default), `-name` to leave one "
+             "out, e.g. '*,-garbagecollector'.")] = None,
     agent_port: Annotated[int, cyclopts.Parameter(help="Port of the built-in agent's API.")] = 9301,
     agent_driver: Annotated[str, cyclopts.Parameter(help="Runtime driver of the built-in agent: auto, oci or process.")] = "auto",
     agent_network: Annotated[str | None, cyclopts.Parameter(
@@ -54,6 +57,11 @@ def server(
         help="Fraction of not-Ready nodes that makes a zone partially disrupted.")] = 0.55,
     large_cluster_size_threshold: Annotated[int, cyclopts.Parameter(
         help="Zones larger than this keep tainting (slowly) when partially disrupted.")] = 50,
+    metric_resolution: Annotated[float, cyclopts.Parameter(
+        help="Seconds between two scrapes of the agents for the resource metrics API "
+             "(kubectl top, the HPA).")] = 15.0,
+    hpa_sync_period: Annotated[float, cyclopts.Parameter(
+        help="Seconds between two syncs of each HorizontalPodAutoscaler.")] = 15.0,
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -68,6 +76,14 @@ def server(
     if agent_network is not None:
         cfg.agent_network = None if agent_network in ("none", "host", "") else agent_network
     cfg.scheduler = not no_scheduler
+    if controllers:
+        from fleet.controllers.manager import default_controllers, select
+
+        cfg.controllers = [c for c in controllers.split(",") if c.strip()]
+        try:
+            select(default_controllers(), cfg.controllers)
+        except ValueError as e:
+            sys.exit(f"fleet server: --controllers: {e}")
     cfg.node_monitor_grace_period = node_monitor_grace_period
     cfg.node_startup_grace_period = node_startup_grace_period
     cfg.node_monitor_period = node_monitor_period
@@ -75,6 +91,8 @@ def server(
     cfg.secondary_node_eviction_rate = secondary_node_eviction_rate
     cfg.unhealthy_zone_threshold = unhealthy_zone_threshold
     cfg.large_cluster_size_threshold = large_cluster_size_threshold
+    cfg.metric_resolution = metric_resolution
+    cfg.hpa_sync_period = hpa_sync_period
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def main() -> None:
@@ -205,6 +223,7 @@ def _simulate(cfg: AgentConfig, *, count: int, prefix: str, zones: int, region: 
               node_status_interval: float | None) -> None:
     """`fleet agent --simulate N`: hollow nodes in this process (fleet.agent.simulate)."""
     from fleet.agent.simulate import Simulator, SimulatorConfig
+    from fleet.client import KubeconfigError
 
     sim_cfg = SimulatorConfig(count=count, prefix=prefix, zones=zones, region=region,
                               start_delay=start_delay, pod_concurrency=concurrency,
@@ -216,7 +235,7 @@ def _simulate(cfg: AgentConfig, *, count: int, prefix: str, zones: int, region: 
     try:
         sim_cfg.validate()
         client_cfg = cfg.client_config()
-    except ValueError as e:
+    except (ValueError, KubeconfigError) as e:
         print(f"fleet agent: error: {e}", file=sys.stderr)
         sys.exit(2)
 

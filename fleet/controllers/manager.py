@@ -10,13 +10,55 @@ from __future__ import annotations
 from fleet.controllers.runtime import Controller, Manager
 
 
-def default_controllers() -> list[Controller]:
+def default_controllers(*, hpa_sync_period: float = 15.0) -> list[Controller]:
+    from fleet.controllers.cronjob import CronJobController
+    from fleet.controllers.daemonset import DaemonSetController
+    from fleet.controllers.deployment import DeploymentController
+    from fleet.controllers.disruption import DisruptionController
+    from fleet.controllers.garbagecollector import GarbageCollector
+    from fleet.controllers.hpa import HorizontalPodAutoscalerController
+    from fleet.controllers.job import JobController
+    from fleet.controllers.replicaset import ReplicaSetController
+    from fleet.controllers.resourcequota import ResourceQuotaController
     from fleet.controllers.serviceaccount import ServiceAccountController
+    from fleet.controllers.statefulset import StatefulSetController
 
     return [
         ServiceAccountController(),
+        GarbageCollector(),
+        ReplicaSetController(), DeploymentController(),
+        StatefulSetController(),
+        DaemonSetController(),
+        HorizontalPodAutoscalerController(sync_period=hpa_sync_period),
+        DisruptionController(),
+        ResourceQuotaController(),
+        JobController(), CronJobController(),
     ]
 
 
-def default_manager() -> Manager:
-    return Manager(default_controllers())
+def select(controllers: list[Controller], spec: list[str] | None) -> list[Controller]:
+    """kube-controller-manager's --controllers: `*` for all, `name` to run one, `-name`
+    to leave one out (e.g. ["*", "-garbagecollector"]).  A list of only `-name` items
+    means all but those.  Unknown names are an error."""
+    items = [i.strip() for i in spec or [] if i.strip()]
+    if not items:
+        return controllers
+    known = {c.name for c in controllers}
+    enabled = set(known) if "*" in items or all(i.startswith("-") for i in items) else set()
+    for item in items:
+        if item == "*":
+            continue
+        name = item.lstrip("-")
+        if name not in known:
+            raise ValueError(f"unknown controller {name!r}; known: {', '.join(sorted(known))}")
+        if item.startswith("-"):
+            enabled.discard(name)
+        else:
+            enabled.add(name)
+    return [c for c in controllers if c.name in enabled]
+
+
+def default_manager(controllers: list[str] | None = None, **options: float) -> Manager:
+    """`controllers` selects as `select` does; `options` are keyword settings of
+    `default_controllers` (e.g. hpa_sync_period)."""
+    return Manager(select(default_controllers(**options), controllers))

@@ -24,7 +24,8 @@ from quart_trio import QuartTrio
 
 from fleet import scheduler
 from fleet._core import memory
-from fleet.admission import builtin_chain
+from fleet.admission import builtin_chain, limitranger, resourcequota
+from fleet.admission.objcache import NamespacedCache
 from fleet.admission.priority import ClassCache
 from fleet.api import meta
 from fleet.api.kinds.scheduling import system_priority_classes
@@ -74,6 +75,8 @@ class ServerConfig:
     agent_network: str | None = field(default_factory=lambda: "bridge" if os.geteuid() == 0 else None)
     agent_bridge: str | None = None  # bridge name (default: the driver's, fleet0)
     scheduler: bool = True  # the built-in scheduler (off: `fleet scheduler` runs elsewhere)
+    # Which controllers run (kube-controller-manager's --controllers): None = all.
+    controllers: list[str] | None = None
     # DefaultTolerationSeconds admission: how long pods tolerate the NoExecute
     # not-ready / unreachable taints of a failed node (kube-apiserver's
     # --default-not-ready-toleration-seconds / --default-unreachable-toleration-seconds).
@@ -90,6 +93,11 @@ class ServerConfig:
     secondary_node_eviction_rate: float = 0.01
     unhealthy_zone_threshold: float = 0.55
     large_cluster_size_threshold: int = 50
+    # Resource metrics (metrics.k8s.io, fleet/server/resource_metrics.py): how often the
+    # agents are scraped (metrics-server's --metric-resolution).
+    metric_resolution: float = 15.0
+    # The HPA controller's sync period (--horizontal-pod-autoscaler-sync-period).
+    hpa_sync_period: float = 15.0
 
 
 @dataclass
@@ -216,9 +224,15 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             url = f"https://{host}:{cfg.port}"
             priority_classes = ClassCache()
             await nursery.start(priority_classes.run, store)
+            # LimitRanger / ResourceQuota admission: which namespaces have any (watch-fed).
+            limit_ranges = NamespacedCache(limitranger.PREFIX)
+            await nursery.start(limit_ranges.run, store)
+            quotas = NamespacedCache(resourcequota.PREFIX)
+            await nursery.start(quotas.run, store)
             # One chain for both: ResourceAPI runs it on every write; APIServer keeps
             # it for the pipeline stages it runs itself.
             admission = builtin_chain(store, priority_cache=priority_classes,
+                                      limit_range_cache=limit_ranges, quota_cache=quotas,
                                       not_ready_seconds=cfg.default_not_ready_toleration_seconds,
                                       unreachable_seconds=cfg.default_unreachable_toleration_seconds)
             api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), admission,
@@ -226,6 +240,9 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                             f"{host}:{cfg.port}")
             # Server-side drains (nodes/{name}/drain): resumes the ones a restart interrupted.
             await nursery.start(api.maintenance.run)
+            # metrics.k8s.io: scrape the agents every metric_resolution seconds.
+            api.resource_metrics.resolution = cfg.metric_resolution
+            await nursery.start(api.resource_metrics.run)
             await nursery.start(_serve, create_app(api), cfg.address, cfg.port, tls)
             await nursery.start(_serve, _metrics_app(metrics), cfg.address, cfg.metrics_port)
             kubeconfig = data_dir / "admin.kubeconfig"
@@ -240,7 +257,8 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             if cfg.scheduler:
                 nursery.start_soon(scheduler.run, client_cfg)
             nursery.start_soon(partial(nodeipam.run, client_cfg, NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr)))
-            nursery.start_soon(partial(default_manager().run, client_cfg))
+            nursery.start_soon(partial(default_manager(cfg.controllers, hpa_sync_period=cfg.hpa_sync_period).run,
+                                       client_cfg))
             nursery.start_soon(partial(nodelifecycle.run, client_cfg, nodelifecycle.NodeLifecycleConfig(
                 monitor_grace_period=cfg.node_monitor_grace_period,
                 startup_grace_period=cfg.node_startup_grace_period,

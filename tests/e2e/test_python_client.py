@@ -133,9 +133,17 @@ def test_deployment_crud(apps: client.AppsV1Api, namespace: str) -> None:
     assert created.spec.replicas == 2
     assert created.metadata.generation == 1
 
-    got = apps.read_namespaced_deployment("d1", namespace)
-    got.spec.replicas = 4
-    replaced = apps.replace_namespaced_deployment("d1", namespace, got)
+    # Read-modify-replace races the Deployment controller's own writes (its status and
+    # revision annotation), as on Kubernetes: a 409 means read again and retry.
+    for _ in range(10):
+        got = apps.read_namespaced_deployment("d1", namespace)
+        got.spec.replicas = 4
+        try:
+            replaced = apps.replace_namespaced_deployment("d1", namespace, got)
+            break
+        except ApiException as e:
+            if e.status != 409:
+                raise
     assert replaced.spec.replicas == 4
     assert replaced.metadata.generation == 2
 

@@ -28,3 +28,30 @@ def sa(name: str) -> dict:
 ])
 def test_needs_default(namespace, accounts, want):
     assert needs_default(namespace, accounts) is want
+
+
+@pytest.mark.parametrize(("spec", "want"), [
+    (None, None),
+    (["*"], None),
+    (["*", "-garbagecollector"], "all but garbagecollector"),
+    (["-garbagecollector"], "all but garbagecollector"),
+    (["serviceaccount", "job"], ["serviceaccount", "job"]),
+])
+def test_controller_selection(spec, want):
+    from fleet.controllers.manager import default_controllers, select
+
+    every = [c.name for c in default_controllers()]
+    got = [c.name for c in select(default_controllers(), spec)]
+    if want is None:
+        assert got == every
+    elif want == "all but garbagecollector":
+        assert got == [n for n in every if n != "garbagecollector"]
+    else:
+        assert sorted(got) == sorted(want)
+
+
+def test_unknown_controller_is_refused():
+    from fleet.controllers.manager import default_controllers, select
+
+    with pytest.raises(ValueError, match="unknown controller 'nope'"):
+        select(default_controllers(), ["*", "-nope"])
