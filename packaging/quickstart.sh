@@ -45,13 +45,13 @@ image="$(mktemp -d)/busybox-fleet.tar"
 "$VENV/bin/python" packaging/build_example_image.py "$image"
 "$VENV/bin/kfleet" --kubeconfig "$kc" image import "$image"
 "$VENV/bin/kfleet" --kubeconfig "$kc" apply -f packaging/examples/hello.yaml
-for _ in $(seq 1 100); do
-    "$VENV/bin/kfleet" --kubeconfig "$kc" get pod hello --no-headers 2>/dev/null | grep -q "1/1" && break
+for _ in $(seq 1 150); do
+    "$VENV/bin/kfleet" --kubeconfig "$kc" get deployment hello --no-headers 2>/dev/null | grep -q " 2/2 " && break
     sleep 0.3
 done
-"$VENV/bin/kfleet" --kubeconfig "$kc" get nodes,pods -o wide
+"$VENV/bin/kfleet" --kubeconfig "$kc" get nodes,deployments,pods -o wide
 echo
 echo "Cluster is up. In another shell:"
 echo "  export KUBECONFIG=$kc"
-echo "  kubectl get pods -o wide; kubectl logs hello; kubectl exec hello -- wget -qO- localhost:8080"
+echo "  kubectl get deploy,pods -o wide; kubectl logs deploy/hello; kubectl exec deploy/hello -- wget -qO- localhost:8080"
 wait "$server"

@@ -1,0 +1,80 @@
+"""The README's first command, minus the install: `fleet server` with its built-in agent,
+the example image built by packaging/build_example_image.py and imported with
+`kfleet image import`, then packaging/examples/hello.yaml applied with kubectl — the
+Deployment's two replicas become Ready and each serves the page on its pod IP."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fleet.runtime.oci import find_runtime
+from fleet.testing.oci_image import busybox_problem
+from tests.conftest import KUBECTL, REPO_ROOT, ServerFactory, _server_env, free_port, run_kubectl
+from tests.e2e.helpers import wait_until
+from tests.e2e.test_agent import _force_clean, get
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the built-in agent runs runc)"),
+    pytest.mark.skipif(find_runtime() is None, reason="needs runc or crun"),
+    pytest.mark.skipif(busybox_problem() is not None, reason="needs busybox-static"),
+    pytest.mark.skipif(KUBECTL is None, reason="needs kubectl"),
+    pytest.mark.skipif(shutil.which("nft") is None, reason="needs nftables"),
+]
+
+BRIDGE = "fleetqs0"
+
+
+def test_readme_example_workload(fleet_server_factory: ServerFactory, tmp_path: Path) -> None:
+    srv = fleet_server_factory.start(extra_args=[
+        "--agent-port", str(free_port()), "--agent-network", "bridge", "--agent-bridge", BRIDGE,
+        "--cluster-cidr", "10.245.0.0/16"])
+    ns = f"qs-{uuid.uuid4().hex[:6]}"
+    try:
+        image = tmp_path / "busybox-fleet.tar"
+        env = _server_env()
+        subprocess.run([sys.executable, str(REPO_ROOT / "packaging" / "build_example_image.py"),
+                        str(image)], check=True, capture_output=True, env=env, timeout=120)
+        subprocess.run([sys.executable, "-m", "fleet.cli.kfleet", "--kubeconfig", str(srv.kubeconfig),
+                        "image", "import", str(image)], check=True, capture_output=True, env=env,
+                       timeout=120)
+        rc, out, err = run_kubectl(srv, "create", "namespace", ns)
+        assert rc == 0, err
+        rc, out, err = run_kubectl(srv, "apply", "-n", ns, "-f",
+                                   str(REPO_ROOT / "packaging" / "examples" / "hello.yaml"))
+        assert rc == 0 and "deployment.apps/hello created" in out, (out, err)
+        rc, out, err = run_kubectl(srv, "rollout", "status", "-n", ns, "deployment/hello",
+                                   "--timeout=120s", timeout=150)
+        assert rc == 0 and "successfully rolled out" in out, (out, err)
+        pods = [p for p in get(srv, f"/api/v1/namespaces/{ns}/pods")[1]["items"]
+                if p["metadata"]["labels"].get("app") == "hello"]
+        assert len(pods) == 2
+        for p in pods:
+            ip = p["status"]["podIP"]
+            body = wait_until(lambda ip=ip: _fetch(f"http://{ip}:8080/index.html"), timeout=30,
+                              what=f"the page on {ip}")
+            assert body.strip() == "hello from fleet"
+    finally:
+        # Deleting the namespace takes the Deployment, its ReplicaSet and pods with it
+        # (kubectl waits until it is gone); the agent stops the containers.
+        rc, out, err = run_kubectl(srv, "delete", "namespace", ns, "--timeout=120s", timeout=150)
+        assert rc == 0, (out, err)
+        fleet_server_factory.stop_all()
+        _force_clean(srv.data_dir / "agent")
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+        subprocess.run(["nft", "delete", "table", "ip", "fleet"], capture_output=True, check=False)
+
+
+def _fetch(url: str) -> str | None:
+    try:
+        r = httpx.get(url, timeout=2)
+    except httpx.HTTPError:
+        return None
+    return r.text if r.status_code == 200 else None
