@@ -880,10 +880,13 @@ class ShimDriver(abc.ABC):
         await self._cleanup(handle)
 
         def rm() -> None:
-            cg = shim.ShimConfig.load(handle.bundle).cgroup if (
-                handle.bundle / shim.CONFIG_FILE).exists() else None
-            if cg and self.cgroups.version and self.cgroups.exists(cg):
-                self.cgroups.remove(cg, timeout=5.0)
+            # The shim may be removing the same cgroup (process mode) as it exits: a
+            # directory vanishing under us is the outcome we want, not an error.
+            with contextlib.suppress(FileNotFoundError):
+                cg = shim.ShimConfig.load(handle.bundle).cgroup if (
+                    handle.bundle / shim.CONFIG_FILE).exists() else None
+                if cg and self.cgroups.version and self.cgroups.exists(cg):
+                    self.cgroups.remove(cg, timeout=5.0)
             shutil.rmtree(handle.bundle, ignore_errors=True)
 
         await trio.to_thread.run_sync(rm)

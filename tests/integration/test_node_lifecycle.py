@@ -245,7 +245,8 @@ def test_dead_node_is_tainted_and_its_pods_evicted(server: FleetServer) -> None:
         # Lower bounds only: not before the grace period / the toleration ran out.  How
         # much later depends on the machine's load (measured, printed above, not asserted).
         assert GRACE - 0.1 <= evicted_zero - last_beat
-        assert 1.8 <= evicted_two - evicted_zero
+        # (Observed times can only be late: compare each with the last heartbeat.)
+        assert GRACE + 1.8 <= evicted_two - last_beat
 
         # The node renews again: the NoExecute taint goes at once; Ready (and the
         # NoSchedule taint) follow when its status says so.
