@@ -64,12 +64,15 @@ def test_readme_example_workload(fleet_server_factory: ServerFactory, tmp_path: 
     finally:
         # Deleting the namespace takes the Deployment, its ReplicaSet and pods with it
         # (kubectl waits until it is gone); the agent stops the containers.
-        rc, out, err = run_kubectl(srv, "delete", "namespace", ns, "--timeout=120s", timeout=150)
-        assert rc == 0, (out, err)
-        fleet_server_factory.stop_all()
-        _force_clean(srv.data_dir / "agent")
-        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
-        subprocess.run(["nft", "delete", "table", "ip", "fleet"], capture_output=True, check=False)
+        try:
+            rc, out, err = run_kubectl(srv, "delete", "namespace", ns, "--timeout=120s", timeout=150)
+            assert rc == 0, (out, err)
+        finally:
+            # Whatever happened above, nothing of the cluster outlives the test.
+            fleet_server_factory.stop_all()
+            _force_clean(srv.data_dir / "agent")
+            subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+            subprocess.run(["nft", "delete", "table", "ip", "fleet"], capture_output=True, check=False)
 
 
 def _fetch(url: str) -> str | None:
