@@ -19,9 +19,7 @@ binds them, the simulator runs them.
 
 from __future__ import annotations
 
-import base64
 import shutil
-import threading
 import time
 import uuid
 from collections import Counter
@@ -30,10 +28,8 @@ from typing import Any
 
 import httpx
 import pytest
-import trio
 
-from fleet.agent.simulate import Simulator, SimulatorConfig
-from fleet.client import ClientConfig
+from tests.e2e.simnodes import SimNodes
 
 from ..conftest import FleetServer, ServerFactory, _make_base
 
@@ -59,52 +55,13 @@ def ok(r: httpx.Response, *codes: int) -> dict[str, Any]:
     return r.json()
 
 
-class SimThread:
-    """The simulator on its own Trio loop in a thread, stopped at the end."""
+class SimThread(SimNodes):
+    """The simulator on its own Trio loop in a thread (tests/e2e/simnodes.py), with this
+    module's defaults: 20 nodes named sim-NNNN in 3 zones."""
 
     def __init__(self, srv: FleetServer, count: int = NODES, prefix: str = "sim",
                  start_delay: float = 0.2) -> None:
-        self.cfg = SimulatorConfig(count=count, prefix=prefix, zones=3, start_delay=start_delay,
-                                   lease_interval=1.0, node_status_interval=10.0)
-        ca = srv._kubeconfig_cluster().get("certificate-authority-data")
-        self.client_cfg = ClientConfig(server=srv.url, token=srv.token,
-                                       ca_data=base64.b64decode(ca) if ca else None)
-        self.sim: Simulator | None = None
-        self.token: trio.lowlevel.TrioToken | None = None
-        self._ready = threading.Event()
-        self._stop: trio.Event | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._main, daemon=True, name="simulator")
-
-    def _main(self) -> None:
-        async def main() -> None:
-            self.token = trio.lowlevel.current_trio_token()
-            self._stop = trio.Event()
-            async with trio.open_nursery() as n:
-                self.sim = await n.start(Simulator(self.cfg, self.client_cfg).run)
-                self._ready.set()
-                await self._stop.wait()
-                n.cancel_scope.cancel()
-        try:
-            trio.run(main)
-        except BaseException as e:  # noqa: BLE001 - reported by start()/stop()
-            self._error = e
-            self._ready.set()
-
-    def start(self) -> None:
-        self._thread.start()
-        assert self._ready.wait(60), "the simulator did not start in 60 s"
-        if self._error is not None:
-            raise self._error
-
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        assert self.token is not None
-        return trio.from_thread.run_sync(fn, *args, trio_token=self.token)
-
-    def stop(self) -> None:
-        if self._stop is not None and self._thread.is_alive():
-            self.call(self._stop.set)
-        self._thread.join(30)
+        super().__init__(srv, count=count, prefix=prefix, start_delay=start_delay, zones=3)
 
 
 @pytest.fixture(scope="module")
