@@ -207,8 +207,8 @@ def normalize_image_name(name: str) -> str:
     `nginx`, `nginx:latest`, `library/nginx` and `docker.io/library/nginx:latest`
     all name the same image; the kubelet reports the long form in
     `node.status.images` while pods usually use the short one.  kube-scheduler
-    only appends `:latest` (and misses the other spellings, a known TODO
-    upstream); we also add the default registry and the `library/` namespace
+    only appends `:latest` (and misses the other spellings, as its own
+    comments note); we also add the default registry and the `library/` namespace
     as Docker's reference grammar does.  A digest reference keeps its digest
     and gets no tag.
     """

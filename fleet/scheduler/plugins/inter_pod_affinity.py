@@ -243,7 +243,10 @@ class InterPodAffinity:
     def _update(self, state: CycleState, pod: dict[str, Any], other: dict[str, Any], node: NodeInfo,
                 delta: int) -> None:
         if self.name in state.skip_filter:
-            return  # TODO(preemption): a victim removal cannot create a constraint; an addition could
+            # Skipped this cycle: no pod had affinity terms.  Removing a pod (a
+            # preemption victim) cannot add any; the dry runs that add pods build a
+            # fresh CycleState through Framework.run_pre_filters instead.
+            return
         s = self._state(state, pod, node)
         if s is None:
             return
