@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 import trio
 from quart_trio import QuartTrio
@@ -37,9 +37,10 @@ from fleet.auth import Attributes, Authenticator, Authorizer, UserInfo
 from fleet.server import discovery
 from fleet.server.drain import NodeMaintenance
 from fleet.server.hpa_v1 import AutoscalingV1, is_v1
-from fleet.server.http import Req, Resp, dumps
+from fleet.server.http import Req, Resp, dumps, split_raw_path
 from fleet.server.metrics import Metrics
 from fleet.server.openapi import OpenAPICache
+from fleet.server.paths import node_proxy_route, resource_route, route_segments
 from fleet.server.proxy import (
     NODE_PROXY_VERBS,
     STREAM_SUBRESOURCES,
@@ -47,11 +48,10 @@ from fleet.server.proxy import (
     NodeProxy,
     PodProxy,
     admin_token_from,
-    parse_node_proxy,
     reject_websocket,
 )
 from fleet.server.resource_metrics import ResourceMetrics
-from fleet.server.rest import MAX_BODY, SUBRESOURCE_VERBS, ResourceAPI, Route, parse_route
+from fleet.server.rest import MAX_BODY, SUBRESOURCE_VERBS, ResourceAPI, Route
 from fleet.server.watch import WatchCounter, watch
 from fleet.store import Store
 
@@ -128,15 +128,21 @@ class APIServer:
         return resp, verb, resource
 
     async def dispatch(self, req: Req) -> tuple[Resp, str, str]:
-        path = req.path
-        segs = [s for s in path.split("/") if s]
         method = req.method
-        if path in ("/healthz", "/livez", "/readyz") or (segs and segs[0] in ("healthz", "livez", "readyz")):
+        # Before anything drops empty segments: the proxy's tail is the agent's, as sent.
+        node_proxy = node_proxy_route(req.segments)
+        if node_proxy is not None:
+            return await self.node_proxy(req, *node_proxy)
+        found = route_segments(req.segments)
+        if found is None:  # an empty segment inside the path (`//`): no route, never collapsed
+            raise errors.NotFound("the server could not find the requested resource")
+        segs = found
+        if segs and segs[0] in ("healthz", "livez", "readyz"):
             ok = self.ready
             return Resp(200 if ok else 503, b"ok" if ok else b"not ready", "text/plain"), "get", "health"
-        if path == "/version":
+        if segs == ["version"]:
             return Resp.json(200, version_info()), "get", "version"
-        if path == "/":
+        if not segs:
             paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version", "/openapi/v3"]
             paths += [f"/apis/{g}/{v}" for g, vs in self.registry.group_versions().items() if g for v in vs]
             return Resp.json(200, {"paths": sorted(paths)}), "get", "root"
@@ -160,11 +166,7 @@ class APIServer:
             if doc is None:
                 raise errors.NotFound("the server could not find the requested resource")
             return Resp.json(200, doc), "get", "discovery"
-        # Before the generic parser, which refuses paths past name/subresource.
-        node_proxy = parse_node_proxy(path)
-        if node_proxy is not None:
-            return await self.node_proxy(req, *node_proxy)
-        route = parse_route(segs)
+        route = resource_route(segs)  # raises BadRequest for a name like "/" or ".."
         if route is None:
             raise errors.NotFound("the server could not find the requested resource")
         return await self.resource_request(req, route, method)
@@ -348,7 +350,10 @@ class FleetASGI:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "websocket":
-            route = parse_route([s for s in scope["path"].split("/") if s])
+            try:
+                route = resource_route(route_segments(split_raw_path(_raw_path(scope))))
+            except errors.APIError:
+                route = None  # an impossible name: not an exec/attach target; the fallback refuses it
             if route is not None and route.subresource in WEBSOCKET_SUBRESOURCES and route.name:
                 await self.server.websocket_subresource(scope, receive, send, route)
                 return
@@ -363,17 +368,18 @@ class FleetASGI:
             for k, v in parse_qsl(qs.decode("latin-1"), keep_blank_values=True):
                 query.setdefault(k, v)
         method = scope["method"]
-        if parse_node_proxy(scope["path"]) is not None:
+        segments = split_raw_path(_raw_path(scope))
+        if _is_node_proxy(segments):
             # Relayed to an agent as it arrives (image archives run to gigabytes);
             # MAX_BODY is for objects, the agent bounds what it accepts.
             body, too_large = b"", False
             body_stream: BodyStream | None = BodyStream(receive)
             req = Req(method, scope["path"], query, headers, body,
-                      raw_query=qs.decode("latin-1"), body_stream=body_stream)
+                      raw_query=qs.decode("latin-1"), body_stream=body_stream, segments=segments)
         else:
             body_stream = None
             body, too_large = await _read_body(receive)
-            req = Req(method, scope["path"], query, headers, body)
+            req = Req(method, scope["path"], query, headers, body, segments=segments)
         if too_large:
             resp: Resp = Resp.error(errors.RequestEntityTooLarge(
                 f"the request body is too large (limit {MAX_BODY} bytes)"))
@@ -393,6 +399,20 @@ class FleetASGI:
         await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
         self.server.metrics.observe(verb, resource, resp.status, time.perf_counter() - t0)
         await _stream(resp.body, receive, send)
+
+
+def _raw_path(scope: dict[str, Any]) -> bytes:
+    """The path as sent, still percent-encoded (hypercorn's `raw_path`; re-encoded
+    from `path` for a server that gives none)."""
+    raw = scope.get("raw_path")
+    return raw if raw else quote(scope["path"]).encode()
+
+
+def _is_node_proxy(segments: list[str]) -> bool:
+    try:
+        return node_proxy_route(segments) is not None
+    except errors.APIError:
+        return False  # a bad node name: read as an ordinary request, refused by dispatch
 
 
 def _headers(scope: dict[str, Any]) -> dict[str, str]:
@@ -492,10 +512,13 @@ async def _stream(body: AsyncIterator[bytes], receive: Any, send: Any) -> None:
 
 def request_labels(req: Req) -> tuple[str, str]:
     """The (verb, resource) a request targets, Kubernetes-style, for metrics."""
-    segs = [s for s in req.path.split("/") if s]
-    if parse_node_proxy(req.path) is not None:
+    if _is_node_proxy(req.segments):
         return NODE_PROXY_VERBS.get(req.method, req.method.lower()), "nodes/proxy"
-    route = parse_route(segs)
+    segs = route_segments(req.segments)
+    try:
+        route = resource_route(segs)
+    except errors.APIError:
+        route = None  # an impossible name: dispatch answers 400
     if route is None:
         return req.method.lower(), (segs[0] if segs else "root")
     resource = route.plural + (f"/{route.subresource}" if route.subresource else "")

@@ -11,6 +11,7 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fleet.api.errors import APIError
 from fleet.auth import UserInfo
@@ -20,6 +21,22 @@ JSON = "application/json"
 
 def dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def split_raw_path(raw: bytes | str) -> list[str]:
+    """The segments of a raw (still percent-encoded) path, each decoded.
+
+    Every segment is kept, empty ones included: `/a//b/` is `["a", "", "b", ""]`
+    and `/` is `[""]`.  Bytes that are not UTF-8 after decoding become U+FFFD
+    (such a name can exist nowhere: it fails validation or is not found).
+    """
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogateescape")
+    raw = raw.split(b"?", 1)[0]  # a raw_path never holds the query; a test-built path may
+    parts = raw.split(b"/")
+    if parts and parts[0] == b"":
+        parts = parts[1:]  # the leading "/" of an origin-form target
+    return [unquote_to_bytes(p).decode("utf-8", "replace") for p in parts]
 
 
 @dataclass
@@ -36,6 +53,15 @@ class Req:
     # The request body as it arrives, instead of `body`, for relays that must not
     # hold it in memory (a multi-GB image archive through nodes/{name}/proxy).
     body_stream: AsyncIterator[bytes] | None = None
+    # The path's segments, split on the RAW path and then each percent-decoded
+    # (see fleet/server/paths.py): the ASGI layer passes them from
+    # scope["raw_path"]; a Req built without them (tests, internal calls)
+    # splits `path` the same way.  Routing reads these, never `path`.
+    segments: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.segments:
+            self.segments = split_raw_path(self.path)
 
     def flag(self, name: str) -> bool:
         return self.query.get(name, "").lower() in ("1", "true", "yes")
