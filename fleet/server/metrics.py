@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from fleet._core import supervise
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -37,6 +39,14 @@ class _StoreCollector:
                                 value=float(self._watchers()))
 
 
+class _ProcessCollector:
+    """The process-wide component counters (restarts, objects that failed to be
+    handled; fleet._core.supervise), served beside the API server's own."""
+
+    def collect(self) -> Iterator[Any]:
+        yield from supervise.REGISTRY.collect()
+
+
 class Metrics:
     def __init__(self, stats: Callable[[], dict[str, Any]], watchers: Callable[[], int]) -> None:
         self.registry = CollectorRegistry()
@@ -47,6 +57,7 @@ class Metrics:
                                  "first byte).", ["verb", "resource", "code"], buckets=LATENCY_BUCKETS,
                                  registry=self.registry)
         self.registry.register(_StoreCollector(stats, watchers))  # type: ignore[arg-type]
+        self.registry.register(_ProcessCollector())  # type: ignore[arg-type]
 
     def observe(self, verb: str, resource: str, code: int, seconds: float) -> None:
         c = str(code)
