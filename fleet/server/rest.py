@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
-import yaml
 
 from fleet.admission import AdmissionChain
-from fleet.api import errors, meta, patch, protobuf, schema, selectors
+from fleet.api import decode, errors, meta, patch, protobuf, schema, selectors, typecheck
 from fleet.api.registry import KindInfo, Registry
 from fleet.auth import Attributes, UserInfo
 from fleet.server import deletion, eviction
@@ -115,24 +114,36 @@ def conflict(info: KindInfo, name: str, why: str = "") -> errors.Conflict:
 
 
 def decode_body(req: Req, *, allow_patch: bool = False) -> Any:
+    return decode_request(req, allow_patch=allow_patch).value
+
+
+def decode_request(req: Req, *, allow_patch: bool = False) -> decode.Decoded:
+    """The body as plain, bounded JSON data (see fleet/api/decode.py), or a 400/413/415."""
     if len(req.body) > MAX_BODY:
         raise errors.RequestEntityTooLarge("the request body is too large (limit 3145728 bytes)")
     ctype = req.headers.get("content-type", JSON).split(";")[0].strip().lower()
     if not req.body.strip():
         raise errors.BadRequest("the request body is empty")
-    if ctype == protobuf.MEDIA_TYPE:
-        # kubectl create/expose/run (client-go typed clients) send protobuf; see fleet/api/protobuf.py.
-        return protobuf.decode_body(req.body)
-    if ctype in ("application/json", "") or (allow_patch and ctype in (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH)):
-        try:
-            return json.loads(req.body)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise errors.BadRequest(f"couldn't get version/kind; json parse error: {e}") from None
-    if ctype in ("application/yaml", "application/x-yaml", "text/yaml"):
-        try:
-            return yaml.safe_load(req.body)
-        except yaml.YAMLError as e:
-            raise errors.BadRequest(f"error converting YAML to JSON: {e}") from None
+    try:
+        if ctype == protobuf.MEDIA_TYPE:
+            # kubectl create/expose/run (client-go typed clients) send protobuf; see fleet/api/protobuf.py.
+            try:
+                value = protobuf.decode_body(req.body)
+            except errors.APIError:
+                raise
+            except Exception as e:  # a hostile message must be a 400, whatever the decoder tripped on
+                raise errors.BadRequest(f"the protobuf body could not be decoded: {type(e).__name__}") from None
+            decode.check_value(value, max_bytes=MAX_BODY)
+            return decode.Decoded(value)
+        if ctype in ("application/json", "") or (allow_patch and ctype in (JSON_PATCH, MERGE_PATCH,
+                                                                           STRATEGIC_PATCH)):
+            return decode.decode_json(req.body, max_bytes=MAX_BODY)
+        if ctype in ("application/yaml", "application/x-yaml", "text/yaml"):
+            return decode.decode_yaml(req.body, max_bytes=MAX_BODY)
+    except decode.TooLarge as e:
+        raise errors.RequestEntityTooLarge(str(e)) from None
+    except decode.DecodeError as e:
+        raise errors.BadRequest(f"the request body could not be decoded: {e}") from None
     raise errors.UnsupportedMediaType(
         f'the body of the request was in an unknown format - accepted media types include: '
         f'application/json, application/yaml (got "{ctype}")')
@@ -222,25 +233,43 @@ class ResourceAPI:
             raise errors.BadRequest("metadata must be an object")
         return obj
 
-    def field_validation(self, info: KindInfo, obj: dict[str, Any], req: Req) -> list[str]:
-        """Unknown fields per fieldValidation: Strict → 400, Warn → warnings, Ignore → nothing."""
+    def field_validation(self, info: KindInfo, obj: dict[str, Any], req: Req,
+                         duplicates: list[str] | None = None) -> list[str]:
+        """Unknown and duplicate fields per fieldValidation: Strict → 400, Warn → warnings,
+        Ignore → nothing.  Unknown fields are dropped in every mode (see `validate`)."""
         mode = req.query.get("fieldValidation", "")
         if mode not in ("", "Strict", "Warn", "Ignore"):
             raise errors.BadRequest(f'fieldValidation must be one of "Ignore", "Warn", or "Strict" (got "{mode}")')
         if mode in ("Ignore",):
             return []
+        msgs = [f'duplicate field "{d}"' for d in duplicates or []]
         type_name = schema.root_type(info.group, info.version, info.kind)
-        if type_name is None:
+        unknown = schema.unknown_fields(type_name, obj) if type_name is not None else []
+        msgs += [f'unknown field "{p.lstrip(".")}"' for p in unknown]
+        if not msgs:
             return []
-        unknown = [p for p in schema.unknown_fields(type_name, obj)]
-        if not unknown:
-            return []
-        msgs = [f'unknown field "{p.lstrip(".")}"' for p in unknown]
         if mode == "Strict":
             raise errors.BadRequest("strict decoding error: " + ", ".join(msgs))
         return msgs
 
+    def type_check(self, info: KindInfo, obj: dict[str, Any]) -> None:
+        """The decoding step of kube-apiserver: every field of the JSON type its schema
+        says (422 naming each bad field), nulls normalized, unknown fields dropped.
+
+        Runs before the kind's own validator, which may then rely on the types."""
+        report = typecheck.check(schema.root_type(info.group, info.version, info.kind), obj)
+        causes = report.causes
+        md = obj.get("metadata")
+        if isinstance(md, dict):
+            causes += typecheck.owner_reference_causes(md.get("ownerReferences"))
+            causes += typecheck.managed_fields_causes(md.get("managedFields"))
+        if causes:
+            name = md.get("name") or md.get("generateName") or "" if isinstance(md, dict) else ""
+            raise errors.Invalid.for_object(info.kind, info.group, name if isinstance(name, str) else "",
+                                            causes)
+
     def validate(self, info: KindInfo, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self.type_check(info, obj)
         causes: list[dict[str, str]] = []
         md = obj["metadata"]
         if not md.get("name"):
@@ -363,8 +392,9 @@ class ResourceAPI:
             return await self.evict(info, route, req, user)
         if route.name is not None:
             raise errors.MethodNotAllowed(f"POST is not supported on a named {info.kind}")
-        obj = self.check_type(info, decode_body(req))
-        warnings = self.field_validation(info, obj, req)
+        decoded = decode_request(req)
+        obj = self.check_type(info, decoded.value)
+        warnings = self.field_validation(info, obj, req, decoded.duplicates)
         md = obj["metadata"]
         if info.namespaced:
             ns = md.get("namespace") or route.namespace
@@ -380,6 +410,8 @@ class ResourceAPI:
         for f in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                   "deletionGracePeriodSeconds", "generation", "managedFields", "selfLink"):
             md.pop(f, None)
+        # Types first: defaulting and admission read the object as the schema says it is.
+        self.type_check(info, obj)
         if not md.get("name") and md.get("generateName"):
             md["name"] = str(md["generateName"]) + random_suffix()
         # Assigned before defaulting: some defaults derive from it (a Job's selector).
@@ -393,7 +425,7 @@ class ResourceAPI:
         # kube-apiserver's order: mutating admission, then validation of what it
         # produced, then validating admission (see fleet/admission/__init__.py).
         attrs = Attributes("create", info.group, info.version, info.plural, "", route.namespace or "",
-                           md["name"], is_dry_run(req))
+                           md.get("name") or "", is_dry_run(req))
         obj = await self.admission.mutate(attrs, user, obj, None)
         md = obj["metadata"]
         self.validate(info, obj, None)
@@ -458,7 +490,8 @@ class ResourceAPI:
             conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                                "lastTransitionTime": meta.now_rfc3339()})
             pod["status"]["conditions"] = conditions
-            self.validate(info, pod, old)
+            # As create, not update: binding is the one writer allowed to set spec.nodeName.
+            self.validate(info, pod, None)
             if is_dry_run(req):
                 break
             try:
@@ -546,7 +579,8 @@ class ResourceAPI:
 
     async def update(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
         assert route.name is not None
-        body = decode_body(req)
+        decoded = decode_request(req)
+        body = decoded.value
         if route.subresource == "scale":
             return await self._write_scale(info, route, req, user, lambda scale: _check_scale_body(body))
         obj = self.check_type(info, body)
@@ -557,7 +591,7 @@ class ResourceAPI:
         if info.namespaced and md.get("namespace") and md["namespace"] != route.namespace:
             raise errors.BadRequest("the namespace of the provided object does not match the namespace "
                                     "sent on the request")
-        warnings = self.field_validation(info, obj, req)
+        warnings = self.field_validation(info, obj, req, decoded.duplicates)
         precondition = parse_rv(md.get("resourceVersion"))
         return await self._write(info, route, req, user, lambda old: copy.deepcopy(obj), precondition,
                                  warnings, verb="update")
@@ -632,6 +666,7 @@ class ResourceAPI:
                 md["namespace"] = route.namespace
             if validate_fields:
                 warnings = self.field_validation(info, new, req)
+            self.type_check(info, new)
             if route.subresource == "status":
                 status = new.get("status")
                 new = copy.deepcopy(old)
