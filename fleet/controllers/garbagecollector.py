@@ -67,6 +67,7 @@ from typing import Any
 import httpx
 import trio
 
+from fleet._core.supervise import object_failed
 from fleet.client import JSON_PATCH, ApiException, APIResource, Client
 from fleet.controllers.runtime import Context, WorkQueue
 
@@ -84,6 +85,7 @@ DISCOVERY_INTERVAL = 30.0
 SYNC_TIMEOUT = 60.0
 ABSENT_CACHE_SIZE = 500
 DELETED_MEMORY = 4096  # recently deleted uids remembered (a virtual owner that is one needs no GET)
+REPORTED_MEMORY = 4096  # objects whose malformed ownerReferences were already logged
 PATCH_ATTEMPTS = 5
 NAMESPACE_POLL = 1.0  # how often a namespace's GC finalizer waits for its content to be gone
 
@@ -190,6 +192,21 @@ class Node:
         return f"<{self.kind} {where}{self.name} {self.uid}{'' if self.observed else ' virtual'}>"
 
 
+def owner_ref_problem(ref: Any) -> str | None:
+    """Why `ref` cannot name an owner, or None if it can.
+
+    A reference needs a string apiVersion, kind, name and uid.  Anything else (an
+    empty kind, a number for a name) names nothing the API serves, so following it
+    could only fail — forever, with back-off — and the collector ignores it."""
+    if not isinstance(ref, dict):
+        return f"an ownerReference is a {type(ref).__name__}"
+    for field in ("apiVersion", "kind", "name", "uid"):
+        v = ref.get(field)
+        if not isinstance(v, str) or not v:
+            return f"ownerReference {field} is {v!r}"
+    return None
+
+
 def group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0]
 
@@ -206,6 +223,7 @@ class Graph:
         self.to_delete = to_delete
         self.to_orphan = to_orphan
         self._deleted: OrderedDict[str, None] = OrderedDict()
+        self._reported: OrderedDict[str, None] = OrderedDict()  # uids with bad refs, logged once
         self._strings: dict[str, str] = {}  # shared copies of apiVersions, kinds, namespaces
 
     def _intern(self, s: str) -> str:
@@ -221,7 +239,7 @@ class Graph:
         uid = md.get("uid")
         if not uid:
             return
-        refs = [r for r in md.get("ownerReferences") or [] if isinstance(r, dict) and r.get("uid")]
+        refs = self._valid_refs(obj)
         deleting = bool(md.get("deletionTimestamp"))
         fins = md.get("finalizers") or ()
         foreground = deleting and FOREGROUND_FINALIZER in fins
@@ -249,6 +267,29 @@ class Graph:
         if orphaning and not was_orphaning:
             self.to_orphan(uid)
         self._prune(node)
+
+    def _valid_refs(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        """The object's ownerReferences that can name an owner; the others are
+        skipped, with one log line (and count) per object, not one per event."""
+        md = obj.get("metadata") or {}
+        raw = md.get("ownerReferences") or []
+        if not isinstance(raw, list):
+            raw = [raw]
+        good = []
+        for r in raw:
+            problem = owner_ref_problem(r)
+            if problem is None:
+                good.append(r)
+                continue
+            uid = str(md.get("uid"))
+            if uid not in self._reported:
+                self._reported[uid] = None
+                if len(self._reported) > REPORTED_MEMORY:
+                    self._reported.popitem(last=False)
+                object_failed("garbagecollector", str(obj.get("kind") or ""),
+                              f"{md.get('namespace') or ''}/{md.get('name') or ''}", ValueError(problem),
+                              action="ignoring that ownerReference", logger=log)
+        return good
 
     def confirm(self, uid: str, obj: dict[str, Any]) -> None:
         """A live GET found the object behind a virtual node: it exists."""
@@ -372,7 +413,9 @@ def _refs(obj: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _uid(obj: dict[str, Any] | None) -> str | None:
-    return ((obj or {}).get("metadata") or {}).get("uid")
+    md = obj.get("metadata") if isinstance(obj, dict) else None
+    uid = md.get("uid") if isinstance(md, dict) else None
+    return uid if isinstance(uid, str) and uid else None
 
 
 def namespace_not_finalized(obj: dict[str, Any]) -> bool:
@@ -538,7 +581,7 @@ class GarbageCollector:
                             if uid:
                                 self.graph.remove(uid)
                         elif etype in ("ADDED", "MODIFIED"):
-                            self.graph.observe(obj)
+                            self._observe(res, obj)
                 except ApiException as e:
                     if e.code == 410:
                         continue  # compacted past us: a fresh list catches up
@@ -560,18 +603,29 @@ class GarbageCollector:
             md = page.get("metadata") or {}
             rv = rv or md.get("resourceVersion")
             for obj in page.get("items") or []:
-                obj.setdefault("apiVersion", res.api_version)
-                obj.setdefault("kind", res.kind)
                 uid = _uid(obj)
                 if uid:
+                    obj.setdefault("apiVersion", res.api_version)
+                    obj.setdefault("kind", res.kind)
                     seen.add(uid)
-                    self.graph.observe(obj)
+                    self._observe(res, obj)
             token = md.get("continue")
             if not token:
                 break
             await trio.lowlevel.checkpoint()
         self.graph.relisted(res.group, res.kind, seen)
         return rv
+
+    def _observe(self, res: APIResource, obj: dict[str, Any]) -> None:
+        """Put one object in the graph; one that breaks it is logged and skipped."""
+        try:
+            if _uid(obj):
+                self.graph.observe(obj)
+        except Exception as e:  # noqa: BLE001 - one object must not stop the monitor
+            md = obj.get("metadata") if isinstance(obj, dict) else None
+            md = md if isinstance(md, dict) else {}
+            object_failed(self.name, res.kind, f"{md.get('namespace') or ''}/{md.get('name') or ''}", e,
+                          logger=log)
 
     # -- workers --------------------------------------------------------------------------
     async def _worker(self, queue: WorkQueue, fn: Callable[[str], Any]) -> None:
@@ -583,9 +637,10 @@ class GarbageCollector:
                 queue.forget(uid)
             except Exception as e:  # noqa: BLE001 - keep collecting; retry this one with back-off
                 failures = queue.failures(uid)
-                (log.info if failures < 5 else log.debug)(
-                    "garbage collector: %s %s failed (%d): %r", fn.__name__, self.graph.nodes.get(uid) or uid,
-                    failures + 1, e)
+                node = self.graph.nodes.get(uid)
+                object_failed(self.name, node.kind if node else "", repr(node) if node else uid, e,
+                              action=f"{fn.__name__} failed ({failures + 1}); retrying with back-off",
+                              logger=log, level=logging.INFO if failures < 5 else logging.DEBUG)
                 queue.add_rate_limited(uid)
             else:
                 if again is not None:
@@ -643,9 +698,12 @@ class GarbageCollector:
         if lmd.get("deletionTimestamp") and FOREGROUND_FINALIZER in (lmd.get("finalizers") or ()):
             return await self._finish_foreground(node, latest)
         refs = _refs(latest)
-        if not refs:
+        # Only references that can name an owner are followed; the graph already
+        # logged the others when it saw the object.
+        valid = [r for r in refs if owner_ref_problem(r) is None]
+        if not valid:
             return None
-        states = [(str(r.get("uid")), await self._classify(node, latest, r)) for r in refs]
+        states = [(str(r.get("uid")), await self._classify(node, latest, r)) for r in valid]
         dependents = self.graph.dependents_of(uid)
         action = plan_dependent(states, lmd.get("finalizers") or (), has_dependents=bool(dependents),
                                 dependent_deleting_dependents=any(d.deleting_dependents for d in dependents))

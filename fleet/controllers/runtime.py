@@ -12,12 +12,17 @@
   (the `InformerFactory` hands out the same one), re-listing after a 410 or a lost
   connection (`fleet.client.informer.Informer`).  The cache is keyed "ns/name"; named
   indexes (by owner uid, by node, ...) answer "which objects does X own" without a scan.
+  An index function or handler raising on one object is logged with the object's key
+  and counted (`fleet_object_errors_total`); the other indexes, handlers and events
+  still run — one bad stored object never stops a controller.
 * **WorkQueue** — a key is queued at most once; a key added while it is being
   reconciled is queued again when that reconcile is done, so two workers never
   reconcile one key at once and no change is lost.  `add_rate_limited` backs off
   per key (5 ms doubling to 1000 s, as client-go's default controller rate limiter);
   `forget` resets it after a success; `add_after` schedules a later look (a Deployment's
-  progress deadline, a CronJob's next run).
+  progress deadline, a CronJob's next run).  A reconcile that raises is logged,
+  counted and re-queued rate-limited, so a poisoned object is retried ever more
+  rarely while the controller carries on with every other key.
 * **Expectations** — a controller that created 3 pods must not create 3 more before
   its informer has seen the first 3 (client-go's ControllerExpectations).  It records
   what it expects; informer events lower the counts; until they reach zero (or 5
@@ -40,12 +45,14 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 import trio
 
+from fleet._core.supervise import object_failed, supervise
 from fleet.client import Client, ClientConfig
-from fleet.client.informer import Informer, object_key
+from fleet.client.informer import Informer, kind_of, object_key
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +107,15 @@ class SharedInformer:
     """A list+watch cache of one resource, with indexes and any number of handlers."""
 
     def __init__(self, client: Client, api_version: str, plural: str, *,
-                 field_selector: str | None = None) -> None:
+                 field_selector: str | None = None, component: str = "controller-manager") -> None:
         self.api_version = api_version
         self.plural = plural
+        self.component = component
         self._handlers: list[Handler] = []
         self._indexers: dict[str, IndexFunc] = {}
         self._indexes: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
         self._informer = Informer(client, api_version, plural, self._on_event,
-                                  field_selector=field_selector)
+                                  field_selector=field_selector, component=component)
         self.synced = trio.Event()
         # Here, not in run(): handlers of *other* informers may call list(ns) on this
         # one before it has started.
@@ -139,9 +147,19 @@ class SharedInformer:
         self._indexers[name] = fn
         idx: dict[str, dict[str, dict[str, Any]]] = {}
         for key, obj in self._informer.items.items():
-            for v in fn(obj):
+            for v in self._index_values(name, fn, obj):
                 idx.setdefault(v, {})[key] = obj
         self._indexes[name] = idx
+
+    def _index_values(self, name: str, fn: IndexFunc, obj: dict[str, Any]) -> list[str]:
+        """`fn(obj)`, or nothing if it raises: the object is missing from that one
+        index (logged and counted) instead of the informer stopping for everyone."""
+        try:
+            return list(fn(obj))
+        except Exception as e:  # noqa: BLE001 - isolate one object
+            object_failed(self.component, kind_of(obj, self.plural), key_of(obj), e,
+                          action=f"left out of the {name!r} index", logger=log)
+            return []
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as n:
@@ -154,20 +172,21 @@ class SharedInformer:
         for name, fn in self._indexers.items():
             idx = self._indexes[name]
             if old is not None:
-                for v in fn(old):
+                for v in self._index_values(name, fn, old):
                     bucket = idx.get(v)
                     if bucket is not None:
                         bucket.pop(key, None)
                         if not bucket:
                             del idx[v]
             if new is not None:
-                for v in fn(new):
+                for v in self._index_values(name, fn, new):
                     idx.setdefault(v, {})[key] = new
         for h in self._handlers:
             try:
                 h(etype, old, new)
-            except Exception:  # a buggy handler must not stop the informer
-                log.exception("%s handler failed on %s %s", self.plural, etype, key)
+            except Exception as e:  # noqa: BLE001 - a handler failing on one object must not stop the others
+                object_failed(self.component, kind_of(new or old, self.plural), key, e,
+                              action=f"{etype} handler {getattr(h, '__qualname__', h)} failed", logger=log)
 
 
 class InformerFactory:
@@ -413,6 +432,7 @@ class QueueWorker:
 
     name = "controller"
     workers = 2
+    kind = ""  # what its keys name, for the error counts (e.g. "Deployment")
 
     def __init__(self) -> None:
         self.queue = WorkQueue(name=self.name)
@@ -437,8 +457,12 @@ class QueueWorker:
                 again = await self.reconcile(key)
             except Exception as e:  # noqa: BLE001 - keep the controller alive, retry later
                 failures = self.queue.failures(key)
-                (log.warning if failures < 5 else log.debug)(
-                    "%s: reconciling %s failed (%s): %r", self.name, key, failures + 1, e)
+                # Counted every time, logged loudly only the first few: a poisoned
+                # object is retried forever (ever more rarely, up to the queue's
+                # max delay), and it must not drown the log.
+                object_failed(self.name, self.kind or self.name, key, e, logger=log,
+                              action=f"reconcile failed ({failures + 1}); retrying with back-off",
+                              level=logging.WARNING if failures < 5 else logging.DEBUG)
                 self.queue.add_rate_limited(key)
             else:
                 if again is not None:
@@ -470,17 +494,7 @@ class Manager:
                 await n.start(ctx.informers.run)
                 await n.start(ctx.events.run)
                 for c in self.controllers:
-                    n.start_soon(self._supervise, c, ctx)
+                    # One controller crashing restarts only itself, with back-off.
+                    n.start_soon(partial(supervise, f"controller/{c.name}", c.run, ctx,
+                                         uses_task_status=False))
                 task_status.started()
-
-    @staticmethod
-    async def _supervise(c: Controller, ctx: Context) -> None:
-        backoff = 1.0
-        while True:
-            try:
-                await c.run(ctx)
-                return
-            except Exception:
-                log.exception("controller %s crashed; restarting in %.0fs", c.name, backoff)
-                await trio.sleep(backoff)
-                backoff = min(backoff * 2, 60.0)
