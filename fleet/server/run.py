@@ -12,6 +12,7 @@ import base64
 import logging
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -24,6 +25,7 @@ from quart_trio import QuartTrio
 
 from fleet import scheduler
 from fleet._core import memory
+from fleet._core.supervise import supervise
 from fleet.admission import builtin_chain, limitranger, resourcequota
 from fleet.admission.objcache import NamespacedCache
 from fleet.admission.priority import ClassCache
@@ -214,21 +216,21 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             if handle_signals:
                 nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)
             ns_send, ns_recv = trio.open_memory_channel[str](1000)
-            await nursery.start(nslifecycle.run, store, registry, ns_recv)
+            await nursery.start(_supervised("namespace-lifecycle", nslifecycle.run, store, registry, ns_recv))
             namespaces = NamespaceCache()
-            await nursery.start(namespaces.run, store)
-            await nursery.start(memory.trim_periodically)
+            await nursery.start(_supervised("namespace-cache", namespaces.run, store))
+            await nursery.start(_supervised("memory-trim", memory.trim_periodically))
             watches = WatchCounter()
             metrics = Metrics(store.stats, lambda: watches.open)
             host = "127.0.0.1" if cfg.address in ("0.0.0.0", "::", "") else cfg.address
             url = f"https://{host}:{cfg.port}"
             priority_classes = ClassCache()
-            await nursery.start(priority_classes.run, store)
+            await nursery.start(_supervised("priority-class-cache", priority_classes.run, store))
             # LimitRanger / ResourceQuota admission: which namespaces have any (watch-fed).
             limit_ranges = NamespacedCache(limitranger.PREFIX)
-            await nursery.start(limit_ranges.run, store)
+            await nursery.start(_supervised("limit-range-cache", limit_ranges.run, store))
             quotas = NamespacedCache(resourcequota.PREFIX)
-            await nursery.start(quotas.run, store)
+            await nursery.start(_supervised("resource-quota-cache", quotas.run, store))
             # One chain for both: ResourceAPI runs it on every write; APIServer keeps
             # it for the pipeline stages it runs itself.
             admission = builtin_chain(store, priority_cache=priority_classes,
@@ -239,10 +241,10 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                             ResourceAPI(store, registry, admission, ns_send, namespaces), metrics, watches,
                             f"{host}:{cfg.port}")
             # Server-side drains (nodes/{name}/drain): resumes the ones a restart interrupted.
-            await nursery.start(api.maintenance.run)
+            await nursery.start(_supervised("maintenance", api.maintenance.run))
             # metrics.k8s.io: scrape the agents every metric_resolution seconds.
             api.resource_metrics.resolution = cfg.metric_resolution
-            await nursery.start(api.resource_metrics.run)
+            await nursery.start(_supervised("resource-metrics", api.resource_metrics.run))
             await nursery.start(_serve, create_app(api), cfg.address, cfg.port, tls)
             await nursery.start(_serve, _metrics_app(metrics), cfg.address, cfg.metrics_port)
             kubeconfig = data_dir / "admin.kubeconfig"
@@ -255,22 +257,42 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             # start-up cannot look like a failed server start.
             client_cfg = ClientConfig(server=url, token=token, ca_data=tls.ca_cert_pem)
             if cfg.scheduler:
-                nursery.start_soon(scheduler.run, client_cfg)
-            nursery.start_soon(partial(nodeipam.run, client_cfg, NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr)))
-            nursery.start_soon(partial(default_manager(cfg.controllers, hpa_sync_period=cfg.hpa_sync_period).run,
-                                       client_cfg))
-            nursery.start_soon(partial(nodelifecycle.run, client_cfg, nodelifecycle.NodeLifecycleConfig(
-                monitor_grace_period=cfg.node_monitor_grace_period,
-                startup_grace_period=cfg.node_startup_grace_period,
-                monitor_period=cfg.node_monitor_period, eviction_rate=cfg.node_eviction_rate,
-                secondary_eviction_rate=cfg.secondary_node_eviction_rate,
-                unhealthy_zone_threshold=cfg.unhealthy_zone_threshold,
-                large_cluster_size_threshold=cfg.large_cluster_size_threshold)))
+                nursery.start_soon(_supervised("scheduler", scheduler.run, client_cfg))
+            nursery.start_soon(_supervised("node-ipam", nodeipam.run, client_cfg,
+                                            NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr)))
+            nursery.start_soon(_supervised("controller-manager", _run_controllers, cfg, client_cfg))
+            nursery.start_soon(_supervised(
+                "node-lifecycle", nodelifecycle.run, client_cfg, nodelifecycle.NodeLifecycleConfig(
+                    monitor_grace_period=cfg.node_monitor_grace_period,
+                    startup_grace_period=cfg.node_startup_grace_period,
+                    monitor_period=cfg.node_monitor_period, eviction_rate=cfg.node_eviction_rate,
+                    secondary_eviction_rate=cfg.secondary_node_eviction_rate,
+                    unhealthy_zone_threshold=cfg.unhealthy_zone_threshold,
+                    large_cluster_size_threshold=cfg.large_cluster_size_threshold)))
             if cfg.agent:
-                nursery.start_soon(_run_agent, cfg, url, token, tls.ca_cert_pem)
+                nursery.start_soon(_supervised("agent", _run_agent, cfg, url, token, tls.ca_cert_pem))
 
 
-async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes) -> None:
+def _supervised(name: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Callable[..., Awaitable[None]]:
+    """`fn(*args)` as a supervised component (fleet._core.supervise), ready for
+    `nursery.start` / `start_soon`: an exception in it is logged, counted and the
+    component restarted with back-off, never the end of the server.  Only the store
+    (the outermost nursery) and the API listeners are not supervised: if those fail
+    there is no server left to keep."""
+    return partial(supervise, name, partial(fn, *args))
+
+
+async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
+                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    # A fresh manager per (re)start: controllers keep caches, expectations and
+    # queues wired to the informers of the run that failed, and a restart should
+    # begin from a clean list, as a restarted kube-controller-manager does.
+    manager = default_manager(cfg.controllers, hpa_sync_period=cfg.hpa_sync_period)
+    await manager.run(client_cfg, task_status=task_status)
+
+
+async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes, *,
+                     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
     from fleet.agent.config import AgentConfig
     from fleet.agent.run import run as run_agent
 
@@ -281,7 +303,7 @@ async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes) -> 
                             cluster_cidr=cfg.cluster_cidr,
                             # A server that only listens on loopback gets a node that does too.
                             address="127.0.0.1" if cfg.address in ("127.0.0.1", "localhost", "::1") else "")
-    await run_agent(agent_cfg)
+    await run_agent(agent_cfg, task_status=task_status)
 
 
 async def _cancel_on_signal(scope: trio.CancelScope) -> None:
