@@ -49,6 +49,16 @@ class RevisionCompacted(StoreError):
         self.compacted = compacted
 
 
+class RevisionTooLarge(StoreError):
+    """The requested revision is newer than any committed: no client was ever
+    given it (a forged or foreign continue token, a made-up resourceVersion)."""
+
+    def __init__(self, requested: int, current: int) -> None:
+        super().__init__(f"revision {requested} is newer than the current revision {current}")
+        self.requested = requested
+        self.current = current
+
+
 class StoreCorrupt(StoreError):
     """The database file is damaged or is not a Fleet store."""
 
@@ -115,7 +125,9 @@ class Store(Protocol):
     ) -> ListResult:
         """All live objects under `prefix`, ordered by key, consistent at one
         revision (`revision` for a continued list, else the current one);
-        RevisionCompacted if that revision is gone."""
+        RevisionCompacted if that revision is gone, RevisionTooLarge if it is
+        newer than the current one.  `start_after` must lie under `prefix` and
+        `limit`/`revision` within SQLite's int64, else ValueError."""
 
     async def update(
         self,

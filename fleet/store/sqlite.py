@@ -78,6 +78,7 @@ from fleet.store.base import (
     ListResult,
     RevisionCompacted,
     RevisionConflict,
+    RevisionTooLarge,
     StoreCorrupt,
     StoreError,
 )
@@ -87,6 +88,7 @@ log = logging.getLogger(__name__)
 APPLICATION_ID = 0x464C4554  # b"FLET"
 SCHEMA_VERSION = 1
 MAGIC = "fleet-revision-store"
+_MAX_INT64 = 2**63 - 1  # the largest integer SQLite binds
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -1082,6 +1084,16 @@ class SqliteStore:
         limit: int = 0,
         start_after: str | None = None,
     ) -> ListResult:
+        # Refused before SQL: SQLite binds only int64 (`limit + 1` of 2**63 raised
+        # OverflowError, a 500), and a start key outside the prefix is no page of
+        # this list (the range bounds would still hold, but a caller passing one
+        # has mixed up two lists).
+        if not 0 <= limit <= _MAX_INT64:
+            raise ValueError(f"limit {limit} is out of range")
+        if revision is not None and not 0 <= revision <= _MAX_INT64:
+            raise ValueError(f"revision {revision} is out of range")
+        if start_after is not None and not start_after.startswith(prefix):
+            raise ValueError(f"start key {start_after!r} is not under {prefix!r}")
         if revision is not None and revision < self._compacted:
             raise RevisionCompacted(revision, self._compacted)
         return await self._read(self._list_sync, prefix, revision, limit, start_after)
@@ -1097,6 +1109,11 @@ class SqliteStore:
         current, compacted = self._snapshot_revisions(conn)
         if revision is not None and revision < compacted:
             raise RevisionCompacted(revision, compacted)
+        if revision is not None and revision > current:
+            # Checked against this snapshot, not `_published`: a list's revision
+            # may be committed a moment before it is published, and a client
+            # continuing from it at once must not be refused.
+            raise RevisionTooLarge(revision, current)
         where, params = _range_sql("{col}", prefix)
         if start_after is not None:
             where += " AND {col} > ?"
@@ -1112,7 +1129,8 @@ class SqliteStore:
             )
             if limit > 0:
                 sql += " LIMIT ?"
-                rows = conn.execute(sql, [*params, limit + 1]).fetchall()
+                # One more than asked tells whether there is more; capped to what binds.
+                rows = conn.execute(sql, [*params, min(limit, _MAX_INT64 - 1) + 1]).fetchall()
             else:
                 rows = conn.execute(sql, params).fetchall()
             if limit > 0 and len(rows) > limit:
