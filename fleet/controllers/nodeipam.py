@@ -21,7 +21,9 @@ from typing import Any
 import httpx
 import trio
 
+from fleet._core.supervise import object_failed
 from fleet.client import ApiException, Client, ClientConfig
+from fleet.client.informer import malformed, object_key
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +142,7 @@ class NodeIPAM:
         while True:
             try:
                 listed = await self.client.list_all("v1", "nodes")
-                nodes = listed.get("items") or []
+                nodes = [n for n in listed.get("items") or [] if self._usable(n)]
                 # Rebuild from the API, never from memory: after a missed
                 # delete or a restart, the nodes are the truth.
                 self.allocator = CIDRAllocator(self.cfg.cluster_cidr, self.cfg.node_mask)
@@ -153,7 +155,15 @@ class NodeIPAM:
                 backoff = self.cfg.retry_backoff
                 rv = (listed.get("metadata") or {}).get("resourceVersion")
                 async for event in self.client.watch("v1", "nodes", resource_version=rv):
-                    await self.handle(event.get("type", ""), event.get("object") or {})
+                    node = event.get("object") or {}
+                    if not self._usable(node):
+                        continue
+                    try:
+                        await self.handle(event.get("type", ""), node)
+                    except (ApiException, httpx.HTTPError, OSError):
+                        raise  # the API failing is the loop's business: re-list
+                    except Exception as e:  # noqa: BLE001 - one node must not stop IPAM
+                        object_failed("node-ipam", "Node", object_key(node), e, logger=log)
             except ApiException as e:
                 if e.code != 410:  # 410: our revision was compacted; just re-list
                     log.warning("node IPAM: %s; re-listing in %.1fs", e, backoff)
@@ -163,6 +173,16 @@ class NodeIPAM:
                 log.warning("node IPAM: %r; re-listing in %.1fs", e, backoff)
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
+
+    @staticmethod
+    def _usable(node: Any) -> bool:
+        """A node without the common object envelope is skipped (logged, counted): its
+        name, and so any range given to it, would mean nothing."""
+        why = malformed(node)
+        if why is not None:
+            object_failed("node-ipam", "Node", object_key(node), ValueError(why), action="ignoring it",
+                          logger=log)
+        return why is None
 
     async def handle(self, etype: str, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]

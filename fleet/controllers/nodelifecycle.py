@@ -96,6 +96,7 @@ from typing import Any, Protocol
 import httpx
 import trio
 
+from fleet._core.supervise import object_failed
 from fleet.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiException, Client, ClientConfig
 from fleet.client.informer import Informer, object_key
 from fleet.scheduler.plugins.taint_toleration import toleration_matches
@@ -711,6 +712,7 @@ class NodeLifecycleController:
         self._deleted: dict[str, str | None] = {}  # pod key -> uid we deleted (no second event)
         self._not_ready_done: dict[str, str | None] = {}  # pod key -> resourceVersion we patched
         self._taint_seen: dict[tuple[str, str], tuple[str | None, float]] = {}
+        self._unjudgeable: dict[str, str | None] = {}  # node -> resourceVersion that broke plan_node
         self._wake_monitor = trio.Event()
         self._wake_tainter = trio.Event()
         self._wake_evictor = trio.Event()
@@ -725,6 +727,7 @@ class NodeLifecycleController:
             assert old is not None
             name = _name(old)
             self.nodes.pop(name, None)
+            self._unjudgeable.pop(name, None)
             self.health.pop(name, None)
             for q in self.taint_queue.values():
                 q.pop(name, None)
@@ -953,14 +956,19 @@ class NodeLifecycleController:
         judged: dict[str, tuple[dict[str, Any], NodePlan]] = {}
         for name, node in self.nodes.items():
             h = self.health.setdefault(name, NodeHealth(probe=now, renew=self.lease_renew.get(name)))
-            plan = plan_node(node, h, now, stamp, self.cfg)
+            try:
+                plan = plan_node(node, h, now, stamp, self.cfg)
+                zone = zone_key(node)
+            except Exception as e:  # noqa: BLE001 - one malformed node must not stop the monitor
+                self._skip_node(name, node, e)
+                continue
             judged[name] = (node, plan)
             # A node still registering (no Ready yet, within its startup grace) says
             # nothing about the zone's health; counting it as down would have every
             # single-node server enter full disruption for a moment at each start.
             starting = plan.ready is None and not plan.stale
             if not excluded_from_disruption(node) and not starting:
-                zone_statuses[zone_key(node)].append(plan.ready)
+                zone_statuses[zone].append(plan.ready)
         disruption = plan_disruption(zone_statuses, self.zone_states, self.cfg)
         self._apply_disruption(disruption, now)
         if disruption.exited or self.all_disrupted:
@@ -978,11 +986,20 @@ class NodeLifecycleController:
         next_at = min(await self._collect_orphans(now, stamp), self._retry_at)
         for name, node in self.nodes.items():
             h = self.health.get(name)
-            if h is not None and not h.stale:
+            if h is not None and not h.stale and name in judged:
                 deadline = h.probe + grace_period(node, self.cfg)
                 if deadline > now:  # a past one failed this pass: _retry_at covers it
                     next_at = min(next_at, deadline)
         return next_at
+
+    def _skip_node(self, name: str, node: dict[str, Any], exc: Exception) -> None:
+        """Leave a node the monitor cannot judge out of this pass; said once per
+        version of it (a pass runs every few seconds), counted every time."""
+        rv = _rv(node)
+        quiet = self._unjudgeable.get(name) == rv
+        self._unjudgeable[name] = rv
+        object_failed("node-lifecycle", "Node", f"/{name}", exc, action="not judging it", logger=log,
+                      level=logging.DEBUG if quiet else logging.WARNING)
 
     def _needs_io(self, name: str, node: dict[str, Any], plan: NodePlan, stamp: str) -> bool:
         h = self.health[name]
@@ -1352,9 +1369,11 @@ async def run(config: ClientConfig, cfg: NodeLifecycleConfig | None = None, *,
         ctl = NodeLifecycleController(ApiCluster(client), cfg)
         async with trio.open_nursery() as nursery:
             # Nodes, then leases, then pods: every pod handler already sees its node.
-            await nursery.start(Informer(client, "v1", "nodes", ctl.on_node).run)
+            me = "node-lifecycle"
+            await nursery.start(Informer(client, "v1", "nodes", ctl.on_node, component=me).run)
             await nursery.start(Informer(client, "coordination.k8s.io/v1", "leases", ctl.on_lease,
-                                         field_selector=f"metadata.namespace={LEASE_NAMESPACE}").run)
-            await nursery.start(Informer(client, "v1", "pods", ctl.on_pod).run)
+                                         field_selector=f"metadata.namespace={LEASE_NAMESPACE}",
+                                         component=me).run)
+            await nursery.start(Informer(client, "v1", "pods", ctl.on_pod, component=me).run)
             await nursery.start(ctl.run_loops)
             task_status.started()

@@ -27,6 +27,12 @@ and deletes it (gracefully; its node's agent stops it), and parks the pod.
 The victims leaving is a cluster event that retries it; until then the
 framework counts it on the nominated node, so lower-priority pods cannot take
 the room.
+
+One bad object never stops the scheduler: the informers skip objects without
+the common envelope and survive a handler raising (fleet.client.informer), and a
+scheduling cycle that raises on one pod (a plugin tripping over a malformed
+field) is logged with the pod's key, counted in `fleet_object_errors_total` and
+the pod retried after back-off, while every other pod is scheduled as usual.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from typing import Any
 import httpx
 import trio
 
+from fleet._core.supervise import object_failed
 from fleet.api import meta
 from fleet.client import STRATEGIC_MERGE_PATCH, ApiException, Client, ClientConfig
 from fleet.client.fast import FastConnection
@@ -105,6 +112,7 @@ class Scheduler:
         self.assumed: dict[str, str] = {}  # pod key -> node, bound by us but not yet seen bound
         self._last_event: dict[str, tuple[str, str, int]] = {}  # pod key -> (event, message, count)
         self._bind_slots = trio.Semaphore(self.cfg.parallel_binds)
+        self._cycle_failures: dict[str, int] = {}  # pod key -> scheduling cycles that raised
 
     # -- informer handlers (synchronous: in-memory only) -----------------------
     def on_namespace(self, etype: str, old: dict[str, Any] | None,
@@ -149,6 +157,7 @@ class Scheduler:
             self.pending.pop(key, None)
             self.queue.delete(key)
             self._last_event.pop(key, None)
+            self._cycle_failures.pop(key, None)
             self.framework.nominate(pod, None)
             if (pod.get("spec") or {}).get("nodeName"):
                 self.snapshot.remove_pod(key)
@@ -183,12 +192,14 @@ class Scheduler:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             # Nodes first, so the first pods scheduled see every node.
-            await nursery.start(Informer(self.client, "v1", "nodes", self.on_node).run)
-            await nursery.start(Informer(self.client, "v1", "namespaces", self.on_namespace).run)
-            await nursery.start(Informer(self.client, "v1", "persistentvolumeclaims", self.on_pvc).run)
+            me = self.cfg.scheduler_name
+            await nursery.start(Informer(self.client, "v1", "nodes", self.on_node, component=me).run)
+            await nursery.start(Informer(self.client, "v1", "namespaces", self.on_namespace, component=me).run)
+            await nursery.start(Informer(self.client, "v1", "persistentvolumeclaims", self.on_pvc,
+                                         component=me).run)
             self.snapshot.pvcs_synced = True  # VolumeBinding may judge claims from now on
             await nursery.start(Informer(self.client, "v1", "pods", self.on_pod,
-                                         field_selector=ACTIVE_PODS).run)
+                                         field_selector=ACTIVE_PODS, component=me).run)
             for i in range(self.cfg.event_senders):
                 c = self._event_clients[i % len(self._event_clients)] if self._event_clients else self.client
                 nursery.start_soon(self._send_events, c)
@@ -202,6 +213,21 @@ class Scheduler:
         if pod is None:
             self.queue.delete(key)
             return
+        try:
+            await self._schedule_pod(nursery, key, pod)
+        except Exception as e:  # noqa: BLE001 - one pod's failure must not stop scheduling
+            n = self._cycle_failures[key] = self._cycle_failures.get(key, 0) + 1
+            object_failed(self.cfg.scheduler_name, "Pod", key, e, logger=log,
+                          action=f"scheduling cycle failed ({n}); retrying with back-off",
+                          level=logging.WARNING if n <= 5 else logging.DEBUG)
+            if self.assumed.pop(key, None) is not None:
+                with contextlib.suppress(Exception):  # the pod broke the snapshot once already
+                    self.snapshot.remove_pod(key)
+            self.queue.add_backoff(key)
+        else:
+            self._cycle_failures.pop(key, None)
+
+    async def _schedule_pod(self, nursery: trio.Nursery, key: str, pod: dict[str, Any]) -> None:
         try:
             result = self.framework.schedule(pod, self.snapshot)
         except FitError as e:
