@@ -36,6 +36,7 @@ from fleet.store import ADDED, DELETED, MODIFIED, RevisionCompacted, StoreError
 DEFAULT_TIMEOUT = 1800.0
 BOOKMARK_INTERVAL = 10.0
 MAX_BATCH = 256  # events coalesced into one write for a watcher that fell behind
+MAX_INT64 = 2**63 - 1  # query integers are Go int64s in Kubernetes
 
 
 class WatchCounter:
@@ -61,17 +62,28 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
     rv = parse_rv(req.query.get("resourceVersion"))
     if sse and rv is None:
         rv = parse_rv(req.headers.get("last-event-id"))
+    if rv is not None and rv > MAX_INT64:  # Go's ParseUint(64); the store binds no larger
+        raise errors.BadRequest(f'invalid resourceVersion: "{rv}" is not a valid resource version')
+    match = req.query.get("resourceVersionMatch", "")
+    if match not in ("", "NotOlderThan"):
+        # kube-apiserver's validateWatchOptions: 422 Invalid on ListOptions.meta.k8s.io.
+        raise errors.Invalid.for_object("ListOptions", "meta.k8s.io", "", [errors.cause(
+            "resourceVersionMatch", f'Unsupported value: "{match}": supported values: "NotOlderThan"',
+            "FieldValueNotSupported")])
     send_initial = req.query.get("sendInitialEvents", "").lower() == "true"
     bookmarks = req.flag("allowWatchBookmarks") or sse
     if send_initial and not req.flag("allowWatchBookmarks"):
         raise errors.Invalid("sendInitialEvents is forbidden for watch unless allowWatchBookmarks is true",
                              causes=[errors.cause("allowWatchBookmarks",
                                                   "Forbidden: sendInitialEvents requires allowWatchBookmarks")])
-    timeout_s = req.query.get("timeoutSeconds")
-    try:
-        timeout = float(timeout_s) if timeout_s else DEFAULT_TIMEOUT
-    except ValueError:
-        raise errors.BadRequest(f'timeoutSeconds: invalid value "{timeout_s}"') from None
+    timeout_s = req.query.get("timeoutSeconds") or ""
+    # An int64 of seconds, as kube-apiserver's ListOptions decodes it: float()
+    # took "nan" (a NaN deadline broke the stream after its 200) and "inf".
+    digits = timeout_s[1:] if timeout_s[:1] in ("+", "-") else timeout_s
+    if timeout_s and not (digits.isascii() and digits.isdigit() and len(digits) <= 19
+                          and abs(int(timeout_s)) <= MAX_INT64):  # 19 digits first: int() refuses 4301
+        raise errors.BadRequest(f'timeoutSeconds: invalid value "{timeout_s}": must be a 64-bit integer')
+    timeout = float(int(timeout_s)) if timeout_s else DEFAULT_TIMEOUT
     if timeout <= 0:
         timeout = DEFAULT_TIMEOUT
     as_table = wants_table(req.headers.get("accept", ""))
