@@ -97,6 +97,7 @@ def unwrap(exc: BaseException) -> BaseException:
 
 async def supervise(name: str, fn: Callable[..., Awaitable[Any]], *args: Any,
                     backoff: Backoff = DEFAULT_BACKOFF, uses_task_status: bool = True,
+                    retry_start: bool = True,
                     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
     """Run `fn(*args)` as the component `name` until cancelled, restarting it when it raises.
 
@@ -106,7 +107,9 @@ async def supervise(name: str, fn: Callable[..., Awaitable[Any]], *args: Any,
     component is ready.  A failure before that first start is retried like any
     other (the caller keeps waiting), since the usual cause — the API not
     answering yet, an object that breaks the first list — is the very thing
-    supervision is for.  Later restarts' start values are dropped.  Without
+    supervision is for; with `retry_start=False` it propagates instead (a
+    standalone process should exit on a bad flag or a port in use, not retry it
+    forever).  Later restarts' start values are dropped.  Without
     `uses_task_status`, `fn` counts as started as soon as it is running.
 
     `fn` returning normally ends supervision: a component that decides it is done
@@ -132,6 +135,8 @@ async def supervise(name: str, fn: Callable[..., Awaitable[Any]], *args: Any,
         # `except Exception` is exactly the rule above: Cancelled is a BaseException,
         # and a group holding a Cancelled is a BaseExceptionGroup, so neither lands here.
         except Exception as exc:  # noqa: BLE001 - the point of a supervisor
+            if not started and not retry_start:
+                raise
             if up_since is not None and trio.current_time() - up_since >= backoff.healthy_after:
                 failures = 0
             failures += 1

@@ -53,6 +53,12 @@ def now_micro() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    """`value` if it is a mapping, else {}: fields of our own Node as the API returns
+    it, which a broken writer may have left as a number or a string."""
+    return value if isinstance(value, dict) else {}
+
+
 @dataclass(frozen=True)
 class MachineStats:
     """The facts the node conditions are computed from."""
@@ -268,7 +274,7 @@ class NodeAgent:
         try:
             node = await self.client.get_object("v1", "nodes", name)
             patch: dict[str, Any] = {"metadata": {"labels": labels}}
-            if self.cfg.pod_cidr and not (node.get("spec") or {}).get("podCIDR"):
+            if self.cfg.pod_cidr and not _mapping(node.get("spec")).get("podCIDR"):
                 patch["spec"] = {"podCIDR": self.cfg.pod_cidr, "podCIDRs": [self.cfg.pod_cidr]}
             node = await self.client.patch("v1", "nodes", name, patch, MERGE_PATCH)
         except ApiException as e:
@@ -285,7 +291,9 @@ class NodeAgent:
                 if e2.code != 409:
                     raise
                 return await self._register_once()
-        self._status = (node.get("status") or {})
+        # A stored Node whose status is not a mapping (written by something broken)
+        # is healed by the status we post next, not a reason to crash.
+        self._status = _mapping(node.get("status"))
         self.node = await self._post_status()
         log.info("node %s registered (InternalIP %s, runtime %s)", name, self.address,
                  self.runtime)
@@ -306,7 +314,7 @@ class NodeAgent:
         while True:
             try:
                 node = await self.client.get_object("v1", "nodes", self.cfg.node_name)
-                cidr = (node.get("spec") or {}).get("podCIDR")
+                cidr = _mapping(node.get("spec")).get("podCIDR")
                 if cidr:
                     return str(cidr)
                 if not warned:
@@ -318,7 +326,7 @@ class NodeAgent:
                     async for ev in self.client.watch(
                             "v1", "nodes", field_selector=f"metadata.name={self.cfg.node_name}",
                             resource_version=rv):
-                        cidr = ((ev.get("object") or {}).get("spec") or {}).get("podCIDR")
+                        cidr = _mapping(_mapping(ev.get("object")).get("spec")).get("podCIDR")
                         if cidr:
                             return str(cidr)
                 backoff = 0.5
@@ -371,7 +379,7 @@ class NodeAgent:
                 status = await self._compute_status()
                 flipped = ({c["type"]: c["status"] for c in status["conditions"]}
                            != {c.get("type"): c.get("status")
-                               for c in self._status.get("conditions") or []})
+                               for c in self._status.get("conditions") or [] if isinstance(c, dict)})
                 due = trio.current_time() - last_post >= self.cfg.status_interval
                 if flipped or due:
                     await self._post_status()

@@ -15,6 +15,12 @@ driver releases addresses of pods that are gone.
 
 `PodSync` also answers the agent API's "which container is this?" questions
 (`find`), from the workers' handles.
+
+A pod the agent cannot make sense of (no object envelope, a spec its worker
+trips over) is skipped: one log line with its key, a count in
+`fleet_object_errors_total{component="agent"}` and, when the pod has a name to
+hang it on, a Warning `FailedSync` Event — and the agent carries on with every
+other pod.  A worker that crashes later is reported the same way.
 """
 
 from __future__ import annotations
@@ -27,11 +33,20 @@ from typing import Any
 import httpx
 import trio
 
+from fleet._core.supervise import object_failed
 from fleet.agent.worker import LABEL_POD_UID, PodWorker, WorkerEnv
 from fleet.client import ApiException
+from fleet.client.informer import malformed, object_key
 from fleet.runtime.driver import ContainerHandle, RuntimeDriverError
 
 log = logging.getLogger(__name__)
+
+
+def pod_uid(pod: Any) -> str:
+    """The pod's uid, or "" — never an exception, whatever the object holds."""
+    md = pod.get("metadata") if isinstance(pod, Mapping) else None
+    uid = md.get("uid") if isinstance(md, Mapping) else None
+    return uid if isinstance(uid, str) else ""
 
 
 class PodSync:
@@ -98,7 +113,7 @@ class PodSync:
         except (RuntimeDriverError, OSError) as e:
             log.warning("runtime recovery failed: %s", e)
             handles = []
-        live = {p["metadata"]["uid"] for p in live_pods}
+        live = {pod_uid(p) for p in live_pods} - {""}
         by_pod: dict[str, list[ContainerHandle]] = defaultdict(list)
         for h in handles:
             uid = h.labels.get(LABEL_POD_UID) or h.sandbox_id
@@ -124,7 +139,7 @@ class PodSync:
             from fleet.network import PodRef
             try:
                 await self.env.network.recover(
-                    [PodRef.from_pod(p) for p in live_pods if p["metadata"]["uid"] in live])
+                    [PodRef.from_pod(p) for p in live_pods if pod_uid(p) in live and malformed(p) is None])
             except Exception as e:
                 log.warning("network recovery failed: %s", e)
         n = sum(len(v) for v in by_pod.values())
@@ -149,9 +164,24 @@ class PodSync:
                 backoff = min(backoff * 2, 10.0)
 
     def _handle(self, pod: Mapping[str, Any], deleted: bool = False) -> None:
+        try:
+            self._handle_one(pod, deleted)
+        except Exception as e:  # noqa: BLE001 - one pod must never stop the agent's sync
+            self._skipped(pod, e)
+
+    def _skipped(self, pod: Any, exc: BaseException, action: str = "skipping it") -> None:
+        """Report a pod the agent could not handle: log + count, and an Event on it if
+        it has the identity one needs (an Event names its object)."""
+        object_failed("agent", "Pod", object_key(pod), exc, action=action, logger=log)
+        md = pod.get("metadata") if isinstance(pod, Mapping) else None
+        if (self.env.events is not None and self._nursery is not None and isinstance(md, Mapping)
+                and all(isinstance(md.get(f), str) and md.get(f) for f in ("name", "namespace", "uid"))):
+            self._nursery.start_soon(self.env.events.record, dict(pod), "Warning", "FailedSync",
+                                     f"node {self.node_name} cannot run this pod ({action}): {exc!r}")
+
+    def _handle_one(self, pod: Mapping[str, Any], deleted: bool) -> None:
         assert self._nursery is not None
-        md = pod.get("metadata") or {}
-        uid = md.get("uid")
+        uid = pod_uid(pod)
         if not uid:
             return
         w = self.workers.get(uid)
@@ -159,6 +189,9 @@ class PodSync:
             if w is not None:
                 w.gone()
             return
+        why = malformed(pod)
+        if why is not None:
+            raise ValueError(why)
         if (pod.get("spec") or {}).get("nodeName") != self.node_name:
             return
         if w is None:
@@ -170,15 +203,14 @@ class PodSync:
     async def _run_worker(self, w: PodWorker) -> None:
         try:
             await w.run()
-        except Exception:
-            # A broken pod must never take the agent down.
-            log.exception("pod worker %s/%s crashed", w.namespace, w.name)
+        except Exception as e:  # noqa: BLE001 - a broken pod must never take the agent down
+            self._skipped(w.pod, e, action="its pod worker crashed")
         finally:
             if self.workers.get(w.uid) is w:
                 del self.workers[w.uid]
 
     def _relisted(self, pods: list[dict[str, Any]]) -> None:
-        seen = {p["metadata"]["uid"] for p in pods}
+        seen = {pod_uid(p) for p in pods}
         for uid, w in list(self.workers.items()):
             if uid not in seen:
                 w.gone()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -143,9 +144,13 @@ def scheduler(
             sys.exit("fleet scheduler: --kubeconfig or --server is required")
         ca = Path(ca_file).read_bytes() if ca_file else None
         cfg = ClientConfig(server=server, token=token, ca_data=ca)
+    from fleet._core.supervise import supervise
+
+    # Supervised, as inside `fleet server`: after it has started once, a crash
+    # restarts the scheduler in-process with back-off instead of ending it.
     try:
-        trio.run(run_scheduler, cfg, SchedulerConfig(
-            percentage_of_nodes_to_score=percentage_of_nodes_to_score))
+        trio.run(partial(supervise, "scheduler", partial(run_scheduler, cfg, SchedulerConfig(
+            percentage_of_nodes_to_score=percentage_of_nodes_to_score)), retry_start=False))
     except* KeyboardInterrupt:
         pass
 
@@ -212,8 +217,12 @@ def agent(
                   concurrency=simulate_concurrency, control_port=simulate_control_port,
                   lease_interval=lease_interval, node_status_interval=node_status_interval)
         return
+    from fleet._core.supervise import supervise
+
+    # A start-up failure (a port in use, a bad flag) still ends the process; once
+    # running, a crash restarts the agent in-process, which re-adopts its containers.
     try:
-        trio.run(run, cfg)
+        trio.run(partial(supervise, "agent", partial(run, cfg), retry_start=False))
     except* KeyboardInterrupt:
         pass
 

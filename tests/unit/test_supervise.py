@@ -173,3 +173,22 @@ def test_object_failed_logs_the_key_and_counts(caplog: pytest.LogCaptureFixture)
     assert object_errors("unit-test", "Pod") == before + 1
     msg = caplog.records[-1].getMessage()
     assert "unit-test" in msg and "Pod default/bad" in msg and "has no attribute" in msg
+
+
+async def test_retry_start_false_propagates_a_start_failure(autojump_clock: trio.testing.MockClock) -> None:
+    name = f"test-{next(_names)}"
+    comp = Scripted([("early",)])
+    with pytest.RaisesGroup(Boom, allow_unwrapped=True, flatten_subgroups=True):
+        await supervise(name, comp.run, retry_start=False)
+    assert len(comp.runs) == 1 and restarts(name) == 0
+
+
+async def test_retry_start_false_still_restarts_after_the_first_start(
+        autojump_clock: trio.testing.MockClock) -> None:
+    name = f"test-{next(_names)}"
+    comp = Scripted([QUICK])
+    async with trio.open_nursery() as n:
+        await n.start(partial(supervise, name, comp.run, retry_start=False))
+        await trio.sleep(5)
+        n.cancel_scope.cancel()
+    assert len(comp.runs) == 2 and restarts(name) == 1
