@@ -48,6 +48,7 @@ ROOTS = {
     ("meta.k8s.io", "v1", "DeleteOptions"): "V1DeleteOptions",
     ("policy", "v1", "Eviction"): "V1Eviction",
     ("policy", "v1", "PodDisruptionBudget"): "V1PodDisruptionBudget",
+    ("autoscaling", "v2", "HorizontalPodAutoscaler"): "V2HorizontalPodAutoscaler",
 }
 
 SCALARS = {"str": "string", "int": "integer", "bool": "boolean", "float": "number",

@@ -155,13 +155,8 @@ def _mutable_masked(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
     old_grace = old.get("terminationGracePeriodSeconds")
     if isinstance(old_grace, int) and old_grace < 0 and m.get("terminationGracePeriodSeconds") == 1:
         m["terminationGracePeriodSeconds"] = old_grace
-    # Binding (pods/binding) is how nodeName goes from unset to set; Fleet's
-    # scheduler may bind through an update, so that one transition is allowed.
-    if not old.get("nodeName"):
-        if "nodeName" in old:
-            m["nodeName"] = old["nodeName"]
-        else:
-            m.pop("nodeName", None)
+    # spec.nodeName is not changed by an update: binding (pods/binding, which
+    # checks the pod is unbound and not terminating) is the one way to set it.
     # Scheduling gates may be removed (that is how a gated pod is released).
     if all(g in lst(old, "schedulingGates") for g in lst(m, "schedulingGates")):
         if "schedulingGates" in old:

@@ -422,7 +422,7 @@ UPDATES: list[tuple[str, str, Any, list[tuple[str, str]]]] = [
     ("Service", "spec.clusterIP", "", []),
     ("Pod", f"{PC}.image", "nginx:1.26", []),
     ("Pod", f"{PC}.command", ["sh"], [("spec", "FieldValueForbidden")]),
-    ("Pod", "spec.nodeName", "node-1", []),
+    ("Pod", "spec.nodeName", "node-1", [("spec", "FieldValueForbidden")]),  # only pods/binding sets it
 ]
 
 
