@@ -65,6 +65,7 @@ from fleet.runtime.driver import (
     Driver,
     RuntimeDriverError,
 )
+from fleet.server.limits import BodyIdleTimeout, ClientTimeouts
 
 log = logging.getLogger(__name__)
 
@@ -739,11 +740,13 @@ def create_app(locator: ContainerLocator, *, token: str, node_name: str = "",
 async def serve(locator: ContainerLocator, *, address: str = "0.0.0.0",
                 port: int = DEFAULT_PORT, token: str, node_name: str = "",
                 extra_routes: ExtraRoutes | None = None,
+                timeouts: ClientTimeouts | None = None,
                 task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the agent API on address:port until cancelled.
 
     `task_status.started(url)` once listening, with the URL actually bound (so
-    `port=0` picks a free port and the caller learns which)."""
+    `port=0` picks a free port and the caller learns which).  `timeouts` bound
+    slow clients (fleet/server/limits.py); the defaults are kube-apiserver's."""
     if not token:
         raise ValueError("the agent API needs a token: it grants exec into containers")
     app = create_app(locator, token=token, node_name=node_name, extra_routes=extra_routes)
@@ -751,9 +754,13 @@ async def serve(locator: ContainerLocator, *, address: str = "0.0.0.0",
     cfg.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
     cfg.accesslog = None
     cfg.errorlog = logging.getLogger("hypercorn.error")
-    cfg.keep_alive_timeout = 75
+    timeouts = timeouts or ClientTimeouts()
+    timeouts.apply(cfg)
+    # Quart's own bound on reading a whole body (`await request.get_data()`); a
+    # streamed one (the image upload) is bounded per chunk by BodyIdleTimeout.
+    app.config["BODY_TIMEOUT"] = timeouts.body_timeout
     cfg.graceful_timeout = 2
 
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(hypercorn_serve, app, cfg)
+        binds = await nursery.start(hypercorn_serve, BodyIdleTimeout(app, timeouts.body_timeout), cfg)
         task_status.started(binds[0] if binds else f"http://{address}:{port}")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet.client import Client, ClientConfig, load_kubeconfig
+from fleet.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT
 
 DEFAULT_PORT = 9301
 DEFAULT_CLUSTER_CIDR = "10.42.0.0/16"
@@ -45,6 +46,13 @@ class AgentConfig:
     heartbeat: float = 10.0
     status_interval: float = 20.0
     labels: dict[str, str] = field(default_factory=dict)
+    # Slow clients on the agent API port (plain HTTP; fleet/server/limits.py, as
+    # on the API server's): how long a connection may stay idle or take to send a
+    # request's line and headers, and how long a request body may stall between
+    # chunks (the request is then dropped).  Streaming responses (logs -f, exec,
+    # attach) are never cut by these.
+    keep_alive_timeout: float = DEFAULT_HEADER_TIMEOUT
+    request_body_timeout: float = DEFAULT_BODY_TIMEOUT
 
     @property
     def pod_networking(self) -> bool:

@@ -38,6 +38,7 @@ from fleet.agent.node import NodeAgent
 from fleet.agent.sync import PodSync
 from fleet.agent.worker import StoreImages, WorkerEnv
 from fleet.runtime.driver import select_driver
+from fleet.server.limits import ClientTimeouts
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,8 @@ async def run(cfg: AgentConfig, *,
                 api_url = await n.start(lambda task_status: api.serve(
                     sync, address=address, port=cfg.port, token=token,
                     node_name=cfg.node_name, extra_routes=image_routes(store),
+                    timeouts=ClientTimeouts(keep_alive_timeout=cfg.keep_alive_timeout,
+                                            body_timeout=cfg.request_body_timeout),
                     task_status=task_status))
                 log.info("agent API on %s", api_url)
             else:

@@ -63,6 +63,12 @@ def server(
              "(kubectl top, the HPA).")] = 15.0,
     hpa_sync_period: Annotated[float, cyclopts.Parameter(
         help="Seconds between two syncs of each HorizontalPodAutoscaler.")] = 15.0,
+    keep_alive_timeout: Annotated[float, cyclopts.Parameter(
+        help="Seconds a connection may stay idle, or take to send a request's line and headers.")] = 32.0,
+    tls_handshake_timeout: Annotated[float, cyclopts.Parameter(
+        help="Seconds a client may take to complete the TLS handshake.")] = 32.0,
+    request_body_timeout: Annotated[float, cyclopts.Parameter(
+        help="Seconds a request body may take to arrive in full (then 408).")] = 60.0,
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -94,6 +100,9 @@ def server(
     cfg.large_cluster_size_threshold = large_cluster_size_threshold
     cfg.metric_resolution = metric_resolution
     cfg.hpa_sync_period = hpa_sync_period
+    cfg.keep_alive_timeout = keep_alive_timeout
+    cfg.tls_handshake_timeout = tls_handshake_timeout
+    cfg.request_body_timeout = request_body_timeout
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def main() -> None:

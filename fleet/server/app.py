@@ -38,6 +38,7 @@ from fleet.server import discovery
 from fleet.server.drain import NodeMaintenance
 from fleet.server.hpa_v1 import AutoscalingV1, is_v1
 from fleet.server.http import Req, Resp, dumps, split_raw_path
+from fleet.server.limits import DEFAULT_BODY_TIMEOUT
 from fleet.server.metrics import Metrics
 from fleet.server.openapi import OpenAPICache
 from fleet.server.paths import node_proxy_route, resource_route, route_segments
@@ -344,9 +345,12 @@ class FleetASGI:
     Quart app.
     """
 
-    def __init__(self, server: APIServer, fallback: QuartTrio) -> None:
+    def __init__(self, server: APIServer, fallback: QuartTrio, *,
+                 body_timeout: float = DEFAULT_BODY_TIMEOUT) -> None:
         self.server = server
         self.fallback = fallback
+        # How long a request body may take to arrive in full (408 after); see limits.py.
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "websocket":
@@ -372,17 +376,16 @@ class FleetASGI:
         if _is_node_proxy(segments):
             # Relayed to an agent as it arrives (image archives run to gigabytes);
             # MAX_BODY is for objects, the agent bounds what it accepts.
-            body, too_large = b"", False
+            body, refused = b"", None
             body_stream: BodyStream | None = BodyStream(receive)
             req = Req(method, scope["path"], query, headers, body,
                       raw_query=qs.decode("latin-1"), body_stream=body_stream, segments=segments)
         else:
             body_stream = None
-            body, too_large = await _read_body(receive)
+            body, refused = await _read_body(receive, headers, self.body_timeout)
             req = Req(method, scope["path"], query, headers, body, segments=segments)
-        if too_large:
-            resp: Resp = Resp.error(errors.RequestEntityTooLarge(
-                f"the request body is too large (limit {MAX_BODY} bytes)"))
+        if refused is not None:
+            resp: Resp = Resp.error(refused)
             verb, resource = method.lower(), ""
         else:
             resp, verb, resource = await self.server.handle(req)
@@ -425,26 +428,53 @@ def _headers(scope: dict[str, Any]) -> dict[str, str]:
     return headers
 
 
-async def _read_body(receive: Any) -> tuple[bytes, bool]:
+def _too_large() -> errors.APIError:
+    return errors.RequestEntityTooLarge(f"the request body is too large (limit {MAX_BODY} bytes)")
+
+
+async def _read_body(receive: Any, headers: dict[str, str],
+                     timeout: float) -> tuple[bytes, errors.APIError | None]:
+    """The whole request body, or the error to answer instead (413, 408).
+
+    A declared Content-Length beyond MAX_BODY is refused before reading: the
+    client would otherwise hold the request open for as long as it promises
+    to keep sending.  Everything else is read under one deadline (hypercorn
+    times nothing out once the request head is in, see limits.py): a body
+    that does not arrive in time is a 408, and hypercorn then closes the
+    connection, as it does after any response to a request it has not read
+    to the end.
+    """
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:  # h11 has checked it is one decimal number
+        return b"", _too_large()
     chunks: list[bytes] = []
     size = 0
-    while True:
-        msg = await receive()
-        if msg["type"] == "http.disconnect":
-            break
-        chunk = msg.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY:
-            # Drain the rest so the connection stays usable, but keep nothing.
-            while msg.get("more_body"):
-                msg = await receive()
-                if msg["type"] == "http.disconnect":
-                    break
-            return b"", True
-        chunks.append(chunk)
-        if not msg.get("more_body"):
-            break
-    return b"".join(chunks), False
+    refused: errors.APIError | None = None
+    with trio.move_on_after(timeout):
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                break
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY:
+                # A chunked body past the limit.  Drain the rest (under the same
+                # deadline) so the client, still uploading, reads the 413 rather
+                # than a reset connection, but keep nothing.
+                refused = _too_large()
+                while msg.get("more_body"):
+                    msg = await receive()
+                    if msg["type"] == "http.disconnect":
+                        break
+                return b"", refused
+            chunks.append(chunk)
+            if not msg.get("more_body"):
+                return b"".join(chunks), None
+        return b"".join(chunks), None
+    if refused is not None:
+        return b"", refused
+    return b"", errors.APIError(f"the request body did not arrive within {timeout:g}s", code=408,
+                                reason="Timeout")
 
 
 class BodyStream:
@@ -534,6 +564,8 @@ def request_labels(req: Req) -> tuple[str, str]:
     return verb, resource
 
 
-def create_app(server: APIServer) -> FleetASGI:
-    """The API application: the ASGI fast path in front of a Quart app."""
-    return FleetASGI(server, QuartTrio("fleet"))
+def create_app(server: APIServer, *, body_timeout: float = DEFAULT_BODY_TIMEOUT) -> FleetASGI:
+    """The API application: the ASGI fast path in front of a Quart app.
+
+    `body_timeout` bounds how long a request body may take to arrive (408)."""
+    return FleetASGI(server, QuartTrio("fleet"), body_timeout=body_timeout)

@@ -38,7 +38,7 @@ from fleet.client import ClientConfig
 from fleet.controllers import nodeipam, nodelifecycle
 from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
-from fleet.server import nslifecycle
+from fleet.server import limits, nslifecycle
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
 from fleet.server.nscache import NamespaceCache
@@ -100,6 +100,14 @@ class ServerConfig:
     metric_resolution: float = 15.0
     # The HPA controller's sync period (--horizontal-pod-autoscaler-sync-period).
     hpa_sync_period: float = 15.0
+    # Slow clients, on the API and metrics ports (fleet/server/limits.py; kube-apiserver's
+    # ReadHeaderTimeout and --request-timeout): how long a connection may stay idle
+    # between requests or take to send a request's line and headers, how long the
+    # TLS handshake may take, and how long a request body may take to arrive (408).
+    # Responses that stream (watch, logs -f, exec) are never cut by these.
+    keep_alive_timeout: float = limits.DEFAULT_HEADER_TIMEOUT
+    tls_handshake_timeout: float = limits.DEFAULT_HEADER_TIMEOUT
+    request_body_timeout: float = limits.DEFAULT_BODY_TIMEOUT
 
 
 @dataclass
@@ -171,6 +179,7 @@ def write_private(path: Path, text: str) -> None:
 
 
 async def _serve(app: QuartTrio | FleetASGI, address: str, port: int, tls: ServingTLS | None = None, *,
+                 timeouts: limits.ClientTimeouts | None = None,
                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     cfg = HyperConfig()
     cfg.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
@@ -179,7 +188,7 @@ async def _serve(app: QuartTrio | FleetASGI, address: str, port: int, tls: Servi
         cfg.keyfile = str(tls.key_file)
     cfg.accesslog = None
     cfg.errorlog = logging.getLogger("hypercorn.error")
-    cfg.keep_alive_timeout = 75
+    (timeouts or limits.ClientTimeouts()).apply(cfg)
     cfg.graceful_timeout = 2
     await serve(app, cfg, task_status=task_status)  # type: ignore[arg-type]
 
@@ -245,8 +254,12 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             # metrics.k8s.io: scrape the agents every metric_resolution seconds.
             api.resource_metrics.resolution = cfg.metric_resolution
             await nursery.start(_supervised("resource-metrics", api.resource_metrics.run))
-            await nursery.start(_serve, create_app(api), cfg.address, cfg.port, tls)
-            await nursery.start(_serve, _metrics_app(metrics), cfg.address, cfg.metrics_port)
+            timeouts = limits.ClientTimeouts(cfg.keep_alive_timeout, cfg.tls_handshake_timeout,
+                                             cfg.request_body_timeout)
+            await nursery.start(partial(_serve, create_app(api, body_timeout=cfg.request_body_timeout),
+                                        cfg.address, cfg.port, tls, timeouts=timeouts))
+            await nursery.start(partial(_serve, _metrics_app(metrics), cfg.address, cfg.metrics_port,
+                                        timeouts=timeouts))
             kubeconfig = data_dir / "admin.kubeconfig"
             write_private(kubeconfig, kubeconfig_text(url, token, tls.ca_cert_pem))
             task_status.started(ServerInfo(url, kubeconfig, token, f"http://{host}:{cfg.metrics_port}/metrics",
