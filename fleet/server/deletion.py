@@ -151,10 +151,13 @@ def pod_grace_period(pod: dict[str, Any], requested: Any) -> int:
     nothing to stop, so it goes at once; otherwise the DeleteOptions' period,
     else the pod's terminationGracePeriodSeconds (default 30).
     """
-    spec = pod.get("spec") or {}
+    # A stored pod whose spec or status is not an object (written before validation
+    # existed) must still be deletable: with no readable node it has nothing to stop.
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
     if not spec.get("nodeName"):
         return 0
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+    if status.get("phase") in ("Succeeded", "Failed"):
         return 0
     if isinstance(requested, int) and not isinstance(requested, bool):
         return max(requested, 0)
