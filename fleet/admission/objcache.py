@@ -36,11 +36,15 @@ class NamespacedCache:
         return list(self._by_ns.get(namespace, {}).values())
 
     def _put(self, obj: dict[str, Any]) -> None:
-        md = obj.get("metadata") or {}
+        md = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(md, dict) or not isinstance(md.get("name"), str):
+            return  # a broken stored object: left out rather than stop the cache
         self._by_ns.setdefault(md.get("namespace", ""), {})[md.get("name", "")] = obj
 
     def _drop(self, obj: dict[str, Any]) -> None:
-        md = obj.get("metadata") or {}
+        md = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(md, dict):
+            return
         bucket = self._by_ns.get(md.get("namespace", ""))
         if bucket is not None:
             bucket.pop(md.get("name", ""), None)

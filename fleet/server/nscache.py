@@ -31,7 +31,9 @@ class NamespaceCache:
         started = False
         while True:
             res = await store.list(PREFIX)
-            self._by_name = {o["metadata"]["name"]: o for o in res.items}
+            # An object without a usable name (a broken write from before validation)
+            # is left out: one bad object must not stop the cache, or the server.
+            self._by_name = {n: o for o in res.items if (n := _name(o))}
             self.synced = True
             if not started:
                 task_status.started()
@@ -40,7 +42,9 @@ class NamespaceCache:
                 w = await store.watch(PREFIX, from_revision=res.revision)
                 try:
                     async for ev in w:
-                        name = ev.obj["metadata"]["name"]
+                        name = _name(ev.obj)
+                        if not name:
+                            continue
                         if ev.type == DELETED:
                             self._by_name.pop(name, None)
                         else:
@@ -52,3 +56,10 @@ class NamespaceCache:
                 # Overflow or compaction: relist, like any informer.
                 self.synced = False
                 await trio.sleep(0.1)
+
+
+def _name(obj: Any) -> str:
+    """metadata.name, or "" when the stored object has none that is a string."""
+    md = obj.get("metadata") if isinstance(obj, dict) else None
+    name = md.get("name") if isinstance(md, dict) else None
+    return name if isinstance(name, str) else ""

@@ -223,8 +223,11 @@ async def run(store: Store, registry: Registry, requests: trio.MemoryReceiveChan
     pending: set[str] = set()
     res = await store.list(meta.store_key("", "namespaces", None))
     for ns in res.items:
-        if ns["metadata"].get("deletionTimestamp"):
-            pending.add(ns["metadata"]["name"])
+        md = ns.get("metadata") if isinstance(ns, dict) else None
+        # A namespace stored without a usable metadata (a write from before
+        # validation) is skipped, not a reason to stop finalizing the others.
+        if isinstance(md, dict) and md.get("deletionTimestamp") and isinstance(md.get("name"), str):
+            pending.add(md["name"])
     task_status.started()
     while True:
         with trio.move_on_after(RETRY_INTERVAL if pending else float("inf")):
