@@ -39,6 +39,7 @@ from fleet.store import (
     KeyNotFound,
     RevisionCompacted,
     RevisionConflict,
+    RevisionTooLarge,
     Store,
 )
 
@@ -154,14 +155,36 @@ def encode_continue(revision: int, key: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_continue(token: str) -> tuple[int, str]:
+def decode_continue(token: str, prefix: str | None = None) -> tuple[int, str]:
+    """(revision, start key) of a token made by `encode_continue`.
+
+    Anything else is 400 BadRequest "continue key is not valid: ...", as from
+    kube-apiserver's DecodeContinue: not base64 or JSON, another encoding (a
+    real Kubernetes token), a revision that is not a positive int64 (SQLite
+    binds no more; a forged one was a 500), an empty start key, or, given
+    `prefix`, a start key outside the list being continued (a token of another
+    namespace or kind must not page through this one).
+    """
+    def invalid(why: str) -> errors.BadRequest:
+        return errors.BadRequest(f"continue key is not valid: {why}")
+
     try:
         pad = "=" * (-len(token) % 4)
         data = json.loads(base64.urlsafe_b64decode(token + pad))
-        return int(data["rv"]), str(data["start"])
-    except (ValueError, KeyError, TypeError):
-        raise errors.BadRequest("continue key is not valid: incorrect encoded start resourceVersion "
-                                "(version meta.k8s.io/v1)") from None
+    except (ValueError, TypeError, RecursionError) as e:  # RecursionError: deeply nested JSON
+        raise invalid(str(e) or type(e).__name__) from None
+    if not isinstance(data, dict):
+        raise invalid("not an encoded continue token")
+    if data.get("v") != "fleet/1":
+        raise invalid(f"server does not recognize this encoded version {json.dumps(data.get('v'))}")
+    rv, start = data.get("rv"), data.get("start")
+    if not isinstance(rv, int) or isinstance(rv, bool) or not 0 < rv <= _MAX_INT64:
+        raise invalid("incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
+    if not isinstance(start, str) or not start:
+        raise invalid("encoded start key empty")
+    if prefix is not None and (not start.startswith(prefix) or start == prefix):
+        raise invalid(f"start key {json.dumps(start)} is not in the requested list")
+    return rv, start
 
 
 def random_suffix(n: int = 5) -> str:
@@ -237,6 +260,7 @@ class ResourceAPI:
                          duplicates: list[str] | None = None) -> list[str]:
         """Unknown and duplicate fields per fieldValidation: Strict → 400, Warn → warnings,
         Ignore → nothing.  Unknown fields are dropped in every mode (see `validate`)."""
+        check_field_manager(req)
         mode = req.query.get("fieldValidation", "")
         if mode not in ("", "Strict", "Warn", "Ignore"):
             raise errors.BadRequest(f'fieldValidation must be one of "Ignore", "Warn", or "Strict" (got "{mode}")')
@@ -335,13 +359,52 @@ class ResourceAPI:
             prefix = info.key(ns_pin)
         revision: int | None = None
         start_after: str | None = None
+        rv_s = req.query.get("resourceVersion", "")
+        match = req.query.get("resourceVersionMatch", "")
+        rv = parse_rv(rv_s)
+        if rv is not None and rv > _MAX_INT64:  # Go's ParseUint(64) range; SQLite binds no more
+            raise errors.BadRequest(f'invalid resourceVersion: "{rv_s}" is not a valid resource version')
+        # kube-apiserver's ValidateListOptions: 422 Invalid on ListOptions.meta.k8s.io.
+        causes = []
+        if match:
+            if not rv_s:
+                causes.append(errors.cause("resourceVersionMatch", "Forbidden: resourceVersionMatch is "
+                                           "forbidden unless resourceVersion is provided", "FieldValueForbidden"))
+            if cont:
+                causes.append(errors.cause("resourceVersionMatch", "Forbidden: resourceVersionMatch is "
+                                           "forbidden when continue is provided", "FieldValueForbidden"))
+            if match not in ("Exact", "NotOlderThan"):
+                causes.append(errors.cause("resourceVersionMatch", f"Unsupported value: {json.dumps(match)}: "
+                                           'supported values: "Exact", "NotOlderThan", ""',
+                                           "FieldValueNotSupported"))
+            elif match == "Exact" and rv_s == "0":
+                causes.append(errors.cause("resourceVersionMatch", 'Forbidden: resourceVersionMatch "exact" '
+                                           'is forbidden for resourceVersion "0"', "FieldValueForbidden"))
+        if causes:
+            raise errors.Invalid.for_object("ListOptions", "meta.k8s.io", "", causes)
+
+        def too_large(requested: int, current: int) -> errors.APIError:
+            # kube-apiserver's NewTooLargeResourceVersionError: client-go's
+            # reflector recognizes it and relists from the current state.
+            return errors.APIError(f"Too large resource version: {requested}, current: {current}", code=504,
+                                   reason="Timeout", retry_after=1, causes=[
+                                       {"reason": "ResourceVersionTooLarge",
+                                        "message": "Too large resource version"}])
+
         if cont:
-            revision, start_after = decode_continue(cont)
-        else:
-            rv = parse_rv(req.query.get("resourceVersion"))
-            match = req.query.get("resourceVersionMatch", "")
-            if match == "Exact" and rv:
-                revision = rv
+            if rv_s and rv_s != "0":
+                raise errors.BadRequest("specifying resource version is not allowed when using continue")
+            revision, start_after = decode_continue(cont, prefix)
+        elif match == "Exact":
+            revision = rv
+        elif rv:
+            # NotOlderThan (also the legacy rv without a match): the watch cache of
+            # kube-apiserver waits up to 3 s for a revision it has not seen yet.
+            with trio.move_on_after(3.0):
+                while self.store.current_revision() < rv:
+                    await trio.sleep(0.05)
+            if self.store.current_revision() < rv:
+                raise too_large(rv, self.store.current_revision())
         items: list[dict[str, Any]] = []
         next_key: str | None = None
         remaining: int | None = None
@@ -356,8 +419,16 @@ class ResourceAPI:
                 else:
                     res = await self.store.list(prefix, revision=revision, limit=want, start_after=start_after)
             except RevisionCompacted:
+                if not cont:  # resourceVersionMatch=Exact at a compacted revision
+                    raise errors.Gone(f"too old resource version: {revision} "
+                                      f"({self.store.compacted_revision()})") from None
                 raise errors.Gone("The provided continue parameter is too old to display a consistent list "
                                   "result. You can start a new list without the continue parameter.") from None
+            except RevisionTooLarge as e:
+                if cont:  # this server never handed out that revision: a forged token
+                    raise errors.BadRequest("continue key is not valid: incorrect encoded start "
+                                            "resourceVersion (version meta.k8s.io/v1)") from None
+                raise too_large(e.requested, e.current) from None
             revision = res.revision
             for o in res.items:
                 if ls.matches(o.get("metadata", {}).get("labels")) and fs.matches(o):
@@ -395,6 +466,9 @@ class ResourceAPI:
         decoded = decode_request(req)
         obj = self.check_type(info, decoded.value)
         warnings = self.field_validation(info, obj, req, decoded.duplicates)
+        # Types first, as kube-apiserver decodes before anything else: the namespace
+        # checks, defaulting and admission read the object as the schema says it is.
+        self.type_check(info, obj)
         md = obj["metadata"]
         if info.namespaced:
             ns = md.get("namespace") or route.namespace
@@ -410,8 +484,6 @@ class ResourceAPI:
         for f in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                   "deletionGracePeriodSeconds", "generation", "managedFields", "selfLink"):
             md.pop(f, None)
-        # Types first: defaulting and admission read the object as the schema says it is.
-        self.type_check(info, obj)
         if not md.get("name") and md.get("generateName"):
             md["name"] = str(md["generateName"]) + random_suffix()
         # Assigned before defaulting: some defaults derive from it (a Job's selector).
@@ -718,7 +790,11 @@ class ResourceAPI:
         def build(old: dict[str, Any]) -> dict[str, Any]:
             new_scale = change(to_scale(info, old))
             holder["scale"] = new_scale
-            replicas = (new_scale.get("spec") or {}).get("replicas")
+            spec = new_scale.get("spec")
+            if spec is not None and not isinstance(spec, dict):
+                raise errors.Invalid.for_object("Scale", "autoscaling", route.name or "", [
+                    typecheck.type_invalid("spec", spec, "object")])
+            replicas = (spec or {}).get("replicas")
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
                 raise errors.Invalid.for_object("Scale", "autoscaling", route.name or "", [
                     errors.cause("spec.replicas", f"Invalid value: {json.dumps(replicas)}: must be greater "
@@ -861,17 +937,39 @@ def is_dry_run(req: Req) -> bool:
     return v == "All"
 
 
+_MAX_INT64 = 2**63 - 1  # the query integers are Go int64s; SQLite binds no larger either
+
+
 def _int_param(req: Req, name: str, default: int) -> int:
     v = req.query.get(name)
     if v in (None, ""):
         return default
-    try:
-        n = int(v)
-    except ValueError:
-        raise errors.BadRequest(f'{name}: invalid value "{v}": must be an integer') from None
+    # What Go's strconv.ParseInt(v, 10, 64) accepts; Python's int() also takes
+    # spaces, "1_000" and non-ASCII digits, and any size (limit=2**63 was a 500).
+    digits = v[1:] if v[:1] in ("+", "-") else v
+    if not (digits.isascii() and digits.isdigit()):
+        raise errors.BadRequest(f'{name}: invalid value "{v}": must be an integer')
+    # Length first: int() itself refuses more than 4300 digits (a ValueError, so a 500).
+    if len(digits) > 19 or int(v) > _MAX_INT64:
+        raise errors.BadRequest(f'{name}: invalid value "{v}": value out of range')
+    n = int(v)
     if n < 0:
         raise errors.BadRequest(f"{name}: must be non-negative")
     return n
+
+
+def check_field_manager(req: Req) -> None:
+    """ValidateFieldManager: at most 128 bytes of printable characters (422 otherwise)."""
+    fm = req.query.get("fieldManager")
+    if fm is None:
+        return
+    opts = {"POST": "CreateOptions", "PUT": "UpdateOptions"}.get(req.method, "PatchOptions")
+    if len(fm.encode()) > 128:
+        raise errors.Invalid.for_object(opts, "meta.k8s.io", "", [errors.cause(
+            "fieldManager", "Too long: may not be more than 128 bytes", "FieldValueTooLong")])
+    if not fm.isprintable():
+        raise errors.Invalid.for_object(opts, "meta.k8s.io", "", [errors.cause(
+            "fieldManager", f"Invalid value: {json.dumps(fm)}: may only contain printable characters")])
 
 
 def warning_headers(warnings: list[str]) -> dict[str, str]:

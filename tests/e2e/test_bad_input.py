@@ -285,7 +285,7 @@ def _paths_for(kind: str) -> list[tuple[tuple[Step, ...], Any, str, str]]:
 
 
 PATHS = {kind: _paths_for(kind) for kind in KINDS}
-HYP = settings(max_examples=45, deadline=None, derandomize=True, database=None,
+HYP = settings(max_examples=80, deadline=None, derandomize=True, database=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
