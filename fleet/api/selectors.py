@@ -203,7 +203,9 @@ class LabelSelector:
     def matches(self, labels: dict[str, str] | None) -> bool:
         if self.nothing:
             return False
-        labels = labels or {}
+        # A stored object may predate typed validation: labels that are not a
+        # map match as no labels, never as an error.
+        labels = labels if isinstance(labels, dict) else {}
         return all(r.matches(labels) for r in self.requirements)
 
     def empty(self) -> bool:

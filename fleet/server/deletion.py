@@ -192,7 +192,9 @@ def plan_delete(info: KindInfo, old: dict[str, Any], opts: dict[str, Any], *,
     that starts the deletion; an object already being deleted is not marked."""
     md = old.get("metadata") or {}
     deleting = bool(md.get("deletionTimestamp"))
-    old_fins = [f for f in md.get("finalizers") or [] if isinstance(f, str)]
+    raw_fins = md.get("finalizers")
+    # A stored object may predate typed validation: only a list of strings counts.
+    old_fins = [f for f in raw_fins if isinstance(f, str)] if isinstance(raw_fins, list) else []
     if info.kind == "Pod" and not info.group:
         grace = pod_grace_period(old, opts.get("gracePeriodSeconds"))
         if grace > 0:
