@@ -102,7 +102,9 @@ def forbidden(resource: str, group: str, name: str, why: str) -> errors.Forbidde
 
 def default_class(classes: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The globalDefault class; if a race let two exist, the lowest value wins (as in Kubernetes)."""
-    defaults = [c for c in classes if c.get("globalDefault") is True]
+    # Only well-typed classes take part: one stored before typed validation
+    # (a string value) must not break every pod create.
+    defaults = [c for c in classes if c.get("globalDefault") is True and isinstance(c.get("value"), int)]
     if not defaults:
         return None
     return min(defaults, key=lambda c: (c.get("value", 0), c["metadata"]["name"]))

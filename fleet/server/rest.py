@@ -194,15 +194,15 @@ def random_suffix(n: int = 5) -> str:
 
 
 def parse_rv(value: Any, what: str = "resourceVersion") -> int | None:
+    """A resourceVersion as the storage layer reads it: decimal digits of a uint64
+    (Go's ParseUint; Python's int() would also take " 5", "+5" and "1_0")."""
     if value in (None, ""):
         return None
-    try:
-        rv = int(value)
-    except (TypeError, ValueError):
-        raise errors.BadRequest(f'invalid {what}: "{value}" is not a valid resource version') from None
-    if rv < 0:
-        raise errors.BadRequest(f'invalid {what}: "{value}"')
-    return rv
+    text = value if isinstance(value, str) else None
+    if text is None or not text.isascii() or not text.isdigit() or len(text) > 20 or int(text) > 2**64 - 1:
+        shown = value if isinstance(value, str) and len(value) <= 64 else type(value).__name__
+        raise errors.BadRequest(f'invalid {what}: "{shown}" is not a valid resource version')
+    return int(text)
 
 
 class ResourceAPI:
@@ -805,10 +805,11 @@ class ResourceAPI:
         # The Scale's own resourceVersion is a precondition when the client sent one.
         precondition = None
         if req.method == "PUT":
-            try:
-                precondition = parse_rv(((json.loads(req.body) or {}).get("metadata") or {}).get("resourceVersion"))
-            except ValueError:
-                precondition = None
+            body = _check_scale_body(decode_body(req))
+            md = body.get("metadata")
+            if md is not None and not isinstance(md, dict):
+                raise errors.BadRequest("metadata must be an object")
+            precondition = parse_rv((md or {}).get("resourceVersion"))
         sub_route = Route(route.group, route.version, route.plural, route.namespace, route.name, "scale")
         return await self._write(info, sub_route, req, user, build, precondition, None, verb="update")
 

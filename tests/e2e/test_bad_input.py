@@ -521,6 +521,9 @@ PATCHES: list[tuple[str, str, bytes]] = [
     ("merge containers null", MERGE, b'{"spec":{"containers":null}}'),
     ("merge stale rv", MERGE, b'{"metadata":{"resourceVersion":"1"}}'),
     ("merge rv garbage", MERGE, b'{"metadata":{"resourceVersion":"abc"}}'),
+    ("merge rv with a space", MERGE, b'{"metadata":{"resourceVersion":" 5"}}'),
+    ("merge rv underscored", MERGE, b'{"metadata":{"resourceVersion":"1_0"}}'),
+    ("merge rv a number", MERGE, b'{"metadata":{"resourceVersion":5}}'),
     ("merge uid", MERGE, b'{"metadata":{"uid":5}}'),
     ("merge finalizers a string", MERGE, b'{"metadata":{"finalizers":"x"}}'),
     ("merge deep", MERGE, b'{"spec":' + b'{"a":' * 2000 + b"1" + b"}" * 2001),
@@ -583,7 +586,10 @@ def test_hostile_scale_writes_are_refused(api: httpx.Client, kind: str) -> None:
                         (b'{"spec":{"replicas":1.5}}', MERGE), (b'{"spec":5}', MERGE), (b"true", MERGE),
                         (b'[{"op":"replace","path":"/spec/replicas","value":true}]', JSONP),
                         (b'{"kind":"Scale","spec":{"replicas":2147483648}}', "application/json"),
-                        (b'{"kind":"Pod","spec":{"replicas":1}}', "application/json"), (b"[]", "application/json")]:
+                        (b'{"kind":"Pod","spec":{"replicas":1}}', "application/json"), (b"[]", "application/json"),
+                        (b"5", "application/json"), (b'{"metadata":5,"spec":{"replicas":1}}', "application/json"),
+                        (b'{"metadata":{"resourceVersion":" 5"},"spec":{"replicas":1}}', "application/json"),
+                        (b'{"metadata":{"resourceVersion":5},"spec":{"replicas":1}}', "application/json")]:
         method = "PUT" if ctype == "application/json" else "PATCH"
         refused(send(api, "hostile scale", method, path, body=body, ctype=ctype))
     got = send(api, "control", "GET", item_path(kind, obj["metadata"]["name"])).json()
