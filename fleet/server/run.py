@@ -314,6 +314,9 @@ async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes, *,
                             driver=cfg.agent_driver, network_driver=cfg.agent_network,
                             bridge_name=cfg.agent_bridge,
                             cluster_cidr=cfg.cluster_cidr,
+                            # The built-in agent's port drops slow clients as the API does.
+                            keep_alive_timeout=cfg.keep_alive_timeout,
+                            request_body_timeout=cfg.request_body_timeout,
                             # A server that only listens on loopback gets a node that does too.
                             address="127.0.0.1" if cfg.address in ("127.0.0.1", "localhost", "::1") else "")
     await run_agent(agent_cfg, task_status=task_status)
