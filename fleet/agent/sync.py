@@ -35,8 +35,9 @@ import trio
 
 from fleet._core.supervise import object_failed
 from fleet.agent.worker import LABEL_POD_UID, PodWorker, WorkerEnv
+from fleet.api.meta import malformed
 from fleet.client import ApiException
-from fleet.client.informer import malformed, object_key
+from fleet.client.informer import object_key
 from fleet.runtime.driver import ContainerHandle, RuntimeDriverError
 
 log = logging.getLogger(__name__)

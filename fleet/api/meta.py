@@ -94,3 +94,34 @@ def store_key(group: str, plural: str, namespace: str | None, name: str | None =
         return "/".join(parts) + "/"
     parts.append(name)
     return "/".join(parts)
+
+
+def _string_map(value: Any) -> bool:
+    return value is None or (isinstance(value, dict)
+                             and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()))
+
+
+def malformed(obj: Any) -> str | None:
+    """Why `obj` lacks the shape every API object has, or None if it has it.
+
+    Only the envelope shared by all kinds is checked (what typed validation
+    guarantees for new writes; objects stored before it may lack it); what a kind's spec holds is
+    its handlers' business (and their exceptions are caught per event)."""
+    if not isinstance(obj, dict):
+        return f"the object is a {type(obj).__name__}"
+    md = obj.get("metadata")
+    if not isinstance(md, dict):
+        return f"metadata is a {type(md).__name__}"
+    if not isinstance(md.get("name"), str) or not md["name"]:
+        return "metadata.name is not a string"
+    if not isinstance(md.get("namespace") or "", str):
+        return "metadata.namespace is not a string"
+    for field in ("labels", "annotations"):
+        if not _string_map(md.get(field)):
+            return f"metadata.{field} is not a map of strings"
+    if not isinstance(md.get("ownerReferences") or [], list):
+        return "metadata.ownerReferences is not a list"
+    for field in ("spec", "status"):
+        if field in obj and not isinstance(obj[field], dict | None):
+            return f"{field} is a {type(obj[field]).__name__}"
+    return None

@@ -30,6 +30,7 @@ import httpx
 import trio
 
 from fleet._core.supervise import object_failed
+from fleet.api.meta import malformed
 from fleet.client import ApiException, Client
 
 log = logging.getLogger(__name__)
@@ -42,36 +43,6 @@ def object_key(obj: dict[str, Any]) -> str:
     if not isinstance(md, dict):
         return "/"
     return f"{md.get('namespace') or ''}/{md.get('name', '')}"
-
-
-def _string_map(value: Any) -> bool:
-    return value is None or (isinstance(value, dict)
-                             and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()))
-
-
-def malformed(obj: Any) -> str | None:
-    """Why `obj` lacks the shape every API object has, or None if it has it.
-
-    Only the envelope shared by all kinds is checked; what a kind's spec holds is
-    its handlers' business (and their exceptions are caught per event)."""
-    if not isinstance(obj, dict):
-        return f"the object is a {type(obj).__name__}"
-    md = obj.get("metadata")
-    if not isinstance(md, dict):
-        return f"metadata is a {type(md).__name__}"
-    if not isinstance(md.get("name"), str) or not md["name"]:
-        return "metadata.name is not a string"
-    if not isinstance(md.get("namespace") or "", str):
-        return "metadata.namespace is not a string"
-    for field in ("labels", "annotations"):
-        if not _string_map(md.get(field)):
-            return f"metadata.{field} is not a map of strings"
-    if not isinstance(md.get("ownerReferences") or [], list):
-        return "metadata.ownerReferences is not a list"
-    for field in ("spec", "status"):
-        if field in obj and not isinstance(obj[field], dict | None):
-            return f"{field} is a {type(obj[field]).__name__}"
-    return None
 
 
 def kind_of(obj: Any, default: str = "") -> str:

@@ -22,8 +22,9 @@ import httpx
 import trio
 
 from fleet._core.supervise import object_failed
+from fleet.api.meta import malformed
 from fleet.client import ApiException, Client, ClientConfig
-from fleet.client.informer import malformed, object_key
+from fleet.client.informer import object_key
 
 log = logging.getLogger(__name__)
 
