@@ -130,6 +130,10 @@ KINDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "PriorityClass": ("scheduling.k8s.io/v1", "/apis/scheduling.k8s.io/v1/priorityclasses", {"value": 10}),
     "PodDisruptionBudget": ("policy/v1", f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets",
                             {"spec": {"minAvailable": 1, "selector": SELECTOR}}),
+    "events.k8s.io/Event": ("events.k8s.io/v1", f"/apis/events.k8s.io/v1/namespaces/{NS}/events",
+                            {"eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "fleet.dev/x",
+                             "reportingInstance": "x-1", "action": "Test", "reason": "Testing", "type": "Normal",
+                             "regarding": {"kind": "Pod", "name": "p", "namespace": NS}}),
     "HorizontalPodAutoscaler": ("autoscaling/v2", f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers",
                                 {"spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
                                                              "name": "x"}, "maxReplicas": 3}}),
@@ -138,10 +142,15 @@ KINDS: dict[str, tuple[str, str, dict[str, Any]]] = {
 _names = iter(range(10**9))
 
 
-def fresh(kind: str) -> dict[str, Any]:
-    api_version, _, body = KINDS[kind]
-    name = f"{kind.lower()}-{next(_names)}"
-    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, **copy.deepcopy(body)}
+def kind_name(key: str) -> str:
+    return key.rpartition("/")[2]  # "events.k8s.io/Event" → "Event"
+
+
+def fresh(key: str) -> dict[str, Any]:
+    api_version, _, body = KINDS[key]
+    name = f"{kind_name(key).lower()}-{next(_names)}"
+    return {"apiVersion": api_version, "kind": kind_name(key), "metadata": {"name": name},
+            **copy.deepcopy(body)}
 
 
 def item_path(kind: str, name: str) -> str:
@@ -279,7 +288,7 @@ def patch_at(steps: tuple[Step, ...], value: Any) -> dict[str, Any]:
 def _paths_for(kind: str) -> list[tuple[tuple[Step, ...], Any, str, str]]:
     api_version = KINDS[kind][0]
     group, _, version = api_version.rpartition("/")
-    root = schema.root_type(group, version, kind)
+    root = schema.root_type(group, version, kind_name(kind))
     assert root is not None, f"no schema for {kind}"
     return schema_paths(root)
 
