@@ -716,6 +716,19 @@ def test_bad_namespaces_and_resources_are_4xx(api: httpx.Client) -> None:
                  body=json.dumps(obj).encode()), 404)
 
 
+def test_kubectl_patch_status_5_is_422_naming_status(api: httpx.Client, kubectl) -> None:  # type: ignore[no-untyped-def]
+    pod = create_ok(api, "Pod")
+    name = pod["metadata"]["name"]
+    rc, out, err = kubectl("-n", NS, "patch", "pod", name, "--type", "merge", "-p", '{"status": 5}')
+    assert rc != 0, out
+    assert f'The Pod "{name}" is invalid: status: Invalid value: 5: must be of type object' in err, err
+    rc, out, err = kubectl("-n", NS, "patch", "deployment", create_ok(api, "Deployment")["metadata"]["name"],
+                           "--type", "merge", "-p", '{"spec": {"replicas": 2147483648}}')
+    assert rc != 0 and "spec.replicas: Invalid value: 2147483648" in err, err
+    rc, out, err = kubectl("-n", NS, "get", "pod", name, "-o", "json")
+    assert rc == 0 and stable(json.loads(out)) == stable(pod), err
+
+
 # ---------------------------------------------------------------------------
 # Last: the server is fine
 # ---------------------------------------------------------------------------
@@ -739,3 +752,4 @@ def test_zzz_the_server_still_serves(api: httpx.Client, fleet_server) -> None:  
         after = _rss_kib(fleet_server.pid)
         print(f"\nserver RSS before {RSS['before']} KiB, after {after} KiB")
         assert after <= RSS["before"] * 1.2 + 8 * 1024, (RSS["before"], after)
+
