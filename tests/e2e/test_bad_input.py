@@ -38,6 +38,7 @@ from fleet.api import schema, typecheck
 
 NS = "bad-input"
 HIST: Counter[int] = Counter()
+HOSTILE: Counter[int] = Counter()  # the same, for the attacking requests only (not the controls)
 BY_CLASS: Counter[str] = Counter()
 
 
@@ -49,6 +50,8 @@ def api(fleet_server) -> Iterator[httpx.Client]:  # type: ignore[no-untyped-def]
         assert r.status_code == 201, r.text
         yield c
     report = {"requests": sum(HIST.values()), "status": {str(k): v for k, v in sorted(HIST.items())},
+              "hostile_requests": sum(HOSTILE.values()),
+              "hostile_status": {str(k): v for k, v in sorted(HOSTILE.items())},
               "by_class": dict(sorted(BY_CLASS.items()))}
     print("\nbad-input suite:", json.dumps(report))
     out = os.environ.get("FLEET_BAD_INPUT_REPORT")
@@ -65,6 +68,8 @@ def send(c: httpx.Client, what: str, method: str, path: str, *, body: bytes | No
     # the bound is per request (a hang fails the test instead of the suite).
     r = c.request(method, path, content=body, headers=headers, params=params, timeout=timeout)
     HIST[r.status_code] += 1
+    if what != "control":
+        HOSTILE[r.status_code] += 1
     BY_CLASS[what] += 1
     return r
 
