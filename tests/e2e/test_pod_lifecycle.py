@@ -363,6 +363,45 @@ def test_missing_image_err_image_pull(env: tuple[FleetServer, Agent, str]) -> No
     assert st.get("phase") == "Pending" and not _cs(st).get("containerID"), st
 
 
+# -- logs --previous, describe and events through kubectl, on a real container -----------
+@needs_root
+@needs_runc
+@needs_busybox
+@needs_kubectl
+def test_kubectl_logs_previous_describe_and_events_of_a_restarting_pod(
+        env: tuple[FleetServer, Agent, str]) -> None:
+    srv, agent, ns = env
+    # Each run prints a line of its own, then fails: the kubelet rules restart it
+    # with back-off, so the previous run's log is a different line than the current.
+    create(srv, ns, pod("crash", agent.node, ["sh", "-c", "echo run $(date +%s%N); exit 3"], grace=1))
+    wait_until(lambda: _cs(pod_status(srv, ns, "crash")).get("restartCount", 0) >= 1, timeout=60,
+               what="a restart")
+
+    def logs_of_one_restart() -> tuple[str, str] | None:
+        before = _cs(pod_status(srv, ns, "crash")).get("restartCount", 0)
+        previous = _kubectl(srv, "-n", ns, "logs", "crash", "--previous")
+        current = _kubectl(srv, "-n", ns, "logs", "crash")
+        after = _cs(pod_status(srv, ns, "crash")).get("restartCount", 0)
+        return (previous, current) if before == after and current.strip() else None
+
+    previous, current = wait_until(logs_of_one_restart, timeout=60, what="logs of one restart")
+    assert previous.startswith("run ") and current.startswith("run ") and previous != current, (previous, current)
+    last = _cs(pod_status(srv, ns, "crash")).get("lastState", {}).get("terminated", {})
+    assert last.get("exitCode") == 3, last
+
+    def described() -> str | None:
+        out = _kubectl(srv, "-n", ns, "describe", "pod", "crash")
+        return out if "BackOff" in out else None
+
+    out = wait_until(described, timeout=60, what="a BackOff event in kubectl describe")
+    assert "Events:" in out and "Started" in out and "Created" in out, out
+    assert "Back-off restarting failed container" in out, out
+    events = _kubectl(srv, "-n", ns, "get", "events", "--field-selector", "involvedObject.name=crash")
+    for reason in ("Created", "Started", "BackOff"):
+        assert reason in events, events
+    assert "pod/crash" in events, events
+
+
 # -- process driver --------------------------------------------------------------------------
 @pytest.fixture
 def process_cluster(request: pytest.FixtureRequest) -> Iterator[tuple[FleetServer, Agent]]:
