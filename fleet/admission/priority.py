@@ -30,8 +30,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import trio
-
 from fleet.api import errors, meta
 from fleet.api.kinds.scheduling import (
     DEFAULT_PRIORITY_WHEN_NO_DEFAULT_CLASS_EXISTS,
@@ -40,7 +38,8 @@ from fleet.api.kinds.scheduling import (
 )
 from fleet.api.validation import as_int
 from fleet.auth import Attributes, UserInfo
-from fleet.store import DELETED, KeyNotFound, Store, StoreError
+from fleet.store import KeyNotFound, Store
+from fleet.store.watchcache import WatchCache
 
 log = logging.getLogger(__name__)
 
@@ -50,48 +49,14 @@ PREFIX = meta.store_key(GROUP, RESOURCE, None)
 SYSTEM_CLASSES = frozenset(c["metadata"]["name"] for c in system_priority_classes())
 
 
-class ClassCache:
-    """PriorityClasses by name, from a store list + watch (relisted after a watch error)."""
+class ClassCache(WatchCache):
+    """PriorityClasses by name (a `WatchCache`, see fleet/store/watchcache.py)."""
 
     def __init__(self) -> None:
-        self._by_name: dict[str, dict[str, Any]] = {}
-        self.synced = False
-
-    def get(self, name: str) -> dict[str, Any] | None:
-        return self._by_name.get(name)
+        super().__init__(PREFIX)
 
     def all(self) -> list[dict[str, Any]]:
-        return list(self._by_name.values())
-
-    async def run(self, store: Store, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        started = False
-        while True:
-            res = await store.list(PREFIX)
-            # An object without a usable name (a broken write from before validation)
-            # is left out: one bad object must not stop the cache, or the server.
-            self._by_name = {n: o for o in res.items if (n := _name(o))}
-            self.synced = True
-            if not started:
-                task_status.started()
-                started = True
-            try:
-                w = await store.watch(PREFIX, from_revision=res.revision)
-                try:
-                    async for ev in w:
-                        name = _name(ev.obj)
-                        if not name:
-                            continue
-                        if ev.type == DELETED:
-                            self._by_name.pop(name, None)
-                        else:
-                            self._by_name[name] = ev.obj
-                finally:
-                    with trio.CancelScope(shield=True):
-                        await w.aclose()
-            except StoreError:
-                # Overflow or compaction: relist, like any informer.
-                self.synced = False
-                await trio.sleep(0.1)
+        return list(self.values())
 
 
 def forbidden(resource: str, group: str, name: str, why: str) -> errors.Forbidden:
@@ -209,9 +174,3 @@ class Priority:
                             f"PriorityClass {current['metadata']['name']} is already marked as default. "
                             "Only one default can exist")
 
-
-def _name(obj: Any) -> str:
-    """metadata.name, or "" when the stored object has none that is a string."""
-    md = obj.get("metadata") if isinstance(obj, dict) else None
-    name = md.get("name") if isinstance(md, dict) else None
-    return name if isinstance(name, str) else ""

@@ -58,7 +58,8 @@ from fleet.api.registry import KindInfo, Registry
 from fleet.server.http import Req, Resp
 from fleet.server.proxy import agent_address
 from fleet.server.tables import table, wants_table
-from fleet.store import DELETED, KeyNotFound, Store, StoreError
+from fleet.store import KeyNotFound, Store
+from fleet.store.watchcache import WatchCache
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +257,7 @@ class ResourceMetrics:
         self.resolution = resolution
         self.concurrency = concurrency
         self._transport = transport
-        self.nodes: dict[str, dict[str, Any]] = {}  # kept by a store watch
+        self.nodes = WatchCache(NODES_PREFIX)  # kept by a store watch
         self._last: dict[str, NodeScrape] = {}
         self._node_usage: dict[str, Usage] = {}
         self._pods_of: dict[str, dict[PodKey, PodUsage]] = {}
@@ -361,27 +362,7 @@ class ResourceMetrics:
 
     async def _watch_nodes(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                            ) -> None:
-        started = False
-        while True:
-            res = await self.store.list(NODES_PREFIX)
-            self.nodes = {o["metadata"]["name"]: o for o in res.items}
-            if not started:
-                started = True
-                task_status.started()
-            try:
-                w = await self.store.watch(NODES_PREFIX, from_revision=res.revision)
-                try:
-                    async for ev in w:
-                        name = ev.obj["metadata"]["name"]
-                        if ev.type == DELETED:
-                            self.nodes.pop(name, None)
-                        else:
-                            self.nodes[name] = ev.obj
-                finally:
-                    with trio.CancelScope(shield=True):
-                        await w.aclose()
-            except StoreError:
-                await trio.sleep(0.1)  # overflow or compaction: list again
+        await self.nodes.run(self.store, task_status=task_status)
 
     # -- answering ------------------------------------------------------------------------
 
