@@ -422,7 +422,7 @@ class Controller(Protocol):
 class Context:
     client: Client
     informers: InformerFactory
-    events: Any = None  # fleet.controllers.events.EventRecorder, set by the manager
+    events: Any = None  # fleet.client.events.EventRecorder, set by the manager
 
 
 class QueueWorker:
@@ -483,11 +483,11 @@ class Manager:
 
     async def run(self, config: ClientConfig, *,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        from fleet.controllers.events import EventRecorder
+        from fleet.client.events import EventRecorder
 
         async with Client(config, user_agent="fleet-controller-manager") as client:
             ctx = Context(client=client, informers=InformerFactory(client))
-            ctx.events = EventRecorder(client)
+            ctx.events = EventRecorder(client, "fleet-controller-manager", queue_size=2000, senders=2)
             for c in self.controllers:
                 c.setup(ctx)
             async with trio.open_nursery() as n:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +48,7 @@ import trio
 from fleet._core.supervise import object_failed
 from fleet.api import meta
 from fleet.client import STRATEGIC_MERGE_PATCH, ApiException, Client, ClientConfig
+from fleet.client.events import EventRecorder
 from fleet.client.fast import FastConnection
 from fleet.client.informer import Informer
 from fleet.client.rest import ssl_context
@@ -73,10 +73,11 @@ class SchedulerConfig:
     max_backoff: float = 10.0
     unschedulable_timeout: float = 300.0
     parallel_binds: int = 16
-    # Scheduled events wait here for a sender; beyond it they are dropped (binding
-    # comes first), as client-go's event broadcaster drops when its queue is full.
-    event_queue: int = 2000
-    event_senders: int = 2
+    # Scheduled events wait here for a sender (binding comes first); the queue is
+    # deep enough for every pod of a burst of thousands, so none is dropped below
+    # the recorder's per-pod rate limit (drops are counted, see fleet/client/events.py).
+    event_queue: int = 100_000
+    event_senders: int = 4
     percentage_of_nodes_to_score: int = 0  # 0: Kubernetes' adaptive default
 
 
@@ -98,11 +99,9 @@ class Scheduler:
         # closes connections (a TLS handshake per bind) — at hundreds of binds per
         # second that cost more CPU than the scheduling itself.
         self._bind_clients = list(bind_clients or [])
-        self._event_clients = list(event_clients or [])
-        self._event_send, self._event_recv = trio.open_memory_channel[tuple[Any, ...]](
-            (cfg or SchedulerConfig()).event_queue)
-        self.events_dropped = 0
         self.cfg = cfg or SchedulerConfig()
+        self.events = EventRecorder(client, self.cfg.scheduler_name, queue_size=self.cfg.event_queue,
+                                    senders=self.cfg.event_senders, sender_clients=list(event_clients or []))
         self.framework = framework or default_framework(self.cfg)
         self.snapshot = Snapshot()
         self.queue = SchedulingQueue(initial_backoff=self.cfg.initial_backoff,
@@ -110,7 +109,6 @@ class Scheduler:
                                      unschedulable_timeout=self.cfg.unschedulable_timeout)
         self.pending: dict[str, dict[str, Any]] = {}  # unbound pods we are responsible for
         self.assumed: dict[str, str] = {}  # pod key -> node, bound by us but not yet seen bound
-        self._last_event: dict[str, tuple[str, str, int]] = {}  # pod key -> (event, message, count)
         self._bind_slots = trio.Semaphore(self.cfg.parallel_binds)
         self._cycle_failures: dict[str, int] = {}  # pod key -> scheduling cycles that raised
 
@@ -156,7 +154,7 @@ class Scheduler:
             self.assumed.pop(key, None)
             self.pending.pop(key, None)
             self.queue.delete(key)
-            self._last_event.pop(key, None)
+            self.events.forget(str((pod.get("metadata") or {}).get("uid") or ""))
             self._cycle_failures.pop(key, None)
             self.framework.nominate(pod, None)
             if (pod.get("spec") or {}).get("nodeName"):
@@ -172,7 +170,6 @@ class Scheduler:
         if bound or is_terminated(new):
             self.pending.pop(key, None)
             self.queue.delete(key)
-            self._last_event.pop(key, None)
             self.framework.nominate(new, None)
             if old is not None and not is_terminated(old) and is_terminated(new):
                 self.queue.move_all()
@@ -200,9 +197,7 @@ class Scheduler:
             self.snapshot.pvcs_synced = True  # VolumeBinding may judge claims from now on
             await nursery.start(Informer(self.client, "v1", "pods", self.on_pod,
                                          field_selector=ACTIVE_PODS, component=me).run)
-            for i in range(self.cfg.event_senders):
-                c = self._event_clients[i % len(self._event_clients)] if self._event_clients else self.client
-                nursery.start_soon(self._send_events, c)
+            await nursery.start(self.events.run)
             task_status.started()
             while True:
                 await self.schedule_one(nursery)
@@ -280,7 +275,7 @@ class Scheduler:
             self._bind_slots.release()
         self.queue.done(key)
         self.pending.pop(key, None)
-        self._event_soon(pod, "Normal", "Scheduled",
+        self.events.record(pod, "Normal", "Scheduled",
                          f"Successfully assigned {md['namespace']}/{md['name']} to {node}")
 
     # -- preemption --------------------------------------------------------------
@@ -301,7 +296,7 @@ class Scheduler:
             log.info("nominating %s to %s failed: %s", key, nomination.node, e)
         for victim in nomination.victims:
             vmd = victim["metadata"]
-            self._event_soon(victim, "Normal", "Preempted",
+            self.events.record(victim, "Normal", "Preempted",
                              f"Preempted by pod {md.get('uid')} on node {nomination.node}")
             try:
                 await self.client.delete("v1", "pods", vmd["name"], vmd["namespace"],
@@ -314,21 +309,9 @@ class Scheduler:
     async def record_unschedulable(self, pod: dict[str, Any], message: str) -> None:
         """A FailedScheduling event (repeats counted on one event) and PodScheduled=False."""
         key = pod_key(pod)
-        last = self._last_event.get(key)
         md = pod["metadata"]
-        if last is not None and last[1] == message:
-            name, _, count = last
-            try:
-                await self.client.patch("v1", "events", name, {
-                    "count": count + 1, "lastTimestamp": meta.now_rfc3339()}, namespace=md["namespace"])
-                self._last_event[key] = (name, message, count + 1)
-            except (ApiException, httpx.HTTPError) as e:
-                log.info("updating event %s failed: %s", name, e)
-                self._last_event.pop(key, None)
-        else:
-            name = await self._event(pod, "Warning", "FailedScheduling", message)
-            if name:
-                self._last_event[key] = (name, message, 1)
+        # The recorder correlates a repeat of the same message into one event's count.
+        self.events.record(pod, "Warning", "FailedScheduling", message)
         for c in (pod.get("status") or {}).get("conditions") or []:
             if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("message") == message:
                 return
@@ -340,42 +323,6 @@ class Scheduler:
                                     STRATEGIC_MERGE_PATCH, md["namespace"], subresource="status")
         except (ApiException, httpx.HTTPError) as e:
             log.info("setting PodScheduled on %s failed: %s", key, e)
-
-    def _event_soon(self, pod: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        """Queue an event for the senders; dropped (and counted) if the queue is full."""
-        try:
-            self._event_send.send_nowait((pod, etype, reason, message))
-        except trio.WouldBlock:
-            self.events_dropped += 1
-            if self.events_dropped % 1000 == 1:
-                log.warning("event queue full: %d event(s) dropped so far", self.events_dropped)
-
-    async def _send_events(self, client: Client) -> None:
-        async for pod, etype, reason, message in self._event_recv:
-            await self._event(pod, etype, reason, message, client)
-
-    async def _event(self, pod: dict[str, Any], etype: str, reason: str, message: str,
-                     client: Client | None = None) -> str | None:
-        md = pod["metadata"]
-        now = meta.now_rfc3339()
-        name = f"{md['name']}.{uuid.uuid4().hex[:16]}"
-        event = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": md["namespace"]},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": md["namespace"],
-                               "name": md["name"], "uid": md.get("uid"),
-                               "resourceVersion": md.get("resourceVersion")},
-            "reason": reason, "message": message, "type": etype,
-            "source": {"component": self.cfg.scheduler_name},
-            "reportingComponent": self.cfg.scheduler_name, "reportingInstance": self.cfg.scheduler_name,
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        }
-        try:
-            await (client or self.client).create("v1", "events", event, md["namespace"])
-        except (ApiException, httpx.HTTPError) as e:
-            log.info("recording %s event for %s failed: %s", reason, pod_key(pod), e)
-            return None
-        return name
 
 
 def default_framework(cfg: SchedulerConfig) -> Framework:

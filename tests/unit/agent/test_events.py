@@ -109,7 +109,7 @@ async def test_bump_of_expired_event_creates_a_new_one() -> None:
 
 async def test_rate_limit_per_pod(autojump: trio.testing.MockClock) -> None:
     c = FakeClient()
-    rec = EventRecorder(c, "n", burst=25, refill_seconds=5.0)
+    rec = EventRecorder(c, "n", burst=25, refill_seconds=5.0, aggregate_after=100)  # rate limit alone
     for i in range(40):
         await rec.record(POD, "Warning", "BackOff", f"m{i}")
     assert len(c.created) == 25
