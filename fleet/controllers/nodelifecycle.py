@@ -87,7 +87,6 @@ import datetime as _dt
 import logging
 import math
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -98,6 +97,7 @@ import trio
 
 from fleet._core.supervise import object_failed
 from fleet.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiException, Client, ClientConfig
+from fleet.client.events import EventRecorder
 from fleet.client.informer import Informer, object_key
 from fleet.scheduler.plugins.taint_toleration import toleration_matches
 
@@ -648,8 +648,31 @@ class ApiCluster:
     async def create_event(self, namespace: str, event: dict[str, Any]) -> None:
         await self.client.create("v1", "events", event, namespace)
 
+    async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        await self.client.patch("v1", "events", name, patch, MERGE_PATCH, namespace)
+
 
 RETRYABLE = (ApiException, httpx.HTTPError, OSError)
+
+
+class _EventSink:
+    """What the shared event recorder writes through: the controller's `ClusterAPI`.
+
+    Repeats are bumped with `patch_event` where the API offers it; without it a
+    repeat is written as a new event (the recorder's answer to a 404)."""
+
+    def __init__(self, api: ClusterAPI) -> None:
+        self.api = api
+
+    async def create(self, api_version: str, plural: str, body: dict[str, Any], namespace: str) -> None:
+        await self.api.create_event(namespace, body)
+
+    async def patch(self, api_version: str, plural: str, name: str, body: dict[str, Any], ctype: str,
+                    namespace: str | None = None) -> None:
+        patch_event = getattr(self.api, "patch_event", None)
+        if patch_event is None:
+            raise ApiException({"reason": "NotFound", "message": "no event patches here"}, 404)
+        await patch_event(namespace or "default", name, body)
 
 
 @dataclass
@@ -657,15 +680,6 @@ class Eviction:
     node: str
     deadline: float  # trio time
     in_flight: bool = False
-
-
-@dataclass
-class _Event:
-    obj: dict[str, Any]
-    type: str
-    reason: str
-    message: str
-    component: str
 
 
 @dataclass
@@ -717,7 +731,11 @@ class NodeLifecycleController:
         self._wake_tainter = trio.Event()
         self._wake_evictor = trio.Event()
         self._evict_send, self._evict_recv = trio.open_memory_channel[str](math.inf)
-        self._event_send, self._event_recv = trio.open_memory_channel[_Event](10000)
+        # One shared recorder per reporting component (node-controller and
+        # taint-eviction-controller sign their events differently).
+        self._sink = _EventSink(api)
+        self._recorders = {c: EventRecorder(self._sink, c, queue_size=10000, senders=2)
+                           for c in (NODE_CONTROLLER, TAINT_EVICTION_CONTROLLER)}
         self._write_limiter = trio.CapacityLimiter(max(1, self.cfg.write_concurrency))
         self._retry_at = math.inf
 
@@ -885,38 +903,16 @@ class NodeLifecycleController:
 
     # -- events ---------------------------------------------------------------------------
     def _emit(self, obj: dict[str, Any], etype: str, reason: str, message: str, component: str) -> None:
-        try:
-            self._event_send.send_nowait(_Event(obj, etype, reason, message, component))
-        except trio.WouldBlock:
-            log.debug("node lifecycle: event queue full; dropping %s %s", reason, message)
-
-    async def _event_writer(self) -> None:
-        async for ev in self._event_recv:
-            md = ev.obj.get("metadata") or {}
-            namespace = md.get("namespace") or "default"
-            stamp = rfc3339(self.wall())
-            body = {
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"name": f"{md.get('name')}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
-                "involvedObject": {"apiVersion": ev.obj.get("apiVersion") or "v1",
-                                   "kind": ev.obj.get("kind") or "", "name": md.get("name"),
-                                   "namespace": md.get("namespace"), "uid": md.get("uid"),
-                                   "resourceVersion": md.get("resourceVersion")},
-                "reason": ev.reason, "message": ev.message, "type": ev.type,
-                "source": {"component": ev.component},
-                "reportingComponent": ev.component, "reportingInstance": ev.component,
-                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-            }
-            try:
-                await self.api.create_event(namespace, body)
-            except RETRYABLE as e:
-                log.info("node lifecycle: recording event %s failed: %s", ev.reason, e)
+        if not obj.get("kind"):
+            obj = {**obj, "apiVersion": "v1", "kind": "Pod"}
+        self._recorders[component].record(obj, etype, reason, message)
 
     # -- the loops -----------------------------------------------------------------------
     async def run_loops(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Monitor, tainter, evictor and event writer, until cancelled (caches filled first)."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._event_writer)
+            for recorder in self._recorders.values():
+                await nursery.start(recorder.run)
             for _ in range(max(1, self.cfg.eviction_workers)):
                 nursery.start_soon(self._eviction_worker)
             nursery.start_soon(self._evictor)
