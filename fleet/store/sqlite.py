@@ -58,7 +58,6 @@ import os
 import queue
 import sqlite3
 import struct
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -67,6 +66,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from fleet.api import writes
 from fleet.api.meta import now_rfc3339
 from fleet.store.base import (
     ADDED,
@@ -145,19 +145,6 @@ def _dump(obj: Any) -> str:
     # ensure_ascii stays on: a lone surrogate would otherwise fail the UTF-8
     # encode inside SQLite and take the whole batch down with it.
     return json.dumps(obj, separators=(",", ":"))
-
-
-def _meta_of(obj: dict[str, Any]) -> dict[str, Any]:
-    md = obj.get("metadata")
-    if not isinstance(md, dict):
-        md = {}
-        obj["metadata"] = md
-    return md
-
-
-def _spec_view(obj: dict[str, Any]) -> dict[str, Any]:
-    """What `generation` tracks: everything except metadata and status."""
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
 
 def prefix_range(prefix: str) -> tuple[str, str | None]:
@@ -429,18 +416,7 @@ class _Engine:
         new = _clone(req.obj)
         if not isinstance(new, dict):
             raise TypeError("a stored object must be a JSON object")
-        md = _meta_of(new)
-        # A new object is never being deleted (Kubernetes clears these too).
-        md.pop("deletionTimestamp", None)
-        md.pop("deletionGracePeriodSeconds", None)
-        # A caller may assign the uid up front (the API server does, so that
-        # defaulting can derive from it, e.g. a Job's controller-uid selector);
-        # anything that is not a canonical UUID is replaced.
-        if not _is_uuid(md.get("uid")):
-            md["uid"] = str(uuid.uuid4())
-        md["creationTimestamp"] = now_rfc3339()
-        md["generation"] = 1
-        md["resourceVersion"] = str(rev)
+        writes.prepare_create(new, rev, now_rfc3339())
         ev = self._append(key, "created", rev, None, new, None, overlay)
         req.result = new
         return ev
@@ -459,37 +435,7 @@ class _Engine:
         new = _clone(req.obj)
         if not isinstance(new, dict):
             raise TypeError("a stored object must be a JSON object")
-        md = _meta_of(new)
-        omd = old.get("metadata") or {}
-        for name in ("uid", "creationTimestamp"):
-            if name in omd:
-                md[name] = omd[name]
-            else:
-                md.pop(name, None)
-        was_deleting = bool(omd.get("deletionTimestamp"))
-        if was_deleting:
-            # Deletion is one-way: an update can never resurrect the object.
-            md["deletionTimestamp"] = omd["deletionTimestamp"]
-            if "deletionGracePeriodSeconds" in omd:
-                md["deletionGracePeriodSeconds"] = omd["deletionGracePeriodSeconds"]
-        generation = omd.get("generation")
-        if not isinstance(generation, int):
-            generation = 1
-        if _spec_view(new) != _spec_view(old) or (md.get("deletionTimestamp") and not was_deleting):
-            generation += 1
-        md["generation"] = generation
-        md["resourceVersion"] = str(rev)
-        # Only the update that removes the *last* finalizer completes a deletion;
-        # an object marked for deletion without finalizers (a Terminating
-        # namespace, a pod in its grace period) stays until it is deleted.  A pod
-        # still in its grace period stays even then: its node has not confirmed
-        # the containers stopped (Kubernetes requires deletionGracePeriodSeconds 0).
-        removed = (
-            bool(md.get("deletionTimestamp"))
-            and not md.get("finalizers")
-            and bool(omd.get("finalizers"))
-            and not md.get("deletionGracePeriodSeconds")
-        )
+        removed = writes.prepare_update(new, old, rev)
         ev = self._append(
             req.key, "deleted" if removed else "updated", rev, old_rev, new, old, overlay
         )
@@ -513,25 +459,12 @@ class _Engine:
                 f"{req.key}: expected uid {req.expected_uid}, stored {omd.get('uid')}"
             )
         new = _clone(old)
-        md = _meta_of(new)
-        if omd.get("finalizers"):
-            if omd.get("deletionTimestamp") and omd.get("deletionGracePeriodSeconds") == 0:
-                # Already marked: nothing to write, nothing to tell watchers.
-                req.result = (new, False)
-                return None
-            if not md.get("deletionTimestamp"):
-                md["deletionTimestamp"] = now_rfc3339()
-                generation = md.get("generation")
-                md["generation"] = (generation if isinstance(generation, int) else 1) + 1
-            md["deletionGracePeriodSeconds"] = 0
-            md["resourceVersion"] = str(rev)
-            ev = self._append(req.key, "updated", rev, old_rev, new, old, overlay)
-            req.result = (new, False)
-            return ev
-        md["resourceVersion"] = str(rev)
-        ev = self._append(req.key, "deleted", rev, old_rev, new, old, overlay)
-        req.result = (new, True)
-        return ev
+        step = writes.prepare_delete(new, rev, now_rfc3339())
+        req.result = (new, step.removed)
+        if not step.write:
+            return None  # already marked: nothing to write, nothing to tell watchers
+        return self._append(req.key, "deleted" if step.removed else "updated", rev, old_rev, new, old,
+                            overlay)
 
     # ---- compaction and checkpoints
 
@@ -583,13 +516,6 @@ class _Engine:
 
 # --------------------------------------------------------------------------
 # Watches
-
-
-def _is_uuid(value: Any) -> bool:
-    try:
-        return isinstance(value, str) and str(uuid.UUID(value)) == value
-    except ValueError:
-        return False
 
 
 class SqliteWatch:
