@@ -101,6 +101,9 @@ class KindInfo:
     # For kinds served at several versions (events.k8s.io/v1 Event vs v1 Event)
     # the storage plural/group the objects live under, if different.
     storage_group: str | None = None
+    # Strategy: whether a create keeps the client's `status` (kube-apiserver's
+    # nodeStrategy does; every other kind's PrepareForCreate drops it).
+    status_on_create: bool = False
 
     @property
     def api_version(self) -> str:

@@ -36,7 +36,9 @@ from fleet.api.registry import Registry
 from fleet.auth import Attributes, Authenticator, Authorizer, UserInfo
 from fleet.server import discovery
 from fleet.server.drain import NodeMaintenance
-from fleet.server.hpa_v1 import AutoscalingV1, is_v1
+from fleet.server.hpa_v1 import GROUP as HPA_GROUP
+from fleet.server.hpa_v1 import PLURAL as HPA_PLURAL
+from fleet.server.hpa_v1 import AutoscalingV1
 from fleet.server.http import Req, Resp, dumps, split_raw_path
 from fleet.server.limits import DEFAULT_BODY_TIMEOUT
 from fleet.server.metrics import Metrics
@@ -107,6 +109,18 @@ class APIServer:
         self.resource_metrics = resource_metrics or ResourceMetrics(store, registry, agent_token)
         # autoscaling/v1 horizontalpodautoscalers: the stored v2 objects, converted.
         self.hpa_v1 = AutoscalingV1(resources, registry, watches)
+        # Resources served by their own handler instead of the generic REST one (the
+        # per-resource rest.Storage of kube-apiserver), as a table rather than
+        # branches: Fleet's node maintenance subresources, metrics.k8s.io (served
+        # from scraped readings, never stored) and autoscaling/v1 HPAs (the stored
+        # v2 objects, converted).
+        self.resource_handlers: dict[tuple[str, str, str, str], Any] = {
+            ("", "v1", "nodes", "drain"): self._maintenance,
+            ("", "v1", "nodes", "schedulable"): self._maintenance,
+            (HPA_GROUP, "v1", HPA_PLURAL, ""): self._hpa_v1,
+        }
+        for m in registry.in_group_version("metrics.k8s.io", "v1beta1"):
+            self.resource_handlers[(m.group, m.version, m.plural, "")] = self._metrics
         self.ready = True
 
     async def handle(self, req: Req) -> tuple[Resp, str, str]:
@@ -239,13 +253,9 @@ class APIServer:
             raise errors.Forbidden(self.forbidden_message(req.user, verb, info.plural, info.group,
                                                           route.namespace, decision.reason))
         user = req.user
-        if route.subresource in ("drain", "schedulable"):
-            return await self.maintenance.handle(route, req, verb), verb, resource
-        if route.group == "metrics.k8s.io" and verb in ("get", "list"):
-            return (await self.resource_metrics.serve(info, route.namespace, route.name, req),
-                    verb, resource)
-        if is_v1(route):
-            return await self.hpa_v1.handle(req, route, verb, user), verb, resource
+        special = self.resource_handlers.get((route.group, route.version, route.plural, route.subresource))
+        if special is not None:
+            return await special(req, route, verb, user, info), verb, resource
         if verb == "watch":
             return await watch(api, info, route, req, self.watches, sse=route.sse_watch), verb, resource
         if verb == "get":
@@ -261,6 +271,17 @@ class APIServer:
         if verb == "delete":
             return await api.delete(info, route, req, user), verb, resource
         return await api.delete_collection(info, route, req, user), verb, resource
+
+    async def _maintenance(self, req: Req, route: Route, verb: str, user: UserInfo, info: Any) -> Resp:
+        return await self.maintenance.handle(route, req, verb)
+
+    async def _metrics(self, req: Req, route: Route, verb: str, user: UserInfo, info: Any) -> Resp:
+        if verb not in ("get", "list"):
+            raise errors.MethodNotAllowed(f"{verb} is not supported on {info.plural}.{info.group}")
+        return await self.resource_metrics.serve(info, route.namespace, route.name, req)
+
+    async def _hpa_v1(self, req: Req, route: Route, verb: str, user: UserInfo, info: Any) -> Resp:
+        return await self.hpa_v1.handle(req, route, verb, user)
 
     async def agent_subresource(self, req: Req, route: Route, method: str) -> tuple[Resp, str, str]:
         """pods/log (GET, streamed) and the SPDY form of pods/exec|attach (POST, refused).

@@ -2,11 +2,14 @@
 
 A request path is parsed into a `Route` (group, version, namespace, plural,
 name, subresource); the kind's `KindInfo` then drives everything: defaulting,
-validation, tables, scale, status.  The only per-kind code paths are real
-subresources (`status`, `scale`, `binding`, `eviction`; drain.py serves the
-nodes' `drain` and `schedulable`), graceful pod deletion, and namespace
-lifecycle (a namespace delete starts finalization instead of removing the
-object at once).
+validation, tables, scale, status.  What differs per kind is a strategy, never
+a branch on a kind's name: fields of the `KindInfo` (e.g. `status_on_create`),
+and two tables on `ResourceAPI` — the POSTed subresources (`pods/binding`,
+`pods/eviction`) and the kinds whose DELETE is their own (a namespace starts
+finalization instead of being removed at once); graceful pod deletion is
+deletion.py's pod strategy.  Resources served by a handler of their own
+(nodes' `drain`/`schedulable`, metrics.k8s.io, autoscaling/v1) are a table in
+app.py.
 
 Every handler follows the pipeline order of kube-apiserver: decode → default
 → mutating admission → validate → validating admission → store.
@@ -218,6 +221,17 @@ class ResourceAPI:
         self._ns_finalizer = namespace_finalizer
         # The disruption-budget seam of the eviction subresource (see eviction.py).
         self.budgets = eviction.DisruptionBudgets(store, registry)
+        # Per-kind strategies as tables (Kubernetes' rest.Storage per resource), so
+        # the generic handlers below never branch on a kind's name: the POSTed
+        # subresources by (group, plural, subresource), and the kinds whose
+        # DELETE is not the generic one (a namespace starts finalization).
+        self.create_subresources: dict[tuple[str, str, str], Any] = {
+            ("", "pods", "binding"): self.bind,
+            ("", "pods", "eviction"): self.evict,
+        }
+        self.delete_strategies: dict[tuple[str, str], Any] = {
+            ("", "namespaces"): self._delete_namespace,
+        }
 
     # ----------------------------------------------------------------- helpers
     def kind_for(self, route: Route) -> KindInfo:
@@ -457,10 +471,9 @@ class ResourceAPI:
 
     # ------------------------------------------------------------------- write
     async def create(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
-        if route.subresource == "binding":
-            return await self.bind(info, route, req, user)
-        if route.subresource == "eviction":
-            return await self.evict(info, route, req, user)
+        handler = self.create_subresources.get((info.group, info.plural, route.subresource))
+        if handler is not None and route.name is not None:
+            return await handler(info, route, req, user)
         if route.name is not None:
             raise errors.MethodNotAllowed(f"POST is not supported on a named {info.kind}")
         decoded = decode_request(req)
@@ -488,7 +501,7 @@ class ResourceAPI:
             md["name"] = str(md["generateName"]) + random_suffix()
         # Assigned before defaulting: some defaults derive from it (a Job's selector).
         md["uid"] = str(uuid.uuid4())
-        if info.has_status and info.kind != "Node":
+        if info.has_status and not info.status_on_create:
             obj.pop("status", None)
         if info.default is not None:
             info.default(obj)
@@ -822,8 +835,9 @@ class ResourceAPI:
         attrs = Attributes("delete", info.group, info.version, info.plural, "", route.namespace or "",
                            route.name, dry_run)
         await self.admission.admit(attrs, user, None, old)
-        if info.kind == "Namespace" and not info.group:
-            return await self._delete_namespace(info, route, old, opts, dry_run=dry_run)
+        strategy = self.delete_strategies.get((info.group, info.plural))
+        if strategy is not None:
+            return await strategy(info, route, old, opts, dry_run=dry_run)
         obj, code = await self.delete_object(info, route, old, opts, dry_run=dry_run)
         return Resp.json(code, obj, warning_headers(deletion.warnings_for(info, opts)))
 

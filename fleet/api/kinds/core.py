@@ -190,6 +190,7 @@ def validate_node(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause
 
 NODE = KindInfo(
     group="", version="v1", kind="Node", plural="nodes", singular="node",
+    status_on_create=True,
     namespaced=False, short_names=("no",),
     # drain and schedulable are Fleet's node maintenance subresources (fleet/server/drain.py).
     subresources=("status", "drain", "schedulable"),

@@ -1,0 +1,60 @@
+"""Per-kind strategies are data, not branches: KindInfo fields and the handler tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.server.http import Resp
+from fleet.testing.apiserver import open_api
+
+
+@pytest.fixture
+async def api(tmp_path):
+    async with open_api(tmp_path) as a:
+        yield a
+
+
+async def test_status_on_create_is_the_kinds_strategy(api) -> None:
+    code, node = await api.json("POST", "/api/v1/nodes", {"metadata": {"name": "n1"},
+                                                          "status": {"capacity": {"cpu": "2"}}})
+    assert code == 201 and node["status"]["capacity"] == {"cpu": "2"}
+    code, cm = await api.json("POST", "/api/v1/namespaces/default/services", {
+        "metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}})
+    assert code == 201 and not (cm.get("status") or {}).get("loadBalancer", {}).get("ingress")
+
+
+async def test_delete_strategy_table_decides_the_delete(api) -> None:
+    calls = []
+
+    async def custom(info, route, old, opts, *, dry_run):  # type: ignore[no-untyped-def]
+        calls.append(route.name)
+        return Resp.json(200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}})
+
+    api.server.resources.delete_strategies[("", "configmaps")] = custom
+    assert (await api.json("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "c"}}))[0] == 201
+    assert (await api.json("DELETE", "/api/v1/namespaces/default/configmaps/c"))[0] == 200
+    assert calls == ["c"]
+    assert (await api.json("GET", "/api/v1/namespaces/default/configmaps/c"))[0] == 200  # custom kept it
+    # The namespace strategy: a delete starts finalization (Terminating), not a removal.
+    assert (await api.json("POST", "/api/v1/namespaces", {"metadata": {"name": "gone"}}))[0] == 201
+    code, ns = await api.json("DELETE", "/api/v1/namespaces/gone")
+    assert code == 200 and ns["status"]["phase"] == "Terminating"
+
+
+async def test_create_subresource_table_dispatches_posts(api) -> None:
+    assert set(api.server.resources.create_subresources) == {("", "pods", "binding"), ("", "pods", "eviction")}
+    assert (await api.json("POST", "/api/v1/namespaces/default/pods", {
+        "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}))[0] == 201
+    code, _ = await api.json("POST", "/api/v1/namespaces/default/pods/p/binding", {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"name": "n1"}})
+    assert code == 201
+    assert (await api.json("GET", "/api/v1/namespaces/default/pods/p"))[1]["spec"]["nodeName"] == "n1"
+
+
+async def test_resource_handler_table_serves_special_resources(api) -> None:
+    table = api.server.resource_handlers
+    assert ("", "v1", "nodes", "drain") in table and ("autoscaling", "v1", "horizontalpodautoscalers", "") in table
+    assert ("metrics.k8s.io", "v1beta1", "pods", "") in table
+    code, body = await api.json("GET", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods")
+    assert code == 200 and body["kind"] == "PodMetricsList"
