@@ -36,6 +36,7 @@ import trio
 
 from fleet.agent.config import AgentConfig
 from fleet.client import MERGE_PATCH, ApiException, Client
+from fleet.client.errors import explain
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +264,7 @@ class NodeAgent:
                 return await self._register_once()
             except RETRYABLE as e:
                 log.warning("registering node %s failed (%s); retrying in %.1fs",
-                            self.cfg.node_name, e, backoff)
+                            self.cfg.node_name, explain(e), backoff)
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
 
@@ -366,7 +367,7 @@ class NodeAgent:
                 await self.renew_lease_once()
                 delay = self.cfg.heartbeat
             except RETRYABLE as e:
-                log.warning("renewing the node lease failed: %s", e)
+                log.warning("renewing the node lease failed: %s", explain(e))
                 delay = min(self.cfg.heartbeat, 2.0)
             await trio.sleep(delay)
 
@@ -390,6 +391,6 @@ class NodeAgent:
                     log.warning("node %s was deleted; registering again", self.cfg.node_name)
                     await self.register()
                 else:
-                    log.warning("updating node status failed: %s", e)
+                    log.warning("updating node status failed: %s", explain(e))
             except RETRYABLE as e:
-                log.warning("updating node status failed: %s", e)
+                log.warning("updating node status failed: %s", explain(e))

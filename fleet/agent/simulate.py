@@ -109,6 +109,7 @@ from fleet.agent.node import (
 from fleet.agent.status import ContainerView, build_pod_status
 from fleet.api.meta import now_rfc3339
 from fleet.client import MERGE_PATCH, ApiException, Client, ClientConfig, resource_path
+from fleet.client.errors import explain
 from fleet.client.rest import ssl_context
 
 log = logging.getLogger(__name__)
@@ -784,7 +785,7 @@ class Simulator:
                 return
             except RETRYABLE as e:
                 self._throttle.warn("register", "simulator: registering node %s failed: %s",
-                                    node.name, e)
+                                    node.name, explain(e))
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
 

@@ -34,6 +34,7 @@ import fleet
 from fleet.cli import printing
 from fleet.client.apply import ApplyError, ApplyFailed, apply_object
 from fleet.client.discovery import APIResource, ResourceNotFound, in_category
+from fleet.client.errors import explain
 from fleet.client.kubeconfig import ClientConfig, KubeconfigError, load_kubeconfig
 from fleet.client.manifests import ManifestError, load_manifests
 from fleet.client.rest import TABLE_ACCEPT, ApiException, Client, ssl_context
@@ -90,16 +91,6 @@ class Session:
     namespace: str
 
 
-def _cause_text(exc: BaseException) -> str:
-    """The first non-empty message along the cause chain (TLS errors hide in there)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if str(seen):
-            return str(seen)
-        seen = seen.__cause__ or seen.__context__
-    return type(exc).__name__
-
-
 def _unwrap(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
@@ -132,7 +123,7 @@ def _run(g: Globals | None, fn: Callable[[Client, Session], Awaitable[int]]) -> 
         elif isinstance(exc, ResourceNotFound | ManifestError | ApplyError):
             _err(f"error: {exc}")
         elif isinstance(exc, httpx.TransportError):
-            _err(f"Unable to connect to the server at {config.server}: {_cause_text(exc)}")
+            _err(f"Unable to connect to the server at {config.server}: {explain(exc)}")
         elif isinstance(exc, KeyboardInterrupt):
             return 130
         else:
