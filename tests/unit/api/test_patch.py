@@ -489,13 +489,13 @@ def _json(nulls: bool) -> st.SearchStrategy[Any]:
     )
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(_json(nulls=True), _json(nulls=False))
 def test_create_merge_patch_round_trips(a: Any, b: Any) -> None:
     assert json_merge_patch(a, create_merge_patch(a, b)) == b
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_keys, _json(nulls=True), max_size=4),
        st.dictionaries(_keys, _json(nulls=True), max_size=4))
 def test_strategic_merge_with_empty_schema_is_json_merge(doc: dict[str, Any],
@@ -547,7 +547,7 @@ def _contains(have: Any, want: Any, node: Any) -> bool:
     return json_equal(have, want)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.one_of(st.none(), _objects(nulls=False)), _objects(nulls=False),
        _objects(nulls=True))
 def test_three_way_patch_reaches_modified(original: dict[str, Any] | None,

@@ -256,7 +256,7 @@ _selectors = st.lists(_requirements(), max_size=5).map(LabelSelector.of)
 _label_maps = st.dictionaries(_label_keys, _label_values, max_size=5)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(_selectors)
 def test_label_selector_string_round_trip(sel: LabelSelector) -> None:
     assert parse_label_selector(str(sel)) == sel
@@ -281,7 +281,7 @@ def _reference_matches(sel: LabelSelector, labels: dict[str, str]) -> bool:
     return True
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(_selectors, _label_maps)
 def test_label_selector_matches_reference(sel: LabelSelector, labels: dict[str, str]) -> None:
     assert sel.matches(labels) is _reference_matches(sel, labels)
@@ -289,7 +289,7 @@ def test_label_selector_matches_reference(sel: LabelSelector, labels: dict[str, 
     assert parse_label_selector(str(sel)).matches(labels) is _reference_matches(sel, labels)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.dictionaries(_label_keys, _label_values, max_size=4), _label_maps)
 def test_match_labels_dict_agrees_with_string(match: dict[str, str],
                                               labels: dict[str, str]) -> None:
