@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleet.api import images
 from fleet.api.errors import BadRequest
 from fleet.api.quantity import QuantityError, int_value, milli_value
 from fleet.api.selectors import (
@@ -207,30 +208,15 @@ def normalize_image_name(name: str) -> str:
     `nginx`, `nginx:latest`, `library/nginx` and `docker.io/library/nginx:latest`
     all name the same image; the kubelet reports the long form in
     `node.status.images` while pods usually use the short one.  kube-scheduler
-    only appends `:latest` (and misses the other spellings, as its own
-    comments note); we also add the default registry and the `library/` namespace
-    as Docker's reference grammar does.  A digest reference keeps its digest
-    and gets no tag.
+    only appends `:latest` (and misses the other spellings, as its own comments
+    note); this uses the agent's own rule (`fleet.api.images`), so what a node
+    reports and what a pod asks for normalize alike.  A name that is not a valid
+    reference is only stripped: it matches nothing but itself.
     """
-    name = name.strip()
-    if not name:
-        return name
-    digest = ""
-    if "@" in name:
-        name, digest = name.split("@", 1)
-        digest = "@" + digest
-    first, sep, rest = name.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        domain, path = first, rest
-    else:
-        domain, path = "docker.io", name
-    if domain in ("index.docker.io", "registry-1.docker.io"):
-        domain = "docker.io"
-    if domain == "docker.io" and "/" not in path:
-        path = "library/" + path
-    if not digest and ":" not in path.rsplit("/", 1)[-1]:
-        path += ":latest"
-    return f"{domain}/{path}{digest}"
+    try:
+        return images.normalize(name.strip())
+    except images.InvalidReference:
+        return name.strip()
 
 
 def node_images(node: dict[str, Any]) -> dict[str, int]:

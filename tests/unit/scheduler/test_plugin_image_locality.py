@@ -11,6 +11,7 @@ from fleet.scheduler.plugins.image_locality import calculate_priority
 from fleet.scheduler.snapshot import Snapshot, normalize_image_name
 from tests.unit.scheduler.factories import node, pod, score_nodes
 
+DIGEST = "sha256:abababababababababababababababababababababababababababababababab"
 MB = 1024 * 1024
 
 
@@ -28,7 +29,7 @@ def image_pod(*images: str, init: tuple[str, ...] = ()) -> dict[str, Any]:
     ([node("n1", images=[(["gcr.io/250:latest"], 250 * MB)]), node("n2", images=[(["gcr.io/250:latest"], 250 * MB)])],
      image_pod("gcr.io/250"), {"n1": 23, "n2": 23}),
     # Spellings of one image meet in their normalized form.
-    ([node("n1", images=[(["docker.io/library/nginx:latest", "docker.io/library/nginx@sha256:abc"], 500 * MB)]),
+    ([node("n1", images=[(["docker.io/library/nginx:latest", f"docker.io/library/nginx@{DIGEST}"], 500 * MB)]),
       node("n2")], image_pod("nginx"), {"n1": 23, "n2": 0}),
     # Clamped at 1000MB per container.
     ([node("n1", images=[(["big:v1"], 3000 * MB)])], image_pod("big:v1"), {"n1": 100}),
@@ -72,8 +73,12 @@ def test_calculate_priority(total, containers, want):
     ("localhost:5000/app", "localhost:5000/app:latest"),
     ("localhost/app:v1", "localhost/app:v1"),
     ("registry:5000/team/app:v2", "registry:5000/team/app:v2"),
-    ("nginx@sha256:abc", "docker.io/library/nginx@sha256:abc"),
-    ("gcr.io/app:v1@sha256:abc", "gcr.io/app:v1@sha256:abc"),
+    ("nginx@sha256:abababababababababababababababababababababababababababababababab", "docker.io/library/nginx@sha256:abababababababababababababababababababababababababababababababab"),
+    ("gcr.io/app:v1@sha256:abababababababababababababababababababababababababababababababab", "gcr.io/app:v1@sha256:abababababababababababababababababababababababababababababababab"),
+    # The registry host is case-insensitive: the scheduler normalizes as the agent does.
+    ("Registry.Example.COM/app", "registry.example.com/app:latest"),
+    ("Registry.Example.COM:5000/team/app:v2", "registry.example.com:5000/team/app:v2"),
+    ("not a reference", "not a reference"),
 ])
 def test_normalize_image_name(name, want):
     assert normalize_image_name(name) == want
