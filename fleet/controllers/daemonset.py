@@ -50,6 +50,7 @@ from typing import Any
 
 import trio
 
+from fleet.api.tolerations import toleration_matches, untolerated  # noqa: F401 - re-exported
 from fleet.client import MERGE_PATCH, ApiException
 from fleet.controllers import history, podstate
 from fleet.controllers.runtime import (
@@ -111,28 +112,6 @@ def add_daemon_tolerations(spec: dict[str, Any]) -> None:
         else:
             tols.append(dict(w))
     spec["tolerations"] = tols
-
-
-def toleration_matches(tol: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """v1.Toleration.ToleratesTaint."""
-    effect = tol.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    key = tol.get("key") or ""
-    if key and key != taint.get("key"):
-        return False
-    op = tol.get("operator") or "Equal"
-    if op == "Exists":
-        return True
-    return op == "Equal" and (tol.get("value") or "") == (taint.get("value") or "")
-
-
-def untolerated(taints: Iterable[Any], tolerations: Sequence[Any], effects: tuple[str, ...]) -> bool:
-    for taint in taints:
-        if isinstance(taint, dict) and taint.get("effect") in effects and not any(
-                isinstance(t, dict) and toleration_matches(t, taint) for t in tolerations):
-            return True
-    return False
 
 
 def _requirement_matches(req: Any, values: Mapping[str, str], *, field_: bool) -> bool:

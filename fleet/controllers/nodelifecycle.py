@@ -96,10 +96,10 @@ import httpx
 import trio
 
 from fleet._core.supervise import object_failed
+from fleet.api.tolerations import toleration_matches
 from fleet.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiException, Client, ClientConfig
 from fleet.client.events import EventRecorder
 from fleet.client.informer import Informer, object_key
-from fleet.scheduler.plugins.taint_toleration import toleration_matches
 
 log = logging.getLogger(__name__)
 

@@ -22,32 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from fleet.api.tolerations import tolerates, toleration_matches  # noqa: F401 - re-exported
 from fleet.scheduler.framework import Code, CycleState, Status
 from fleet.scheduler.plugins._cycle import cycle_snapshot
 from fleet.scheduler.plugins._scoring import default_normalize_score
 from fleet.scheduler.snapshot import HARD_TAINT_EFFECTS, NodeInfo
 
 PREFER_NO_SCHEDULE = "PreferNoSchedule"
-
-
-def toleration_matches(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
-    """Kubernetes' Toleration.ToleratesTaint."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    if key and key != taint.get("key"):
-        return False
-    op = toleration.get("operator") or "Equal"
-    if op == "Exists":
-        return True
-    if op == "Equal":
-        return (toleration.get("value") or "") == (taint.get("value") or "")
-    return False
-
-
-def tolerates(tolerations: list[Any], taint: dict[str, Any]) -> bool:
-    return any(isinstance(t, dict) and toleration_matches(t, taint) for t in tolerations)
 
 
 def untolerated_reason(taint: dict[str, Any]) -> str:
