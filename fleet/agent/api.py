@@ -56,6 +56,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from fleet.agent import channels, logs
+from fleet.api import meta
 from fleet.api.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
 from fleet.runtime import shim
 from fleet.runtime.driver import (
@@ -520,8 +521,7 @@ class _CpuRates:
             del self._last[k]
 
 
-def _rfc3339(dt: datetime) -> str:
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+_rfc3339 = meta.format_time
 
 
 def _cpu(ts: str, key: str, now_ns: int, cumulative: int | None,

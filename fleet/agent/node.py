@@ -35,6 +35,7 @@ import httpx
 import trio
 
 from fleet.agent.config import AgentConfig
+from fleet.api import meta
 from fleet.client import MERGE_PATCH, ApiException, Client
 from fleet.client.errors import explain
 
@@ -45,8 +46,7 @@ LEASE_NAMESPACE = "kube-node-lease"
 MEMORY_PRESSURE_BYTES = 100 * 1024 * 1024
 
 
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+now_rfc3339 = meta.now_rfc3339
 
 
 def now_micro() -> str:

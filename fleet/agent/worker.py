@@ -72,6 +72,7 @@ from fleet.agent.hooks import HookResult, run_lifecycle_hook
 from fleet.agent.node import read_meminfo
 from fleet.agent.probes import ExecInContainer, ProbeFailure, ProbeRunner
 from fleet.agent.status import ContainerView, build_pod_status, status_changed
+from fleet.api import meta
 from fleet.api.quantity import int_value, milli_value
 from fleet.client import MERGE_PATCH, ApiException
 from fleet.runtime.driver import (
@@ -108,8 +109,7 @@ VOLUME_REFRESH_PERIOD = 10.0
 PROBE_KEYS = ("startupProbe", "livenessProbe", "readinessProbe")
 
 
-def rfc3339(dt: datetime | None = None) -> str:
-    return (dt or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+rfc3339 = meta.format_time
 
 
 # ---------------------------------------------------------------------------------------

@@ -20,6 +20,35 @@ def parse_rfc3339(s: str) -> _dt.datetime:
     return _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
+def format_time(t: _dt.datetime | float | None = None) -> str:
+    """metav1.Time: UTC, second precision.  `t` is a datetime (a naive one is taken as
+    UTC), seconds since the epoch, or None for now."""
+    if t is None:
+        t = utcnow()
+    elif isinstance(t, int | float):
+        t = _dt.datetime.fromtimestamp(t, _dt.UTC)
+    t = t.replace(tzinfo=_dt.UTC) if t.tzinfo is None else t.astimezone(_dt.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: Any) -> _dt.datetime | None:
+    """An RFC 3339 timestamp as an aware datetime (UTC when it names no zone);
+    None when absent or not a timestamp — objects may carry garbage."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        t = parse_rfc3339(value)
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=_dt.UTC)
+
+
+def parse_epoch(value: Any) -> float | None:
+    """An RFC 3339 timestamp as seconds since the epoch (None when absent or bad)."""
+    t = parse_time(value)
+    return t.timestamp() if t is not None else None
+
+
 def human_duration(seconds: float) -> str:
     """kubectl's `duration.HumanDuration` (the AGE column)."""
     s = int(seconds)

@@ -291,8 +291,7 @@ def selects(pdb: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     return selector_matches(sel, (pod.get("metadata") or {}).get("labels") or {})
 
 
-def rfc3339(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+rfc3339 = meta.format_time
 
 
 # ---------------------------------------------------------------------------------------

@@ -79,13 +79,7 @@ PodMetrics = dict[str, PodMetric]
 # Reading the metrics API
 
 
-def _ts(value: Any) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return meta.parse_rfc3339(value).timestamp()
-    except ValueError:
-        return None
+_ts = meta.parse_epoch
 
 
 def _window(value: Any) -> float:

@@ -131,14 +131,7 @@ def fmt_time(t: _dt.datetime) -> str:
     return t.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def parse_time(s: Any) -> _dt.datetime | None:
-    if not isinstance(s, str) or not s:
-        return None
-    try:
-        t = meta.parse_rfc3339(s)
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=_dt.UTC)
+parse_time = meta.parse_time
 
 
 def phase(pod: Obj) -> str:

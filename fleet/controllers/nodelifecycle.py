@@ -96,6 +96,7 @@ import httpx
 import trio
 
 from fleet._core.supervise import object_failed
+from fleet.api import meta
 from fleet.api.tolerations import toleration_matches
 from fleet.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiException, Client, ClientConfig
 from fleet.client.events import EventRecorder
@@ -176,9 +177,7 @@ class NodeLifecycleConfig:
 # Small pure helpers
 # ---------------------------------------------------------------------------
 
-def rfc3339(wall: float) -> str:
-    """metav1.Time for a wall-clock time (second precision, UTC)."""
-    return _dt.datetime.fromtimestamp(wall, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+rfc3339 = meta.format_time  # metav1.Time of a wall-clock time
 
 
 def parse_time(value: Any) -> float | None:

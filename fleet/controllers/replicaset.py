@@ -43,11 +43,11 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import trio
 
+from fleet.api import meta
 from fleet.api.selectors import LabelSelector, label_selector_from_dict
 from fleet.client import (
     JSON_PATCH,
@@ -88,19 +88,10 @@ FAILURE = "ReplicaFailure"
 # Small pure helpers over pods (the Deployment controller uses them too)
 
 
-def parse_time(value: Any) -> float | None:
-    """An RFC 3339 timestamp as seconds since the epoch (None when absent or bad)."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+parse_time = meta.parse_epoch  # RFC 3339 → epoch seconds, None when absent or bad
 
 
-def rfc3339(t: float) -> str:
-    """Seconds since the epoch as metav1.Time writes it (whole seconds, UTC)."""
-    return datetime.fromtimestamp(int(t), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+rfc3339 = meta.format_time
 
 
 def meta(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -165,8 +165,7 @@ def pod_grace_period(pod: dict[str, Any], requested: Any) -> int:
     return g if isinstance(g, int) and g >= 0 else 30
 
 
-def _stamp(t: datetime.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+_stamp = meta.format_time
 
 
 @dataclass
