@@ -667,7 +667,8 @@ class ResourceAPI:
         decoded = decode_request(req)
         body = decoded.value
         if route.subresource == "scale":
-            return await self._write_scale(info, route, req, user, lambda scale: _check_scale_body(body))
+            scale_body = _check_scale_body(body)
+            return await self._write_scale(info, route, req, user, lambda scale: scale_body, put_body=scale_body)
         obj = self.check_type(info, body)
         md = obj["metadata"]
         if md.get("name") and md["name"] != route.name:
@@ -795,7 +796,8 @@ class ResourceAPI:
             return Resp.json(200, stored, warning_headers(warnings or []))
         raise conflict(info, route.name, "too many concurrent writers; try again")
 
-    async def _write_scale(self, info: KindInfo, route: Route, req: Req, user: UserInfo, change: Any) -> Resp:
+    async def _write_scale(self, info: KindInfo, route: Route, req: Req, user: UserInfo, change: Any, *,
+                           put_body: dict[str, Any] | None = None) -> Resp:
         scale_info = info.scale
         assert scale_info is not None and route.name is not None
         holder: dict[str, Any] = {}
@@ -817,9 +819,8 @@ class ResourceAPI:
 
         # The Scale's own resourceVersion is a precondition when the client sent one.
         precondition = None
-        if req.method == "PUT":
-            body = _check_scale_body(decode_body(req))
-            md = body.get("metadata")
+        if put_body is not None:  # the body of a PUT, decoded once by `update`
+            md = put_body.get("metadata")
             if md is not None and not isinstance(md, dict):
                 raise errors.BadRequest("metadata must be an object")
             precondition = parse_rv((md or {}).get("resourceVersion"))
