@@ -68,6 +68,7 @@ from typing import Any, Protocol
 import httpx
 import trio
 
+from fleet.agent import inventory
 from fleet.agent.hooks import HookResult, run_lifecycle_hook
 from fleet.agent.node import read_meminfo
 from fleet.agent.probes import ExecInContainer, ProbeFailure, ProbeRunner
@@ -591,6 +592,11 @@ class PodWorker:
             self.pod_ips = [self.env.host_ip]
         else:
             from fleet.network import PodRef, create_pod_netns
+            # The pod directory first: it is what marks the netns as this agent's
+            # (fleet.agent.inventory), so a crash right after creating it leaves
+            # nothing the start-time garbage collection cannot attribute.
+            await trio.to_thread.run_sync(
+                lambda: self.pod_dir.mkdir(parents=True, exist_ok=True))
             args = (self.uid,) if self.env.netns_dir is None else (self.uid, self.env.netns_dir)
             netns = await create_pod_netns(*args)
             self.netns_path = netns
@@ -863,8 +869,14 @@ class PodWorker:
     async def _remove_old(self, c: ContainerRun) -> None:
         while c.old_handles:
             h = c.old_handles.pop()
-            with contextlib.suppress(RuntimeDriverError, OSError):
+            try:
                 await self.env.driver.remove(h)
+            except (RuntimeDriverError, OSError) as e:
+                # Not retried here: the pod's teardown removes every container of its
+                # sandbox and checks that none is left.
+                inventory.failed("teardown", "container")
+                log.warning("pod %s/%s: removing old container %s: %s", self.namespace,
+                            self.name, h.id, e)
 
     def _mark_running(self, c: ContainerRun) -> None:
         assert c.handle is not None
@@ -1128,36 +1140,101 @@ class PodWorker:
         self._record_exit(c, exit_)
 
     async def _teardown(self) -> None:
-        """Remove everything the pod had on this node; shielded so it always completes."""
-        with trio.CancelScope(shield=True):
-            for h in self._stray:
-                with contextlib.suppress(RuntimeDriverError, OSError):
-                    await self.env.driver.remove(h)
-            for c in self.containers():
-                for h in [*c.old_handles, c.previous, c.handle]:
-                    if h is not None:
-                        with contextlib.suppress(RuntimeDriverError, OSError):
-                            await self.env.driver.remove(h)
-            if self.sandbox is not None:
-                try:
-                    await self.env.driver.remove_sandbox(self.sandbox)
-                except (RuntimeDriverError, OSError) as e:
-                    log.warning("pod %s/%s: removing sandbox: %s", self.namespace, self.name, e)
-            if self._vm is not None:
-                try:
-                    await self._vm.teardown()
-                except Exception as e:
-                    log.warning("pod %s/%s: volume teardown: %s", self.namespace, self.name, e)
-            if self.netns_path is not None and self.env.network is not None:
-                from fleet.network import PodRef, delete_pod_netns
-                try:
-                    await self.env.network.teardown(PodRef.from_pod(self.pod), self.netns_path)
-                except Exception as e:
-                    log.warning("pod %s/%s: network teardown: %s", self.namespace, self.name, e)
-                with contextlib.suppress(OSError):
-                    await delete_pod_netns(self.netns_path)
-            await trio.to_thread.run_sync(
-                lambda: shutil.rmtree(self.pod_dir, ignore_errors=True))
+        """Remove everything the pod had on this node, and make sure it is gone.
+
+        Each attempt goes through the runtime driver and the network driver (shielded,
+        so an attempt always completes), then asks the inventory what of the pod is
+        still on the machine and force-removes that (`inventory.remove_pod`: kill,
+        `runc delete --force`, unmount, rmdir).  Every error is logged and counted in
+        `fleet_agent_cleanup_failures_total`; an attempt that leaves something behind
+        gets a Warning `FailedKillPod` Event on the pod and is retried with back-off
+        (1 s doubling to 60 s) for as long as it takes, as the kubelet does: the pod
+        object is finalized only once its containers, netns and veth are really gone,
+        so a leak stays visible as a pod stuck in Terminating, with its Events and the
+        agent's log saying why (`kubectl delete --force` is the way out, as for a
+        kubelet)."""
+        backoff = 1.0
+        while True:
+            with trio.CancelScope(shield=True):
+                errors = await self._teardown_once()
+                left = await self._leftovers()
+                if left:
+                    report = await trio.to_thread.run_sync(lambda: inventory.remove_pod(
+                        self.env.data_dir, self.uid, netns_dir=self.env.netns_dir,
+                        with_veth=self._has_veth))
+                    errors += report.errors
+                    left = await self._leftovers()
+            if errors or left:
+                what = "; ".join([*errors, *(f"{x} still there" for x in left)])
+                log.warning("pod %s/%s: teardown: %s", self.namespace, self.name, what)
+                await self._event("Warning", "FailedKillPod",
+                                  f"error tearing the pod down: {what}"
+                                  + (f"; retrying in {backoff:.0f}s" if left else ""))
+            if not left:
+                return
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, 60.0)
+
+    @property
+    def _has_veth(self) -> bool:
+        return (self.netns_path is not None and self.env.network is not None
+                and getattr(self.env.network, "name", "") == "bridge")
+
+    async def _leftovers(self) -> list[str]:
+        return await trio.to_thread.run_sync(lambda: inventory.pod_leftovers(
+            self.env.data_dir, self.uid, netns_dir=self.env.netns_dir,
+            with_veth=self._has_veth))
+
+    async def _teardown_once(self) -> list[str]:
+        """One pass through the drivers; the errors it met (each logged and counted)."""
+        errors: list[str] = []
+
+        def failed(resource: str, what: str, e: BaseException) -> None:
+            inventory.failed("teardown", resource)
+            errors.append(f"{what}: {e}")
+
+        for h in self._stray:
+            try:
+                await self.env.driver.remove(h)
+            except (RuntimeDriverError, OSError) as e:
+                failed("container", f"removing container {h.id}", e)
+        for c in self.containers():
+            for h in [*c.old_handles, c.previous, c.handle]:
+                if h is not None:
+                    try:
+                        await self.env.driver.remove(h)
+                    except (RuntimeDriverError, OSError) as e:
+                        failed("container", f"removing container {c.name} ({h.id})", e)
+        if self.sandbox is not None:
+            try:
+                await self.env.driver.remove_sandbox(self.sandbox)
+            except (RuntimeDriverError, OSError) as e:
+                failed("sandbox", "removing the sandbox", e)
+        if self._vm is not None:
+            try:
+                await self._vm.teardown()
+            except Exception as e:  # noqa: BLE001 - reported, and the mounts are re-checked
+                failed("mount", "volume teardown", e)
+        if self.netns_path is not None and self.env.network is not None:
+            from fleet.network import PodRef, delete_pod_netns
+            try:
+                await self.env.network.teardown(PodRef.from_pod(self.pod), self.netns_path)
+            except Exception as e:  # noqa: BLE001 - any driver's failure; the veth is re-checked
+                failed("veth", "network teardown", e)
+            try:
+                await delete_pod_netns(self.netns_path)
+            except OSError as e:
+                failed("netns", "deleting the netns", e)
+
+        def rm_pod_dir() -> None:
+            if self.pod_dir.exists():
+                shutil.rmtree(self.pod_dir)
+
+        try:
+            await trio.to_thread.run_sync(rm_pod_dir)
+        except OSError as e:
+            failed("state", "removing the pod directory", e)
+        return errors
 
     async def _delete_object(self) -> None:
         """Finish the API's graceful deletion: remove the object for good."""
