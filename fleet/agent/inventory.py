@@ -576,19 +576,49 @@ def collect_garbage(data_dir: Path, live: Iterable[str], record: AgentRecord | N
     return report
 
 
+def _descendants(pid: int) -> list[tuple[int, int]]:
+    """(pid, start time) of every process below `pid` (the shim launcher; shims are not:
+    they detach with setsid and a double fork, and are found through their bundles)."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append((int(entry), int(fields[19])))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child[0])
+    return out
+
+
 def stop_agent(record: AgentRecord, *, timeout: float = 10.0) -> bool:
-    """SIGTERM the recorded agent process, SIGKILL it after `timeout`; True if it ran."""
+    """SIGTERM the recorded agent process, SIGKILL it after `timeout`, then its helper
+    processes (the shim launcher) that did not follow it; True if it ran."""
     if not record.running():
         return False
+    helpers = _descendants(record.pid)
     with contextlib.suppress(ProcessLookupError):
         os.kill(record.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not record.running() or _zombie(record.pid):
-            return True
+    while time.monotonic() < deadline and record.running() and not _zombie(record.pid):
         time.sleep(0.05)
     if not _kill(record.pid, record.pid_start):
         raise CleanupError(f"agent pid {record.pid} survived SIGKILL")
+    # The launcher exits once the agent's end of its pipe closes; give it a moment.
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline and any(
+            shim.proc_start_time(p) == s and not _zombie(p) for p, s in helpers):
+        time.sleep(0.05)
+    for pid, start in helpers:
+        if not _kill(pid, start):
+            raise CleanupError(f"agent helper pid {pid} survived SIGKILL")
     return True
 
 

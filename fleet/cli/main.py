@@ -180,6 +180,8 @@ def agent(
     network: Annotated[str, cyclopts.Parameter(help="Pod network driver: bridge, or none.")] = "bridge",
     pod_cidr: Annotated[str | None, cyclopts.Parameter(help="This node's pod CIDR if the server assigns none.")] = None,
     bridge_name: str | None = None,
+    cluster_cidr: Annotated[str, cyclopts.Parameter(
+        help="The whole cluster's pod range (the server's --cluster-cidr): not masqueraded.")] = "10.42.0.0/16",
     insecure_registry: Annotated[list[str] | None, cyclopts.Parameter(help="Registry reachable over plain HTTP.")] = None,
     lease_interval: Annotated[float | None, cyclopts.Parameter(
         help="Seconds between node Lease renewals (default 10).")] = None,
@@ -212,7 +214,7 @@ def agent(
     cfg = AgentConfig(server_url=server or "", token=token, ca_file=ca_file, kubeconfig=kubeconfig,
                       insecure=insecure, data_dir=data_dir, port=port, address=address, driver=driver,
                       network_driver=None if network in ("none", "host", "") else network,
-                      pod_cidr=pod_cidr, bridge_name=bridge_name,
+                      pod_cidr=pod_cidr, bridge_name=bridge_name, cluster_cidr=cluster_cidr,
                       insecure_registries=list(insecure_registry or []))
     if node_name:
         cfg.node_name = node_name
