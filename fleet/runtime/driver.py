@@ -630,7 +630,10 @@ class ShimDriver(abc.ABC):
                 if not self.cgroups.remove(sandbox.cgroup_parent, timeout=5.0):
                     raise RuntimeDriverError(
                         f"pod cgroup {sandbox.cgroup_parent} still busy after 5s")
-            shutil.rmtree(sandbox.state_dir, ignore_errors=True)
+            # An error here is raised, not ignored: the sandbox record is what lets the
+            # agent's inventory find (and retry) what is left of the pod.
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(sandbox.state_dir)
 
         await trio.to_thread.run_sync(remove)
 
@@ -723,9 +726,15 @@ class ShimDriver(abc.ABC):
                        log_path: Path) -> None:
         h = ContainerHandle(id=cid, name=name, sandbox_id=sandbox_id, pid=0, shim_pid=0,
                             started_at=datetime.now(UTC), bundle=bundle, log_path=log_path)
-        with contextlib.suppress(Exception):
+        try:
             await self._cleanup(h)
-        await trio.to_thread.run_sync(lambda: shutil.rmtree(bundle, ignore_errors=True))
+            await trio.to_thread.run_sync(shutil.rmtree, bundle)
+        except FileNotFoundError:
+            pass
+        except (RuntimeDriverError, OSError) as e:
+            # The start failed anyway (its own error is what the caller sees); what is
+            # left is logged here and found again by the agent's inventory (GC, killall).
+            log.warning("cleaning up the failed start of container %s (%s): %s", cid, name, e)
 
     # -- pids -------------------------------------------------------------------------
     @staticmethod
@@ -882,12 +891,16 @@ class ShimDriver(abc.ABC):
         def rm() -> None:
             # The shim may be removing the same cgroup (process mode) as it exits: a
             # directory vanishing under us is the outcome we want, not an error.
+            cg = None
             with contextlib.suppress(FileNotFoundError):
                 cg = shim.ShimConfig.load(handle.bundle).cgroup if (
                     handle.bundle / shim.CONFIG_FILE).exists() else None
-                if cg and self.cgroups.version and self.cgroups.exists(cg):
-                    self.cgroups.remove(cg, timeout=5.0)
-            shutil.rmtree(handle.bundle, ignore_errors=True)
+            if cg and self.cgroups.version and self.cgroups.exists(cg):
+                if not self.cgroups.remove(cg, timeout=5.0):
+                    raise RuntimeDriverError(f"container cgroup {cg} still busy after 5s")
+            # Raised, not ignored: a bundle left behind is a leak the caller must see.
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(handle.bundle)
 
         await trio.to_thread.run_sync(rm)
 
