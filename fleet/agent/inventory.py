@@ -302,8 +302,11 @@ def list_veths(bridge: str | None, uids: Iterable[str],
 
 
 def list_mounts(data_dir: Path, netns: Iterable[str] = ()) -> list[str]:
-    """Mount points under the data dir (deepest first), then the given netns pins."""
-    out = [str(p) for p in mounts_under(Path(data_dir))]
+    """Mount points below the data dir (deepest first), then the given netns pins.
+
+    The data dir itself is left out: it may well be a file system of its own."""
+    top = os.path.realpath(data_dir)
+    out = [str(p) for p in mounts_under(Path(data_dir)) if str(p) != top]
     for path in netns:
         if is_netns(path):
             out.append(path)

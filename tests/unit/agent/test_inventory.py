@@ -134,3 +134,11 @@ def test_killall_refuses_a_running_agent_when_asked_to(
     with pytest.raises(inventory.CleanupError, match="is running"):
         inventory.killall(tmp_path, stop=False)
     assert _running(agent)
+
+
+def test_the_data_dir_itself_is_never_listed_as_a_mount(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    data_dir = tmp_path / "agent"
+    below = data_dir / "runtime" / "containers" / "c1" / "rootfs"
+    monkeypatch.setattr(inventory, "mounts_under", lambda root: [below, data_dir])
+    assert inventory.list_mounts(data_dir) == [str(below)]
