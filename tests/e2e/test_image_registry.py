@@ -71,6 +71,8 @@ class Registry:
     base: Path
     port: int
     proc: subprocess.Popen[bytes] | None = None
+    # "info" logs every request served (tests that check which registry served a pull).
+    log_level: str = "warn"
 
     @property
     def host(self) -> str:
@@ -91,7 +93,7 @@ class Registry:
         config = self.base / "config.yml"
         config.write_text(
             "version: 0.1\n"
-            "log:\n  level: warn\n"
+            f"log:\n  level: {self.log_level}\n"
             f"storage:\n  filesystem:\n    rootdirectory: {self.base / 'data'}\n"
             "  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.host}\n"
