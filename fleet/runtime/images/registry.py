@@ -180,7 +180,7 @@ class RegistryClient:
         raise ImagePullError(
             ERR_IMAGE_PULL,
             f'pulling "{ref}": every endpoint failed: '
-            + "; ".join(f"{ep.describe()}: {_reason(e.message, ref)}"
+            + "; ".join(_reason(ep, e.message, ref)
                         for ep, e in zip(endpoints, errors, strict=True)),
             status=status,
         )
@@ -329,9 +329,11 @@ class RegistryClient:
                 await resp.aclose()
 
 
-def _reason(message: str, ref: Reference) -> str:
-    """An endpoint's error without the `pulling "<ref>": ` the combined message already says."""
-    return message.removeprefix(f'pulling "{ref}": ')
+def _reason(ep: Endpoint, message: str, ref: Reference) -> str:
+    """One endpoint's part of the combined error: named once, without the `pulling "<ref>": `
+    the combined message already starts with."""
+    reason = message.removeprefix(f'pulling "{ref}": ')
+    return reason if reason.startswith(ep.describe()) else f"{ep.describe()}: {reason}"
 
 
 def _ssl_context(tls: TLSConfig) -> ssl.SSLContext:
