@@ -417,7 +417,10 @@ def endpoints_for(image_ref: Reference | str, config: RegistriesConfig | None, *
         host = url.split("://", 1)[1].split("/", 1)[0]
         if url == default_url:
             continue  # the registry itself, listed as a mirror: it comes last, unrewritten
-        hc = _host_config(cfg, (host,))
+        # A configs key may spell out the default port the URL left implicit.
+        port = _DEFAULT_PORTS[url.split("://", 1)[0]]
+        has_port = ":" in host.rsplit("]", 1)[-1]
+        hc = _host_config(cfg, (host,) if has_port else (host, f"{host}:{port}"))
         named_insecure = is_insecure_named(host, insecure)
         out.append(Endpoint(
             url=url, host=host, repository=_rewritten(ref, mirror, cfg.source), mirror=True,

@@ -68,8 +68,8 @@ log = logging.getLogger(__name__)
 # Fall-backs from one endpoint of an image to the next (mirror or the registry's own).
 ENDPOINT_FAILURES = Counter(
     "fleet_image_pull_endpoint_failures",
-    "Image pulls that failed at one endpoint (a mirror, or the registry itself) and went on "
-    "to the next.", ["endpoint"], registry=REGISTRY)
+    "Image pull attempts that failed at one of an image's several endpoints (a mirror, or "
+    "the registry itself); the next one is tried.", ["endpoint"], registry=REGISTRY)
 
 # Manifests are small; refuse anything that is clearly not one.
 MAX_MANIFEST_BYTES = 4 << 20
@@ -198,7 +198,7 @@ class RegistryClient:
             raise ImagePullError(ERR_IMAGE_PULL, f'pulling "{ref}": {e}') from e
         except ImagePullError:
             raise
-        except (ImageError, OSError) as e:
+        except ImageError as e:
             raise ImagePullError(ERR_IMAGE_PULL, f'pulling "{ref}": {e}') from e
 
     async def _pull(self, ref: Reference, ep: Endpoint, auth: RegistryAuth) -> ImageRecord:

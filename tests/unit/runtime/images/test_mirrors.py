@@ -225,6 +225,13 @@ def test_endpoints_for(image: str, opts: dict[str, Any], want: list[tuple[Any, .
     assert row(image, config, insecure_registries=opts.get("insecure", ())) == want
 
 
+def test_config_key_with_the_default_port_matches() -> None:
+    c = cfg("mirrors:\n  docker.io:\n    endpoint: [https://m.example.com:443, http://h.example.com]\n"
+            "configs:\n  m.example.com:443: {auth: {username: a, password: b}}\n"
+            "  h.example.com:80: {auth: {username: c, password: d}}\n")
+    assert [r[3] for r in row("busybox", c)] == ["a", "c", None]
+
+
 def test_disabled_default_still_serves_unmirrored_registries() -> None:
     c = cfg("mirrors:\n  docker.io:\n    endpoint: [http://127.0.0.1:5000]\n",
             disable_default_endpoint=True)
