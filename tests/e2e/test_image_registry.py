@@ -73,6 +73,8 @@ class Registry:
     proc: subprocess.Popen[bytes] | None = None
     # "info" logs every request served (tests that check which registry served a pull).
     log_level: str = "warn"
+    # (certificate, key): serve HTTPS instead of plain HTTP.
+    tls: tuple[Path, Path] | None = None
 
     @property
     def host(self) -> str:
@@ -80,7 +82,7 @@ class Registry:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}"
+        return f"{'https' if self.tls else 'http'}://{self.host}"
 
     def output(self) -> str:
         return (self.base / "registry.log").read_text(errors="replace")[-5000:]
@@ -97,6 +99,7 @@ class Registry:
             f"storage:\n  filesystem:\n    rootdirectory: {self.base / 'data'}\n"
             "  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.host}\n"
+            + (f"  tls:\n    certificate: {self.tls[0]}\n    key: {self.tls[1]}\n" if self.tls else "")
             + auth
         )
         log = open(self.base / "registry.log", "wb")  # noqa: SIM115 - the child keeps it
@@ -113,7 +116,8 @@ class Registry:
             if self.proc.poll() is not None:
                 raise AssertionError(f"docker-registry exited early:\n{self.output()}")
             try:
-                r = httpx.get(f"{self.url}/v2/", timeout=1.0)
+                # Readiness only: the tests check certificates themselves.
+                r = httpx.get(f"{self.url}/v2/", timeout=1.0, verify=not self.tls)
                 if r.status_code in (200, 401):
                     return self
             except httpx.TransportError:

@@ -10,7 +10,8 @@ registries file lists, for docker.io, a dead mirror first and the live one secon
 (order and fall-back), a rewrite for one organisation, and an htpasswd-protected
 mirror for a private registry with its credentials under `configs`.  Each mirror
 logs the requests it served, so the test asserts that the mirror served the
-manifest.  Registries are stopped by pid and their directories removed; the agent's
+manifest.  A last test (no agent) pulls from an HTTPS mirror whose certificate
+only the `configs.<host>.tls.ca_file` CA vouches for.  Registries are stopped by pid and their directories removed; the agent's
 containers are removed as in test_agent.py.
 """
 
@@ -29,6 +30,8 @@ from typing import Any
 import pytest
 import trio
 
+from fleet.auth.pki import ensure_serving_tls
+from fleet.runtime.images import ImagePullError, ImageStore, load_registries, pull
 from fleet.runtime.oci import find_runtime
 from fleet.testing.oci_image import build_busybox_image, busybox_problem, push
 from tests.conftest import FleetServer, _server_env, create_namespace, free_port
@@ -38,11 +41,12 @@ from tests.e2e.test_image_registry import REGISTRY_BIN, Registry, _htpasswd_line
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the oci driver runs runc)"),
-    pytest.mark.skipif(find_runtime() is None, reason="needs runc or crun"),
     pytest.mark.skipif(busybox_problem() is not None, reason="needs busybox-static"),
     pytest.mark.skipif(REGISTRY_BIN is None, reason="needs docker-registry"),
 ]
+# The pod tests run a real agent with the oci driver.
+needs_agent = pytest.mark.skipif(os.geteuid() != 0 or find_runtime() is None,
+                                 reason="needs root and runc or crun (the oci driver)")
 
 USER, PASSWORD = "mirror-user", "mirror-pw"
 
@@ -167,6 +171,7 @@ def _succeeded(m: dict[str, Any], name: str) -> dict[str, Any]:
         raise
 
 
+@needs_agent
 def test_busybox_pulls_through_the_mirror_with_docker_hub_unreachable(mirrored):
     srv, agent, ns, plain = mirrored["srv"], mirrored["agent"], mirrored["ns"], mirrored["plain"]
     create(srv, ns, _pod("hub", agent.node, "busybox"))
@@ -184,6 +189,7 @@ def test_busybox_pulls_through_the_mirror_with_docker_hub_unreachable(mirrored):
     assert any('Successfully pulled image "busybox"' in m for m in pulled), pulled
 
 
+@needs_agent
 def test_rewrite_and_private_mirror_credentials(mirrored):
     srv, agent, ns = mirrored["srv"], mirrored["agent"], mirrored["ns"]
     plain, private = mirrored["plain"], mirrored["private"]
@@ -197,6 +203,7 @@ def test_rewrite_and_private_mirror_credentials(mirrored):
     assert _served(private, "/v2/team/busybox/manifests/v2")
 
 
+@needs_agent
 def test_image_on_no_mirror_reports_every_endpoint(mirrored):
     srv, agent, ns = mirrored["srv"], mirrored["agent"], mirrored["ns"]
     create(srv, ns, _pod("missing", agent.node, "busybox:not-mirrored"))
@@ -214,3 +221,51 @@ def test_image_on_no_mirror_reports_every_endpoint(mirrored):
     assert "every endpoint failed" in message, message
     assert "manifest unknown" in message, message
     assert "registry registry-1.docker.io unreachable" in message, message
+
+
+@pytest.fixture
+def tls_mirror(tmp_path: Path) -> Iterator[tuple[Registry, Path]]:
+    """A docker-registry serving HTTPS with a certificate from a fresh CA (for 127.0.0.1),
+    holding busybox as library/busybox:tls (pushed over HTTP before TLS is turned on)."""
+    pki = ensure_serving_tls(tmp_path / "pki")
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(pki.ca_cert_pem)
+    base = Path(tempfile.mkdtemp(prefix="fleet-mirror-tls-"))
+    port = free_port()
+    reg = Registry(base, port).start()
+    try:
+        trio.run(push, build_busybox_image(), reg.url, "library/busybox", "tls")
+    finally:
+        reg.stop()
+    tls = Registry(base, port, tls=(pki.cert_file, pki.key_file))
+    try:
+        yield tls.start(), ca
+    finally:
+        tls.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_https_mirror_trusted_by_ca_file(tls_mirror, tmp_path):
+    reg, ca = tls_mirror
+    # The registry itself is switched off: a failure must not go looking on the internet.
+
+    def registries(tls: str) -> Any:
+        f = tmp_path / "registries.yaml"
+        f.write_text(f"mirrors:\n  docker.io:\n    endpoint: [{reg.url}]\n"
+                     + (f"configs:\n  {reg.host}:\n    tls: {tls}\n" if tls else ""))
+        return load_registries(f, disable_default_endpoint=True)
+
+    async def attempt(tls: str) -> str:
+        store = ImageStore(tmp_path / f"images-{uuid.uuid4().hex[:6]}")
+        try:
+            rec = await pull(store, "busybox:tls", registries=registries(tls))
+        except ImagePullError as e:
+            return e.message
+        return rec.ref
+
+    # No CA: the certificate is refused (and nothing else is tried).
+    refused = trio.run(attempt, "")
+    assert "CERTIFICATE_VERIFY_FAILED" in refused and f"mirror {reg.url}/v2" in refused, refused
+    assert f'configs."{reg.host}".tls.ca_file' in refused, refused  # says what to do
+    assert trio.run(attempt, f"{{ca_file: {ca}}}") == "docker.io/library/busybox:tls"
+    assert trio.run(attempt, "{insecure_skip_verify: true}") == "docker.io/library/busybox:tls"

@@ -36,6 +36,7 @@ import trio
 from prometheus_client import Counter
 
 from fleet._core.supervise import REGISTRY
+from fleet.client.errors import explain
 from fleet.runtime.images.auth import Credentials, RegistryAuth, registry_error_message
 from fleet.runtime.images.errors import (
     ERR_IMAGE_PULL,
@@ -64,6 +65,9 @@ from fleet.runtime.images.reference import Reference, parse_reference
 from fleet.runtime.images.store import ImageRecord, ImageStore, LayerRecord
 
 log = logging.getLogger(__name__)
+
+_TLS_HINT = ("the certificate of {host} is not signed by a CA this node trusts: name its CA in "
+             "the registries file's configs.\"{host}\".tls.ca_file")
 
 # Fall-backs from one endpoint of an image to the next (mirror or the registry's own).
 ENDPOINT_FAILURES = Counter(
@@ -190,9 +194,10 @@ class RegistryClient:
         try:
             return await self._pull(ref, ep, RegistryAuth(creds))
         except httpx.TransportError as e:
-            where = f"registry {ep.host}" if not ep.mirror else f"mirror {ep.url}"
+            # httpx's own text is empty for TLS failures; explain() finds the cause.
+            why = str(e) or explain(e, tls_hint=_TLS_HINT.format(host=ep.host))
             raise ImagePullError(
-                ERR_IMAGE_PULL, f'pulling "{ref}": {where} unreachable: {e}'
+                ERR_IMAGE_PULL, f'pulling "{ref}": {ep.describe()} unreachable: {why}'
             ) from e
         except DigestMismatchError as e:
             raise ImagePullError(ERR_IMAGE_PULL, f'pulling "{ref}": {e}') from e
