@@ -14,6 +14,7 @@ import base64
 import os
 import shutil
 import signal
+import ssl
 import stat
 import subprocess
 import tempfile
@@ -75,6 +76,9 @@ class Registry:
     log_level: str = "warn"
     # (certificate, key): serve HTTPS instead of plain HTTP.
     tls: tuple[Path, Path] | None = None
+    # (client CA, a client certificate, its key): with `tls`, demand client certificates
+    # signed by that CA; the pair is what the readiness check presents.
+    client_auth: tuple[Path, Path, Path] | None = None
 
     @property
     def host(self) -> str:
@@ -100,6 +104,7 @@ class Registry:
             "  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.host}\n"
             + (f"  tls:\n    certificate: {self.tls[0]}\n    key: {self.tls[1]}\n" if self.tls else "")
+            + (f"    clientcas:\n      - {self.client_auth[0]}\n" if self.tls and self.client_auth else "")
             + auth
         )
         log = open(self.base / "registry.log", "wb")  # noqa: SIM115 - the child keeps it
@@ -116,8 +121,7 @@ class Registry:
             if self.proc.poll() is not None:
                 raise AssertionError(f"docker-registry exited early:\n{self.output()}")
             try:
-                # Readiness only: the tests check certificates themselves.
-                r = httpx.get(f"{self.url}/v2/", timeout=1.0, verify=not self.tls)
+                r = httpx.get(f"{self.url}/v2/", timeout=1.0, verify=self._readiness_verify())
                 if r.status_code in (200, 401):
                     return self
             except httpx.TransportError:
@@ -125,6 +129,17 @@ class Registry:
             time.sleep(0.05)
         self.stop()
         raise AssertionError(f"docker-registry not ready in {START_TIMEOUT}s:\n{self.output()}")
+
+    def _readiness_verify(self) -> ssl.SSLContext | bool:
+        if not self.tls:
+            return True
+        # Readiness only (no certificate check): the tests check certificates themselves.
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        if self.client_auth:
+            ctx.load_cert_chain(self.client_auth[1], self.client_auth[2])
+        return ctx
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -10,8 +10,9 @@ registries file lists, for docker.io, a dead mirror first and the live one secon
 (order and fall-back), a rewrite for one organisation, and an htpasswd-protected
 mirror for a private registry with its credentials under `configs`.  Each mirror
 logs the requests it served, so the test asserts that the mirror served the
-manifest.  A last test (no agent) pulls from an HTTPS mirror whose certificate
-only the `configs.<host>.tls.ca_file` CA vouches for.  Registries are stopped by pid and their directories removed; the agent's
+manifest.  The last tests (no agent) pull from an HTTPS mirror whose certificate
+only the `configs.<host>.tls.ca_file` CA vouches for, and from one that demands
+a client certificate (`cert_file`/`key_file`).  Registries are stopped by pid and their directories removed; the agent's
 containers are removed as in test_agent.py.
 """
 
@@ -269,3 +270,73 @@ def test_https_mirror_trusted_by_ca_file(tls_mirror, tmp_path):
     assert f'configs."{reg.host}".tls.ca_file' in refused, refused  # says what to do
     assert trio.run(attempt, f"{{ca_file: {ca}}}") == "docker.io/library/busybox:tls"
     assert trio.run(attempt, "{insecure_skip_verify: true}") == "docker.io/library/busybox:tls"
+
+
+def _client_cert(pki_dir: Path, out: Path) -> tuple[Path, Path]:
+    """A client certificate (clientAuth) signed by the CA that ensure_serving_tls made."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca_cert = x509.load_pem_x509_certificate((pki_dir / "tls" / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki_dir / "tls" / "ca.key").read_bytes(),
+                                                password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fleet-node")]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    cert_file, key_file = out / "client.pem", out / "client-key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
+
+
+def test_https_mirror_demanding_a_client_certificate(tmp_path):
+    pki = ensure_serving_tls(tmp_path / "pki")
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(pki.ca_cert_pem)
+    cert, key = _client_cert(tmp_path / "pki", tmp_path)
+    base = Path(tempfile.mkdtemp(prefix="fleet-mirror-mtls-"))
+    port = free_port()
+    reg = Registry(base, port).start()
+    try:
+        trio.run(push, build_busybox_image(), reg.url, "library/busybox", "mtls")
+    finally:
+        reg.stop()
+    mtls = Registry(base, port, tls=(pki.cert_file, pki.key_file), client_auth=(ca, cert, key))
+    try:
+        mtls.start()
+
+        async def attempt(tls: str) -> str:
+            f = tmp_path / "registries.yaml"
+            f.write_text(f"mirrors:\n  docker.io:\n    endpoint: [{mtls.url}]\n"
+                         f"configs:\n  {mtls.host}:\n    tls: {tls}\n")
+            store = ImageStore(tmp_path / f"images-{uuid.uuid4().hex[:6]}")
+            try:
+                rec = await pull(store, "busybox:mtls",
+                                 registries=load_registries(f, disable_default_endpoint=True))
+            except ImagePullError as e:
+                return e.message
+            return rec.ref
+
+        without = trio.run(attempt, f"{{ca_file: {ca}}}")
+        # The registry refuses the handshake; the message carries the TLS alert.
+        assert f"mirror {mtls.url}/v2 unreachable" in without, without
+        assert "BAD_CERTIFICATE" in without.upper(), without
+        assert trio.run(attempt, f"{{ca_file: {ca}, cert_file: {cert}, key_file: {key}}}") \
+            == "docker.io/library/busybox:mtls"
+    finally:
+        mtls.stop()
+        shutil.rmtree(base, ignore_errors=True)
