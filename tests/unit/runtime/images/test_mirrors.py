@@ -386,3 +386,15 @@ async def test_identity_token_is_exchanged_at_the_token_realm(store: ImageStore)
     assert upstream.tokens_issued >= 1
     posts = [r for r in upstream.requests if r.method == "POST"]
     assert posts and b"grant_type=refresh_token" in posts[0].content
+
+
+async def test_tls_file_gone_since_start_is_a_pull_error_naming_it(store: ImageStore,
+                                                                    tmp_path: Path) -> None:
+    mirror = FakeRegistry(host="mirror.test")
+    net = Hosts(mirror)
+    c = cfg(f"mirrors:\n  docker.io:\n    endpoint: ['https://mirror.test']\n"
+            f"configs:\n  mirror.test: {{tls: {{ca_file: {tmp_path / 'gone.pem'}}}}}\n",
+            disable_default_endpoint=True)
+    with pytest.raises(ImagePullError, match=f"ca_file {tmp_path / 'gone.pem'}"):
+        await pull(store, "busybox", platform=AMD64, registries=c, transport=net.transport)
+    assert mirror.requests == []
