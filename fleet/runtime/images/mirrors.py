@@ -139,10 +139,6 @@ class Endpoint:
     # HTTPS first without certificate checks, then plain HTTP (Docker's insecure rule).
     plain_http_fallback: bool = False
 
-    @property
-    def scheme(self) -> str:
-        return self.url.split("://", 1)[0]
-
     def describe(self) -> str:
         """How errors name this endpoint: `mirror http://h:5000/v2` or `registry h`."""
         return f"mirror {self.url}" if self.mirror else f"registry {self.host}"
