@@ -35,7 +35,8 @@ counted in `fleet_object_errors_total` (fleet._core.supervise):
   string name, labels/annotations string maps, ownerReferences a list, spec and status
   mappings when present.  An object failing it is never put in the cache nor handed
   to a handler (an update that breaks it is skipped: the cache keeps the last good
-  version), so handlers may rely on that shape.
+  version), so handlers may rely on that shape.  `on_malformed(obj, why)`, if given,
+  reports it instead (the agent adds an Event on the pod).
 * An index function raising on one object leaves that object out of that index; the
   other indexes and the handlers still see it.
 * A handler that raises on one event is logged and counted; the other handlers, and
@@ -97,7 +98,8 @@ class Informer:
                  on_event: EventHandler | None = None, *, namespace: str | None = None,
                  field_selector: str | None = None, label_selector: str | None = None,
                  resync_period: float | None = None, retry_backoff: float = 1.0,
-                 component: str = "informer") -> None:
+                 component: str = "informer",
+                 on_malformed: Callable[[Any, str], None] | None = None) -> None:
         self.client = client
         self.component = component  # who runs it: the label of its error counts
         self.api_version = api_version
@@ -107,6 +109,9 @@ class Informer:
         self.label_selector = label_selector
         self.resync_period = resync_period
         self.retry_backoff = retry_backoff
+        # Who reports an object without the common envelope (default: log + count
+        # here); the agent also puts a FailedSync Event on it.
+        self.on_malformed = on_malformed
         self.items: dict[str, dict[str, Any]] = {}
         self.synced = trio.Event()
         self.relists = 0  # lists after the first (410s, lost connections): tests and logs read it
@@ -234,6 +239,12 @@ class Informer:
         why = malformed(obj)
         if why is None:
             return True
+        if self.on_malformed is not None:
+            try:
+                self.on_malformed(obj, why)
+                return False
+            except Exception as e:  # noqa: BLE001 - the report failing must not stop the informer
+                log.warning("%s informer: reporting a malformed object failed: %r", self.plural, e)
         object_failed(self.component, kind_of(obj, self.plural), object_key(obj), ValueError(why),
                       action="ignoring it", logger=log)
         return False
