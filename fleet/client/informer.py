@@ -99,7 +99,8 @@ class Informer:
                  field_selector: str | None = None, label_selector: str | None = None,
                  resync_period: float | None = None, retry_backoff: float = 1.0,
                  component: str = "informer",
-                 on_malformed: Callable[[Any, str], None] | None = None) -> None:
+                 on_malformed: Callable[[Any, str], None] | None = None,
+                 transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.client = client
         self.component = component  # who runs it: the label of its error counts
         self.api_version = api_version
@@ -112,6 +113,9 @@ class Informer:
         # Who reports an object without the common envelope (default: log + count
         # here); the agent also puts a FailedSync Event on it.
         self.on_malformed = on_malformed
+        # client-go's SetTransform: what of each object is kept (the garbage collector
+        # keeps metadata only); applied before the envelope check.
+        self.transform = transform
         self.items: dict[str, dict[str, Any]] = {}
         self.synced = trio.Event()
         self.relists = 0  # lists after the first (410s, lost connections): tests and logs read it
@@ -239,6 +243,20 @@ class Informer:
         why = malformed(obj)
         if why is None:
             return True
+        return self._reject(obj, why)
+
+    def _prepare(self, obj: Any) -> dict[str, Any] | None:
+        """The object as the cache keeps it (transformed), or None if it is malformed."""
+        if self.transform is not None and isinstance(obj, dict):
+            try:
+                obj = self.transform(obj)
+            except Exception as e:  # noqa: BLE001 - one object must not stop the informer
+                self._reject(obj, f"transform failed: {e!r}")
+                return None
+        return obj if self._admit(obj) else None
+
+    def _reject(self, obj: Any, why: str) -> bool:
+        """Report a malformed object (through `on_malformed`, else log + count); False."""
         if self.on_malformed is not None:
             try:
                 self.on_malformed(obj, why)
@@ -295,13 +313,14 @@ class Informer:
     def _replace(self, items: list[dict[str, Any]]) -> None:
         """A (re-)list: report every difference from the cache, deletions first."""
         fresh: dict[str, dict[str, Any]] = {}
-        for o in items:
-            if self._admit(o):
+        for raw in items:
+            o = self._prepare(raw)
+            if o is not None:
                 fresh[object_key(o)] = o
-            elif object_key(o) in self.items:
+            elif object_key(raw) in self.items:
                 # Broken since we cached it: keep the last good version (as a
                 # skipped watch update does), rather than call it deleted.
-                fresh[object_key(o)] = self.items[object_key(o)]
+                fresh[object_key(raw)] = self.items[object_key(raw)]
         for key in [k for k in self.items if k not in fresh]:
             self._set(key, self.items[key], None)
         for key, obj in fresh.items():
@@ -327,8 +346,9 @@ class Informer:
             if old is not None:
                 self._set(key, old, None)
         elif etype in ("ADDED", "MODIFIED"):
-            if self._admit(obj):
-                self._set(key, self.items.get(key), obj)
+            kept = self._prepare(obj)
+            if kept is not None:
+                self._set(key, self.items.get(key), kept)
 
 
 # The controllers' name for it (client-go's SharedIndexInformer): the same class.
