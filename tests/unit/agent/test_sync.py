@@ -1,4 +1,4 @@
-"""The agent's pod sync on the one client informer: what a re-list and a slow recovery
+"""The agent's pod sync (and its podCIDR wait) on the one client informer: what a re-list and a slow recovery
 must not leak.
 
 A fake client serves the node's pods (list, and watch streams the test scripts); a
@@ -161,3 +161,40 @@ async def test_containers_of_a_pod_deleted_during_recovery_are_removed(
         n.cancel_scope.cancel()
     assert workers.started == [("uid-a", ["c-uid-a"])]  # a adopted its container; b got no worker
     assert sorted(driver.removed) == ["c-uid-b", "c-uid-stale"]
+
+
+async def test_the_node_waits_for_its_pod_cidr_through_an_informer(
+        autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
+    """wait_pod_cidr follows only its own Node and returns once node IPAM assigned a range,
+    across a lost watch (the re-list finds it)."""
+    from fleet.agent.config import AgentConfig
+    from fleet.agent.node import NodeAgent
+
+    node = {"kind": "Node", "metadata": {"name": "n1", "uid": "u", "resourceVersion": "1"}, "spec": {}}
+    client = FakeClient()
+    client.pods = {"n1": node}
+    seen_selectors: list[Any] = []
+
+    async def list_all(*args: Any, **kw: Any) -> dict[str, Any]:
+        seen_selectors.append(kw.get("field_selector"))
+        return {"metadata": {"resourceVersion": "100"}, "items": list(client.pods.values())}
+
+    client.list_all = list_all  # type: ignore[method-assign]
+    agent = NodeAgent(AgentConfig(node_name="n1", data_dir=tmp_path, address="127.0.0.1"), client,  # type: ignore[arg-type]
+                      driver_name="process")
+    got: list[str] = []
+
+    async def wait() -> None:
+        got.append(await agent.wait_pod_cidr())
+
+    async with trio.open_nursery() as n:
+        n.start_soon(wait)
+        await trio.sleep(5)
+        assert got == []
+        # The watch is lost; meanwhile IPAM assigned the range: the re-list brings it.
+        client.pods = {"n1": {**node, "metadata": {**node["metadata"], "resourceVersion": "2"},
+                              "spec": {"podCIDR": "10.42.7.0/24"}}}
+        client.script([], EXPIRED)
+        await trio.sleep(5)
+    assert got == ["10.42.7.0/24"]
+    assert seen_selectors == ["metadata.name=n1", "metadata.name=n1"]
