@@ -307,7 +307,12 @@ class NodeLifecycleController:
 
     # -- the loops -----------------------------------------------------------------------
     async def run_loops(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Monitor, tainter, evictor and event writer, until cancelled (caches filled first)."""
+        """Monitor, tainter, evictor and event writer, until cancelled (caches filled first).
+
+        Run again after a crash (the manager supervises it) with the state the
+        informer handlers kept: evictions a cancelled worker held are free again."""
+        for ev in self.evictions.values():
+            ev.in_flight = False
         async with trio.open_nursery() as nursery:
             for recorder in self._recorders.values():
                 await nursery.start(recorder.run)
