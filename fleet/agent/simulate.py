@@ -110,6 +110,7 @@ from fleet.agent.status import ContainerView, build_pod_status
 from fleet.api.meta import now_rfc3339
 from fleet.client import MERGE_PATCH, ApiException, Client, ClientConfig, resource_path
 from fleet.client.errors import explain
+from fleet.client.informer import Informer
 from fleet.client.rest import ssl_context
 
 log = logging.getLogger(__name__)
@@ -680,7 +681,7 @@ class Simulator:
         self._pod_send, self._pod_recv = trio.open_memory_channel[str](math.inf)
         self._pod_queued: set[str] = set()
         self._lease_lag = 0.0  # how late the last renewal taken from the queue was
-        self._nursery: trio.Nursery | None = None
+        self._pods_informer: Informer | None = None
         self._throttle = _Throttle()
 
     # -- public controls --------------------------------------------------------------
@@ -711,8 +712,7 @@ class Simulator:
             self._schedule_heartbeats(node, renew_now=True)
         if node.frozen:
             node.frozen = False
-            if self._nursery is not None:
-                self._nursery.start_soon(self._catch_up, node.name)
+            self._catch_up(node.name)
 
     def last_renewal(self, node_name: str) -> float | None:
         """trio.current_time() of the node's last successful Lease renewal."""
@@ -738,7 +738,6 @@ class Simulator:
         watch_client = self._make_client()
         try:
             async with trio.open_nursery() as n:
-                self._nursery = n
                 self._origin = trio.current_time()
                 # Heartbeats run while the rest registers: registering thousands of
                 # nodes can take longer than a Lease lasts.
@@ -759,7 +758,6 @@ class Simulator:
                     log.info("simulator control endpoint on %s", self.control_url)
                 task_status.started(self)
         finally:
-            self._nursery = None
             with trio.CancelScope(shield=True):
                 for c in [*lease_clients, *pod_clients, watch_client]:
                     await c.aclose()
@@ -954,66 +952,40 @@ class Simulator:
 
     async def _watch_pods(self, client: Client, *,
                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        started = False
-        backoff = self.cfg.retry_backoff
-        while True:
-            try:
-                rv = await self._relist(client)
-                if not started:
-                    started = True
-                    task_status.started()
-                backoff = self.cfg.retry_backoff
-                async for ev in client.watch("v1", "pods", resource_version=rv,
-                                             field_selector=BOUND_PODS):
-                    self.on_pod_event(str(ev.get("type") or ""), ev.get("object") or {})
-            except ApiException as e:
-                if e.code == 410:
-                    continue  # compacted past our revision: a fresh list catches up
-                self._throttle.warn("watch", "simulator: pod watch: %s", e)
-            except (httpx.HTTPError, OSError, ValueError) as e:
-                self._throttle.warn("watch", "simulator: pod watch: %r", e)
-            await trio.sleep(backoff)
-            backoff = min(backoff * 2, 30.0)
+        """Follow every bound pod through the one client informer (fleet.client.informer):
+        a re-list after a 410 or a lost connection reports pods deleted meanwhile as
+        DELETED, which drops their records."""
+        self._pods_informer = inf = Informer(client, "v1", "pods", self._on_pod_change,
+                                             field_selector=BOUND_PODS,
+                                             retry_backoff=self.cfg.retry_backoff, component="simulator")
+        inf.add_index("node", lambda p: [str((p.get("spec") or {}).get("nodeName") or "")])
+        await inf.run(task_status=task_status)
 
-    async def _relist(self, client: Client, node_name: str | None = None) -> str:
-        """List bound pods page by page (all, or one node's) and reconcile the records."""
-        selector = f"spec.nodeName={node_name}" if node_name else BOUND_PODS
+    def _on_pod_change(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        if etype == "DELETED":
+            if old is not None:
+                self.on_pod_event("DELETED", old)
+        elif new is not None:
+            self.on_pod_event(etype, new)
+
+    def _catch_up(self, node_name: str) -> None:
+        """After a frozen node resumes: what happened to its pods meanwhile (the informer
+        kept following them while the node ignored its events)."""
+        inf = self._pods_informer
+        if inf is None:
+            return
         seen: set[str] = set()
-        token: str | None = None
-        rv = ""
-        while True:
-            page = await client.list("v1", "pods", field_selector=selector, limit=500,
-                                     continue_token=token)
-            md = page.get("metadata") or {}
-            rv = rv or str(md.get("resourceVersion") or "")
-            for pod in page.get("items") or []:
-                seen.add(str((pod.get("metadata") or {}).get("uid")))
-                self.on_pod_event("ADDED", pod)
-            token = md.get("continue")
-            if not token:
-                break
+        for pod in inf.by_index("node", node_name):
+            seen.add(str((pod.get("metadata") or {}).get("uid")))
+            self.on_pod_event("ADDED", pod)
         for uid, rec in list(self.pods.items()):
-            if node_name is not None and rec.node != node_name:
+            if rec.node != node_name:
                 continue
             if uid not in seen:
                 self._drop(rec)
-            elif node_name is not None:
+            else:
                 # Whatever fell due while the node was frozen was skipped: look again.
                 self._enqueue_pod(uid)
-        return rv
-
-    async def _catch_up(self, node_name: str) -> None:
-        """After a frozen node resumes: what happened to its pods meanwhile."""
-        async with self._make_client() as client:
-            backoff = self.cfg.retry_backoff
-            while not self.nodes[node_name].frozen:
-                try:
-                    await self._relist(client, node_name)
-                    return
-                except RETRYABLE as e:
-                    self._throttle.warn("watch", "simulator: listing pods of %s: %s", node_name, e)
-                    await trio.sleep(backoff)
-                    backoff = min(backoff * 2, 30.0)
 
     def on_pod_event(self, etype: str, pod: dict[str, Any]) -> None:
         """Fold one watch event into the records and queue whatever it makes due."""

@@ -15,7 +15,7 @@ kube-controller-manager's garbage collector does:
 * **Orphan** — an owner carries the `orphan` finalizer: the references to it
   are removed from its dependents, then the finalizer.
 
-    per resource: list (paged) + watch ─▶ Graph (owner uid ─▶ dependent uids)
+    per resource: informer (metadata) ─▶ Graph (owner uid ─▶ dependent uids)
                                               │ enqueue uids whose situation changed
               attempt-to-delete queue ◀───────┤
               attempt-to-orphan queue ◀───────┘
@@ -28,7 +28,9 @@ their `blockOwnerDeletion`, dependent uids): dependents (objects with
 ownerReferences), the owners they name, and objects carrying a GC finalizer.
 An owner named by a dependent but not seen yet is a *virtual* node, verified
 with a live GET.  An object that owns nothing and is owned by nothing costs
-nothing beyond its watch event.
+only a few metadata fields in its resource's informer cache (fleet.client.informer,
+which re-lists after a 410 or a lost connection and reports what vanished meanwhile
+as DELETED).
 
 **Never act on a stale cache.** Before deleting a dependent the collector
 re-reads it and each of its owners from the API, by name, and compares uids:
@@ -62,6 +64,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import httpx
@@ -69,6 +72,7 @@ import trio
 
 from fleet._core.supervise import object_failed
 from fleet.client import JSON_PATCH, ApiException, APIResource, Client
+from fleet.client.informer import Informer
 from fleet.controllers.runtime import Context, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -80,7 +84,6 @@ BACKGROUND, FOREGROUND, ORPHAN = "Background", "Foreground", "Orphan"
 # (group, resource) never watched: Events are high-volume and never owners (Kubernetes ignores them too).
 IGNORED_RESOURCES = frozenset({("", "events"), ("events.k8s.io", "events")})
 
-PAGE_SIZE = 500
 DISCOVERY_INTERVAL = 30.0
 SYNC_TIMEOUT = 60.0
 ABSENT_CACHE_SIZE = 500
@@ -431,6 +434,22 @@ def namespace_not_finalized(obj: dict[str, Any]) -> bool:
     return bool((obj.get("spec") or {}).get("finalizers"))
 
 
+_KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "ownerReferences",
+                  "deletionTimestamp", "finalizers")
+
+
+def _metadata_only(res: APIResource, obj: dict[str, Any]) -> dict[str, Any]:
+    """What a monitor's informer keeps of an object: its type and the metadata fields the
+    graph reads (list items come without apiVersion and kind: the resource says what
+    they are).  Anything that is not a mapping is kept as it is, for the informer's
+    envelope check to report."""
+    md = obj.get("metadata")
+    if not isinstance(md, dict):
+        return obj
+    return {"apiVersion": obj.get("apiVersion") or res.api_version, "kind": obj.get("kind") or res.kind,
+            "metadata": {k: md[k] for k in _KEPT_METADATA if k in md}}
+
+
 class GarbageCollector:
     """The garbage collector controller (see the module docstring)."""
 
@@ -455,7 +474,8 @@ class GarbageCollector:
 
     # -- wiring ----------------------------------------------------------------------------
     def setup(self, ctx: Context) -> None:
-        # No shared informers: they cache whole objects and the graph needs a few fields.
+        # No shared informers: they cache whole objects and the graph needs a few fields;
+        # the monitors run informers of their own that keep metadata only.
         self.ctx = ctx
 
     @property
@@ -566,55 +586,24 @@ class GarbageCollector:
                 log.info("garbage collector: discovery failed (%r); keeping the resources we watch", e)
 
     async def _monitor(self, res: APIResource, scope: trio.CancelScope, synced: trio.Event) -> None:
-        """List (in pages, never holding the whole collection) and watch one resource, forever."""
+        """Follow one resource, forever, through the one client informer: metadata only
+        in its cache (the graph needs a few fields of it), and a re-list after a 410
+        or a lost connection reports what vanished meanwhile as DELETED."""
         with scope:
-            backoff = 1.0
-            while True:
-                try:
-                    rv = await self._list_into_graph(res)
-                    synced.set()
-                    backoff = 1.0
-                    async for event in self.watch_client.watch(res.api_version, res.name, resource_version=rv):
-                        etype, obj = event.get("type"), event.get("object") or {}
-                        if etype == "DELETED":
-                            uid = _uid(obj)
-                            if uid:
-                                self.graph.remove(uid)
-                        elif etype in ("ADDED", "MODIFIED"):
-                            self._observe(res, obj)
-                except ApiException as e:
-                    if e.code == 410:
-                        continue  # compacted past us: a fresh list catches up
-                    log.info("garbage collector: watching %s: %s; again in %.0fs", res.group_resource, e, backoff)
-                    await trio.sleep(backoff)
-                    backoff = min(backoff * 2, 30.0)
-                except (httpx.HTTPError, OSError) as e:
-                    log.info("garbage collector: watching %s: %r; again in %.0fs", res.group_resource, e, backoff)
-                    await trio.sleep(backoff)
-                    backoff = min(backoff * 2, 30.0)
+            inf = Informer(self.watch_client, res.api_version, res.name, partial(self._on_change, res),
+                           component=self.name, transform=partial(_metadata_only, res))
+            async with trio.open_nursery() as n:
+                await n.start(inf.run)
+                synced.set()
 
-    async def _list_into_graph(self, res: APIResource) -> str | None:
-        rv: str | None = None
-        token: str | None = None
-        seen: set[str] = set()
-        while True:
-            page = await self.watch_client.list(res.api_version, res.name, limit=PAGE_SIZE,
-                                                continue_token=token)
-            md = page.get("metadata") or {}
-            rv = rv or md.get("resourceVersion")
-            for obj in page.get("items") or []:
-                uid = _uid(obj)
-                if uid:
-                    obj.setdefault("apiVersion", res.api_version)
-                    obj.setdefault("kind", res.kind)
-                    seen.add(uid)
-                    self._observe(res, obj)
-            token = md.get("continue")
-            if not token:
-                break
-            await trio.lowlevel.checkpoint()
-        self.graph.relisted(res.group, res.kind, seen)
-        return rv
+    def _on_change(self, res: APIResource, etype: str, old: dict[str, Any] | None,
+                   new: dict[str, Any] | None) -> None:
+        if etype == "DELETED":
+            uid = _uid(old or {})
+            if uid:
+                self.graph.remove(uid)
+        elif new is not None:
+            self._observe(res, new)
 
     def _observe(self, res: APIResource, obj: dict[str, Any]) -> None:
         """Put one object in the graph; one that breaks it is logged and skipped."""

@@ -35,9 +35,9 @@ from fleet.api.registry import Registry, default_registry
 from fleet.auth import ADMIN, AllowAll, TokenAuthenticator, load_or_create_admin_token
 from fleet.auth.pki import ServingTLS, ensure_serving_tls
 from fleet.client import ClientConfig
-from fleet.controllers import nodeipam, nodelifecycle
 from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
+from fleet.controllers.nodelifecycle import NodeLifecycleConfig
 from fleet.server import limits, nslifecycle
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
@@ -93,7 +93,7 @@ class ServerConfig:
     # Node lifecycle controller (kube-controller-manager's flags of the same names):
     # a node not heard from for the grace period goes Unknown and gets the
     # unreachable NoExecute taint; nodes are tainted at most eviction_rate per
-    # second per zone (see fleet/controllers/nodelifecycle.py).
+    # second per zone (see fleet/controllers/nodelifecycle/).
     node_monitor_grace_period: float = 40.0
     node_startup_grace_period: float = 60.0
     node_monitor_period: float = 5.0
@@ -277,17 +277,8 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             client_cfg = ClientConfig(server=url, token=token, ca_data=tls.ca_cert_pem)
             if cfg.scheduler:
                 nursery.start_soon(_supervised("scheduler", scheduler.run, client_cfg))
-            nursery.start_soon(_supervised("node-ipam", nodeipam.run, client_cfg,
-                                            NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr)))
+            # Node IPAM and node lifecycle are controllers of the manager, like the others.
             nursery.start_soon(_supervised("controller-manager", _run_controllers, cfg, client_cfg))
-            nursery.start_soon(_supervised(
-                "node-lifecycle", nodelifecycle.run, client_cfg, nodelifecycle.NodeLifecycleConfig(
-                    monitor_grace_period=cfg.node_monitor_grace_period,
-                    startup_grace_period=cfg.node_startup_grace_period,
-                    monitor_period=cfg.node_monitor_period, eviction_rate=cfg.node_eviction_rate,
-                    secondary_eviction_rate=cfg.secondary_node_eviction_rate,
-                    unhealthy_zone_threshold=cfg.unhealthy_zone_threshold,
-                    large_cluster_size_threshold=cfg.large_cluster_size_threshold)))
             if cfg.agent:
                 nursery.start_soon(_supervised("agent", _run_agent, cfg, url, token, tls.ca_cert_pem))
 
@@ -306,7 +297,16 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
     # A fresh manager per (re)start: controllers keep caches, expectations and
     # queues wired to the informers of the run that failed, and a restart should
     # begin from a clean list, as a restarted kube-controller-manager does.
-    manager = default_manager(cfg.controllers, hpa_sync_period=cfg.hpa_sync_period)
+    manager = default_manager(
+        cfg.controllers, hpa_sync_period=cfg.hpa_sync_period,
+        node_ipam=NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr),
+        node_lifecycle=NodeLifecycleConfig(
+            monitor_grace_period=cfg.node_monitor_grace_period,
+            startup_grace_period=cfg.node_startup_grace_period,
+            monitor_period=cfg.node_monitor_period, eviction_rate=cfg.node_eviction_rate,
+            secondary_eviction_rate=cfg.secondary_node_eviction_rate,
+            unhealthy_zone_threshold=cfg.unhealthy_zone_threshold,
+            large_cluster_size_threshold=cfg.large_cluster_size_threshold))
     await manager.run(client_cfg, task_status=task_status)
 
 

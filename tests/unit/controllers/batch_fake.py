@@ -78,13 +78,13 @@ class FakeCluster:
         for (api_version, plural, _), inf in self.informers._informers.items():
             inf.add_index("namespace", by_namespace)
             for obj in self.objects.get((api_version, plural), {}).values():
-                inf._informer._apply("ADDED", copy.deepcopy(obj))
+                inf._apply("ADDED", copy.deepcopy(obj))
             inf.synced.set()
 
     def _publish(self, api_version: str, plural: str, etype: str, obj: dict[str, Any]) -> None:
         for (av, pl, _), inf in self.informers._informers.items():
             if (av, pl) == (api_version, plural):
-                inf._informer._apply(etype, copy.deepcopy(obj))
+                inf._apply(etype, copy.deepcopy(obj))
 
     # -- helpers ----------------------------------------------------------------------------
     def _info(self, api_version: str, plural: str) -> Any:

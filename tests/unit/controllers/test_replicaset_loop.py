@@ -54,7 +54,7 @@ class FakeAPI:
 
     def flush(self) -> None:
         for plural, etype, obj in self.pending:
-            self.informers[plural]._informer._apply(etype, obj)
+            self.informers[plural]._apply(etype, obj)
         self.pending.clear()
 
     def put(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
