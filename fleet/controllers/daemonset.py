@@ -50,8 +50,9 @@ from typing import Any
 
 import trio
 
+from fleet.api import owners
 from fleet.api.tolerations import toleration_matches, untolerated  # noqa: F401 - re-exported
-from fleet.client import MERGE_PATCH, ApiException
+from fleet.client import JSON_PATCH, MERGE_PATCH, ApiException
 from fleet.controllers import history, podstate
 from fleet.controllers.runtime import (
     Context,
@@ -527,7 +528,7 @@ def daemon_pod(ds: Mapping[str, Any], hash_: str, node: str) -> dict[str, Any]:
     template.setdefault("metadata", {})["labels"] = labels
     md = ds.get("metadata") or {}
     pod = podstate.pod_from_template(template, str(md.get("namespace") or ""),
-                                     podstate.controller_ref(ds, API_VERSION, KIND))
+                                     owners.controller_ref(ds, api_version=API_VERSION, kind=KIND))
     pod["metadata"]["generateName"] = f"{md.get('name')}-"
     pin_to_node(pod["spec"], node)
     return pod
@@ -587,7 +588,7 @@ class DaemonSetController(QueueWorker):
         self.revisions: SharedInformer = ctx.informers.informer(API_VERSION, "controllerrevisions")
         for inf in (self.pods, self.revisions):
             inf.add_index("controller", by_controller_uid)
-            inf.add_index("orphan-namespace", podstate.orphan_namespace)
+            inf.add_index("orphan-namespace", owners.orphan_namespace)
         self.sets.add_handler(self._on_set)
         self.pods.add_handler(self._on_pod)
         self.nodes.add_handler(self._on_node)
@@ -609,7 +610,7 @@ class DaemonSetController(QueueWorker):
     def _owner_key(obj: Mapping[str, Any] | None) -> str | None:
         if obj is None:
             return None
-        ref = podstate.controller_of(obj)
+        ref = owners.controller_of(obj)
         if ref is None or ref.get("kind") != KIND or ref.get("apiVersion") != API_VERSION:
             return None
         return f"{(obj.get('metadata') or {}).get('namespace') or ''}/{ref.get('name')}"
@@ -690,22 +691,22 @@ class DaemonSetController(QueueWorker):
         candidates = {podstate.uid_of(p): p for p in self.pods.by_index("controller", podstate.uid_of(ds))}
         for p in self.pods.by_index("orphan-namespace", ns):
             candidates.setdefault(podstate.uid_of(p), p)
-        owned, adopt, release = podstate.claim(
+        owned, adopt, release = owners.claim(
             ds, candidates.values(), lambda p: podstate.selector_matches(selector, podstate.labels_of(p)))
-        ref = podstate.controller_ref(ds, API_VERSION, KIND)
         for pod in adopt:
+            ops = owners.adopt_patch(pod, ds, api_version=API_VERSION, kind=KIND)
             try:
-                owned.append(await self.ctx.client.patch("v1", "pods", podstate.name_of(pod),
-                                                         podstate.adopt_patch(pod, ref), MERGE_PATCH, ns))
+                owned.append(await self.ctx.client.patch("v1", "pods", podstate.name_of(pod), ops,
+                                                         JSON_PATCH, ns))
             except ApiException as e:
-                if e.code not in (404, 409):
+                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
                     raise
         for pod in release:
             try:
                 await self.ctx.client.patch("v1", "pods", podstate.name_of(pod),
-                                            podstate.release_patch(pod, podstate.uid_of(ds)), MERGE_PATCH, ns)
+                                            owners.release_patch(pod, ds), JSON_PATCH, ns)
             except ApiException as e:
-                if e.code not in (404, 409):
+                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
                     raise
         return owned
 
@@ -714,15 +715,15 @@ class DaemonSetController(QueueWorker):
         candidates = {podstate.uid_of(r): r for r in self.revisions.by_index("controller", podstate.uid_of(ds))}
         for r in self.revisions.by_index("orphan-namespace", ns):
             candidates.setdefault(podstate.uid_of(r), r)
-        owned, adopt, _ = podstate.claim(
+        owned, adopt, _ = owners.claim(
             ds, candidates.values(), lambda r: podstate.selector_matches(selector, podstate.labels_of(r)))
-        ref = podstate.controller_ref(ds, API_VERSION, KIND)
         for r in adopt:
+            ops = owners.adopt_patch(r, ds, api_version=API_VERSION, kind=KIND)
             try:
-                owned.append(await self.ctx.client.patch(API_VERSION, "controllerrevisions", podstate.name_of(r),
-                                                         podstate.adopt_patch(r, ref), MERGE_PATCH, ns))
+                owned.append(await self.ctx.client.patch(API_VERSION, "controllerrevisions", podstate.name_of(r), ops,
+                                                         JSON_PATCH, ns))
             except ApiException as e:
-                if e.code not in (404, 409):
+                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
                     raise
         return owned
 
@@ -740,7 +741,7 @@ class DaemonSetController(QueueWorker):
             template = (ds.get("spec") or {}).get("template") or {}
             hash_ = history.hash_data(template, collision)
             body = history.build_revision(
-                ds, podstate.controller_ref(ds, API_VERSION, KIND), data, n,
+                ds, owners.controller_ref(ds, api_version=API_VERSION, kind=KIND), data, n,
                 name=history.revision_name(podstate.name_of(ds), hash_),
                 labels={**((template.get("metadata") or {}).get("labels") or {}), HASH_LABEL: hash_},
                 annotations=(ds.get("metadata") or {}).get("annotations"))

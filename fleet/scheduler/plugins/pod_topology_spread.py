@@ -48,6 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fleet.api.owners import controller_of
 from fleet.api.selectors import EQUALS, LabelSelector, Requirement
 from fleet.scheduler.framework import MAX_NODE_SCORE, Code, CycleState, Status
 from fleet.scheduler.plugins._cycle import DEFERRED, cycle_snapshot
@@ -133,8 +134,8 @@ def parse_constraint(raw: Any, labels: Mapping[str, str], selector: LabelSelecto
 def default_selector(pod: dict[str, Any]) -> LabelSelector | None:
     """The selector cluster defaults spread a controlled pod by (see the module docstring)."""
     md = pod.get("metadata") or {}
-    controlled = any(isinstance(ref, dict) and ref.get("controller") and ref.get("kind") in DEFAULT_SELECTOR_OWNERS
-                     for ref in md.get("ownerReferences") or [])
+    controller = controller_of(pod)
+    controlled = controller is not None and controller.get("kind") in DEFAULT_SELECTOR_OWNERS
     labels = {k: v for k, v in (md.get("labels") or {}).items() if k not in PER_POD_LABELS}
     if not controlled or not labels:
         return None
