@@ -59,7 +59,7 @@ from fleet.api.kinds.policy import (
     SYNC_FAILED,
 )
 from fleet.api.owners import controller_of
-from fleet.api.validation import selector_matches
+from fleet.api.selectors import selector_dict_matches
 from fleet.client import STRATEGIC_MERGE_PATCH, ApiException
 from fleet.controllers.runtime import (
     Context,
@@ -288,7 +288,7 @@ def selects(pdb: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
         return False
     if (pdb.get("metadata") or {}).get("namespace") != (pod.get("metadata") or {}).get("namespace"):
         return False
-    return selector_matches(sel, (pod.get("metadata") or {}).get("labels") or {})
+    return selector_dict_matches(sel, (pod.get("metadata") or {}).get("labels") or {})
 
 
 rfc3339 = meta.format_time
