@@ -51,6 +51,7 @@ from typing import Any
 import trio
 
 from fleet.api import owners
+from fleet.api.nodeaffinity import required_node_affinity
 from fleet.api.tolerations import toleration_matches, untolerated  # noqa: F401 - re-exported
 from fleet.client import JSON_PATCH, MERGE_PATCH, ApiException
 from fleet.controllers import history, podstate
@@ -115,60 +116,6 @@ def add_daemon_tolerations(spec: dict[str, Any]) -> None:
     spec["tolerations"] = tols
 
 
-def _requirement_matches(req: Any, values: Mapping[str, str], *, field_: bool) -> bool:
-    """One NodeSelectorRequirement; a malformed one matches nothing (as upstream)."""
-    if not isinstance(req, dict) or not isinstance(req.get("key"), str):
-        return False
-    op, key = req.get("operator"), req["key"]
-    vals = [str(x) for x in req.get("values") or []] if isinstance(req.get("values") or [], list) else None
-    if vals is None:
-        return False
-    have = values.get(key)
-    if field_ and (op not in ("In", "NotIn") or len(vals) != 1):
-        return False
-    if op == "In":
-        return have is not None and have in vals
-    if op == "NotIn":
-        return have is None or have not in vals
-    if op == "Exists":
-        return have is not None and not vals
-    if op == "DoesNotExist":
-        return have is None and not vals
-    if op in ("Gt", "Lt") and len(vals) == 1 and have is not None:
-        try:
-            n, bound = int(have), int(vals[0])
-        except ValueError:
-            return False
-        return n > bound if op == "Gt" else n < bound
-    return False
-
-
-def term_matches(term: Any, node: Mapping[str, Any]) -> bool:
-    """A NodeSelectorTerm: all its expressions and fields; an empty term matches nothing."""
-    if not isinstance(term, dict):
-        return False
-    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
-    if not exprs and not fields:
-        return False
-    labels = podstate.labels_of(node)
-    node_fields = {NODE_NAME_FIELD: podstate.name_of(node)}
-    return all(_requirement_matches(e, labels, field_=False) for e in exprs) and \
-        all(_requirement_matches(f, node_fields, field_=True) for f in fields)
-
-
-def affinity_matches(spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """nodeSelector AND (any required nodeSelectorTerm) — the scheduler's NodeAffinity filter."""
-    labels = podstate.labels_of(node)
-    selector = spec.get("nodeSelector") or {}
-    if isinstance(selector, dict) and any(labels.get(k) != val for k, val in selector.items()):
-        return False
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution"))
-    if isinstance(required, dict):
-        return any(term_matches(t, node) for t in required.get("nodeSelectorTerms") or [])
-    return True
-
-
 def daemon_spec(ds: Mapping[str, Any]) -> dict[str, Any]:
     """The template's pod spec with the DaemonSet tolerations (what each pod will carry)."""
     spec = copy.deepcopy(((ds.get("spec") or {}).get("template") or {}).get("spec") or {})
@@ -186,7 +133,8 @@ def node_should_run(ds_spec: Mapping[str, Any], node: Mapping[str, Any]) -> tupl
     name = podstate.name_of(node)
     if ds_spec.get("nodeName") and ds_spec["nodeName"] != name:
         return False, False
-    if not affinity_matches(ds_spec, node):
+    required = required_node_affinity(ds_spec)
+    if required is not None and not required.matches(podstate.labels_of(node), name):
         return False, False
     taints = (node.get("spec") or {}).get("taints") or []
     tolerations = ds_spec.get("tolerations") or []
