@@ -68,12 +68,6 @@ def is_controlled_by(obj: Obj, owner_uid: str) -> bool:
     return ref is not None and str(ref.get("uid")) == owner_uid
 
 
-def controller_uid(obj: Obj) -> str | None:
-    """The uid of `obj`'s controller (None when it has none)."""
-    ref = controller_of(obj)
-    return str(ref["uid"]) if ref is not None and ref.get("uid") else None
-
-
 def controller_ref(owner: Obj, *, block_owner_deletion: bool = True, api_version: str | None = None,
                    kind: str | None = None) -> dict[str, Any]:
     """metav1.NewControllerRef: the reference `owner` puts on what it creates or adopts.
