@@ -57,7 +57,6 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +72,7 @@ from fleet.agent.node import read_meminfo
 from fleet.agent.probes import ExecInContainer, ProbeFailure, ProbeRunner
 from fleet.agent.status import ContainerView, build_pod_status, status_changed
 from fleet.api import meta
+from fleet.api.expansion import expand_vars
 from fleet.api.quantity import int_value, milli_value
 from fleet.client import MERGE_PATCH, ApiException
 from fleet.runtime.driver import (
@@ -199,19 +199,6 @@ class SetupError(Exception):
 
 # ---------------------------------------------------------------------------------------
 # Container command, env and resources (Kubernetes rules)
-
-
-_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
-
-
-def expand_vars(s: str, env: Mapping[str, str]) -> str:
-    """Kubernetes $(VAR) expansion: known names are replaced, $$ escapes, others stay."""
-    def sub(m: re.Match[str]) -> str:
-        if m.group(0) == "$$":
-            return "$"
-        name = m.group(1)
-        return env[name] if name in env else m.group(0)
-    return _VAR_REF.sub(sub, s)
 
 
 def resolve_argv(container: Mapping[str, Any], image_config: Mapping[str, Any],
@@ -1195,6 +1182,6 @@ def _start_error(message: str) -> ExitStatus:
 
 __all__ = [
     "ContainerRun", "ImageInfo", "ImageProvider", "PodWorker", "StoreImages", "WorkerEnv",
-    "container_resources", "expand_vars", "grace_period", "resolve_argv",
+    "container_resources", "grace_period", "resolve_argv",
     "restart_wanted",
 ]

@@ -50,8 +50,10 @@ from typing import Any
 
 import trio
 
+from fleet.api import owners
+from fleet.api.nodeaffinity import required_node_affinity
 from fleet.api.tolerations import toleration_matches, untolerated  # noqa: F401 - re-exported
-from fleet.client import MERGE_PATCH, ApiException
+from fleet.client import JSON_PATCH, MERGE_PATCH, ApiException
 from fleet.controllers import history, podstate
 from fleet.controllers.runtime import (
     Context,
@@ -114,60 +116,6 @@ def add_daemon_tolerations(spec: dict[str, Any]) -> None:
     spec["tolerations"] = tols
 
 
-def _requirement_matches(req: Any, values: Mapping[str, str], *, field_: bool) -> bool:
-    """One NodeSelectorRequirement; a malformed one matches nothing (as upstream)."""
-    if not isinstance(req, dict) or not isinstance(req.get("key"), str):
-        return False
-    op, key = req.get("operator"), req["key"]
-    vals = [str(x) for x in req.get("values") or []] if isinstance(req.get("values") or [], list) else None
-    if vals is None:
-        return False
-    have = values.get(key)
-    if field_ and (op not in ("In", "NotIn") or len(vals) != 1):
-        return False
-    if op == "In":
-        return have is not None and have in vals
-    if op == "NotIn":
-        return have is None or have not in vals
-    if op == "Exists":
-        return have is not None and not vals
-    if op == "DoesNotExist":
-        return have is None and not vals
-    if op in ("Gt", "Lt") and len(vals) == 1 and have is not None:
-        try:
-            n, bound = int(have), int(vals[0])
-        except ValueError:
-            return False
-        return n > bound if op == "Gt" else n < bound
-    return False
-
-
-def term_matches(term: Any, node: Mapping[str, Any]) -> bool:
-    """A NodeSelectorTerm: all its expressions and fields; an empty term matches nothing."""
-    if not isinstance(term, dict):
-        return False
-    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
-    if not exprs and not fields:
-        return False
-    labels = podstate.labels_of(node)
-    node_fields = {NODE_NAME_FIELD: podstate.name_of(node)}
-    return all(_requirement_matches(e, labels, field_=False) for e in exprs) and \
-        all(_requirement_matches(f, node_fields, field_=True) for f in fields)
-
-
-def affinity_matches(spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """nodeSelector AND (any required nodeSelectorTerm) — the scheduler's NodeAffinity filter."""
-    labels = podstate.labels_of(node)
-    selector = spec.get("nodeSelector") or {}
-    if isinstance(selector, dict) and any(labels.get(k) != val for k, val in selector.items()):
-        return False
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution"))
-    if isinstance(required, dict):
-        return any(term_matches(t, node) for t in required.get("nodeSelectorTerms") or [])
-    return True
-
-
 def daemon_spec(ds: Mapping[str, Any]) -> dict[str, Any]:
     """The template's pod spec with the DaemonSet tolerations (what each pod will carry)."""
     spec = copy.deepcopy(((ds.get("spec") or {}).get("template") or {}).get("spec") or {})
@@ -185,7 +133,8 @@ def node_should_run(ds_spec: Mapping[str, Any], node: Mapping[str, Any]) -> tupl
     name = podstate.name_of(node)
     if ds_spec.get("nodeName") and ds_spec["nodeName"] != name:
         return False, False
-    if not affinity_matches(ds_spec, node):
+    required = required_node_affinity(ds_spec)
+    if required is not None and not required.matches(podstate.labels_of(node), name):
         return False, False
     taints = (node.get("spec") or {}).get("taints") or []
     tolerations = ds_spec.get("tolerations") or []
@@ -527,7 +476,7 @@ def daemon_pod(ds: Mapping[str, Any], hash_: str, node: str) -> dict[str, Any]:
     template.setdefault("metadata", {})["labels"] = labels
     md = ds.get("metadata") or {}
     pod = podstate.pod_from_template(template, str(md.get("namespace") or ""),
-                                     podstate.controller_ref(ds, API_VERSION, KIND))
+                                     owners.controller_ref(ds, api_version=API_VERSION, kind=KIND))
     pod["metadata"]["generateName"] = f"{md.get('name')}-"
     pin_to_node(pod["spec"], node)
     return pod
@@ -587,7 +536,7 @@ class DaemonSetController(QueueWorker):
         self.revisions: SharedInformer = ctx.informers.informer(API_VERSION, "controllerrevisions")
         for inf in (self.pods, self.revisions):
             inf.add_index("controller", by_controller_uid)
-            inf.add_index("orphan-namespace", podstate.orphan_namespace)
+            inf.add_index("orphan-namespace", owners.orphan_namespace)
         self.sets.add_handler(self._on_set)
         self.pods.add_handler(self._on_pod)
         self.nodes.add_handler(self._on_node)
@@ -609,7 +558,7 @@ class DaemonSetController(QueueWorker):
     def _owner_key(obj: Mapping[str, Any] | None) -> str | None:
         if obj is None:
             return None
-        ref = podstate.controller_of(obj)
+        ref = owners.controller_of(obj)
         if ref is None or ref.get("kind") != KIND or ref.get("apiVersion") != API_VERSION:
             return None
         return f"{(obj.get('metadata') or {}).get('namespace') or ''}/{ref.get('name')}"
@@ -690,22 +639,22 @@ class DaemonSetController(QueueWorker):
         candidates = {podstate.uid_of(p): p for p in self.pods.by_index("controller", podstate.uid_of(ds))}
         for p in self.pods.by_index("orphan-namespace", ns):
             candidates.setdefault(podstate.uid_of(p), p)
-        owned, adopt, release = podstate.claim(
+        owned, adopt, release = owners.claim(
             ds, candidates.values(), lambda p: podstate.selector_matches(selector, podstate.labels_of(p)))
-        ref = podstate.controller_ref(ds, API_VERSION, KIND)
         for pod in adopt:
+            ops = owners.adopt_patch(pod, ds, api_version=API_VERSION, kind=KIND)
             try:
-                owned.append(await self.ctx.client.patch("v1", "pods", podstate.name_of(pod),
-                                                         podstate.adopt_patch(pod, ref), MERGE_PATCH, ns))
+                owned.append(await self.ctx.client.patch("v1", "pods", podstate.name_of(pod), ops,
+                                                         JSON_PATCH, ns))
             except ApiException as e:
-                if e.code not in (404, 409):
+                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
                     raise
         for pod in release:
             try:
                 await self.ctx.client.patch("v1", "pods", podstate.name_of(pod),
-                                            podstate.release_patch(pod, podstate.uid_of(ds)), MERGE_PATCH, ns)
+                                            owners.release_patch(pod, ds), JSON_PATCH, ns)
             except ApiException as e:
-                if e.code not in (404, 409):
+                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
                     raise
         return owned
 
@@ -714,15 +663,15 @@ class DaemonSetController(QueueWorker):
         candidates = {podstate.uid_of(r): r for r in self.revisions.by_index("controller", podstate.uid_of(ds))}
         for r in self.revisions.by_index("orphan-namespace", ns):
             candidates.setdefault(podstate.uid_of(r), r)
-        owned, adopt, _ = podstate.claim(
+        owned, adopt, _ = owners.claim(
             ds, candidates.values(), lambda r: podstate.selector_matches(selector, podstate.labels_of(r)))
-        ref = podstate.controller_ref(ds, API_VERSION, KIND)
         for r in adopt:
+            ops = owners.adopt_patch(r, ds, api_version=API_VERSION, kind=KIND)
             try:
-                owned.append(await self.ctx.client.patch(API_VERSION, "controllerrevisions", podstate.name_of(r),
-                                                         podstate.adopt_patch(r, ref), MERGE_PATCH, ns))
+                owned.append(await self.ctx.client.patch(API_VERSION, "controllerrevisions", podstate.name_of(r), ops,
+                                                         JSON_PATCH, ns))
             except ApiException as e:
-                if e.code not in (404, 409):
+                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
                     raise
         return owned
 
@@ -740,7 +689,7 @@ class DaemonSetController(QueueWorker):
             template = (ds.get("spec") or {}).get("template") or {}
             hash_ = history.hash_data(template, collision)
             body = history.build_revision(
-                ds, podstate.controller_ref(ds, API_VERSION, KIND), data, n,
+                ds, owners.controller_ref(ds, api_version=API_VERSION, kind=KIND), data, n,
                 name=history.revision_name(podstate.name_of(ds), hash_),
                 labels={**((template.get("metadata") or {}).get("labels") or {}), HASH_LABEL: hash_},
                 annotations=(ds.get("metadata") or {}).get("annotations"))

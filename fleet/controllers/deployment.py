@@ -62,14 +62,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleet.api import owners
 from fleet.client import JSON_PATCH, MERGE_PATCH, ApiException
 from fleet.controllers.replicaset import (
     CONTROLLER_INDEX,
-    adopt_patch,
     meta,
-    owner_reference,
     parse_time,
-    release_patch,
     rfc3339,
     selects,
     status_patch,
@@ -79,12 +77,12 @@ from fleet.controllers.runtime import (
     QueueWorker,
     SharedInformer,
     by_controller_uid,
-    controller_ref,
     key_of,
 )
 
 log = logging.getLogger(__name__)
 
+API_VERSION, KIND = "apps/v1", "Deployment"
 HASH_LABEL = "pod-template-hash"
 REVISION = "deployment.kubernetes.io/revision"
 REVISION_HISTORY = "deployment.kubernetes.io/revision-history"
@@ -377,26 +375,18 @@ class _Planner:
 
     # -- claiming ---------------------------------------------------------------------------
     def _claim(self) -> list[Obj]:
-        deleting = bool(meta(self.d).get("deletionTimestamp"))
-        uid = meta(self.d).get("uid")
-        owned: list[Obj] = []
-        for rs in self.all_in_namespace:
-            ref = controller_ref(rs)
-            if ref is not None:
-                if ref.get("uid") != uid:
-                    continue
-                if selects(self.d, rs):
-                    owned.append(copy.deepcopy(rs))
-                elif not deleting:
-                    self.out.release.append(rs)
-            elif not deleting and not meta(rs).get("deletionTimestamp") and selects(self.d, rs):
-                self.out.adopt.append(rs)
-                taken = copy.deepcopy(rs)
-                taken["metadata"]["ownerReferences"] = [
-                    *(meta(rs).get("ownerReferences") or []), owner_reference(self.d)]
-                owned.append(taken)
+        mine, self.out.adopt, self.out.release = owners.claim(
+            self.d, self.all_in_namespace, lambda rs: selects(self.d, rs))
+        owned = [copy.deepcopy(rs) for rs in mine]
+        for rs in self.out.adopt:  # counted as adopted already; the writes follow the plan
+            taken = copy.deepcopy(rs)
+            taken["metadata"]["ownerReferences"] = [*(meta(rs).get("ownerReferences") or []), self._ref()]
+            owned.append(taken)
         owned.sort(key=_created)
         return owned
+
+    def _ref(self) -> Obj:
+        return owners.controller_ref(self.d, api_version=API_VERSION, kind=KIND)
 
     # -- bookkeeping ------------------------------------------------------------------------
     def _touch(self, rs: Obj, event: str | None = None) -> None:
@@ -508,7 +498,7 @@ class _Planner:
             "apiVersion": "apps/v1", "kind": "ReplicaSet",
             "metadata": {"name": name, "namespace": meta(self.d).get("namespace"),
                          "labels": dict(tmeta["labels"]),
-                         "ownerReferences": [owner_reference(self.d)],
+                         "ownerReferences": [self._ref()],
                          "creationTimestamp": rfc3339(self.now)},
             "spec": {"replicas": 0, "minReadySeconds": int(_spec(self.d).get("minReadySeconds") or 0),
                      "selector": selector, "template": template},
@@ -749,7 +739,7 @@ class _Planner:
         new_uid = meta(new).get("uid") if new is not None else None
         old_uids = {meta(rs).get("uid") for rs in old}
         for p in self.pods:
-            ref = controller_ref(p)
+            ref = owners.controller_of(p)
             if ref is None or ref.get("uid") == new_uid or ref.get("uid") not in old_uids:
                 continue
             if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
@@ -1028,7 +1018,7 @@ class DeploymentController(QueueWorker):
             self.enqueue(new)
 
     def _owner(self, obj: Mapping[str, Any]) -> Obj | None:
-        ref = controller_ref(dict(obj))
+        ref = owners.controller_of(obj)
         if ref is None or ref.get("kind") != "Deployment":
             return None
         d = self.deployments.get(f"{meta(obj).get('namespace') or ''}/{ref.get('name')}")
@@ -1050,14 +1040,14 @@ class DeploymentController(QueueWorker):
                 self.writes.observed(key_of(d), str(meta(obj).get("name")),
                                      None if etype == "DELETED" else _rv(obj))
                 self.enqueue(d)
-            elif controller_ref(obj) is None and (etype != "MODIFIED" or obj is new):
+            elif owners.controller_of(obj) is None and (etype != "MODIFIED" or obj is new):
                 self._enqueue_selecting(obj)
 
     def _on_pod(self, etype: str, old: Obj | None, new: Obj | None) -> None:
         # Only Recreate waits on pods (for the old ones to be gone).
         if etype != "DELETED" or old is None:
             return
-        ref = controller_ref(old)
+        ref = owners.controller_of(old)
         if ref is None or ref.get("kind") != "ReplicaSet":
             return
         rs = self.replicasets.get(f"{meta(old).get('namespace') or ''}/{ref.get('name')}")
@@ -1156,8 +1146,9 @@ class DeploymentController(QueueWorker):
                 raise
             if meta(fresh).get("uid") != md.get("uid") or meta(fresh).get("deletionTimestamp"):
                 return False
-        patches = [*((rs, adopt_patch(rs, owner_reference(d))) for rs in p.adopt),
-                   *((rs, release_patch(rs, str(md.get("uid")))) for rs in p.release)]
+        patches = [*((rs, owners.adopt_patch(rs, d, api_version=API_VERSION, kind=KIND))
+                     for rs in p.adopt),
+                   *((rs, owners.release_patch(rs, d)) for rs in p.release)]
         for rs, ops in patches:
             try:
                 await client.patch("apps/v1", "replicasets", meta(rs)["name"], ops, JSON_PATCH,

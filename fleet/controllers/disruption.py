@@ -58,14 +58,14 @@ from fleet.api.kinds.policy import (
     SUFFICIENT_PODS,
     SYNC_FAILED,
 )
-from fleet.api.validation import selector_matches
+from fleet.api.owners import controller_of
+from fleet.api.selectors import selector_dict_matches
 from fleet.client import STRATEGIC_MERGE_PATCH, ApiException
 from fleet.controllers.runtime import (
     Context,
     QueueWorker,
     SharedInformer,
     WorkQueue,
-    controller_ref,
     key_of,
     split_key,
 )
@@ -288,7 +288,7 @@ def selects(pdb: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
         return False
     if (pdb.get("metadata") or {}).get("namespace") != (pod.get("metadata") or {}).get("namespace"):
         return False
-    return selector_matches(sel, (pod.get("metadata") or {}).get("labels") or {})
+    return selector_dict_matches(sel, (pod.get("metadata") or {}).get("labels") or {})
 
 
 rfc3339 = meta.format_time
@@ -398,7 +398,7 @@ class DisruptionController(QueueWorker):
             rs = self.replicasets.get(f"{namespace}/{name}")
             if rs is None or rs["metadata"].get("uid") != uid:
                 return None
-            owner = controller_ref(rs)
+            owner = controller_of(rs)
             if owner is None or owner.get("kind") != "Deployment":
                 return uid, _replicas(rs)
             if _group_of(owner.get("apiVersion")) not in ("apps", "extensions"):
@@ -436,7 +436,7 @@ class DisruptionController(QueueWorker):
         scales: dict[str, int] = {}
         unmanaged: list[str] = []
         for pod in pods:
-            ref = controller_ref(pod)
+            ref = controller_of(pod)
             if ref is None:
                 unmanaged.append(pod["metadata"]["name"])
                 continue

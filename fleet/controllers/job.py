@@ -53,8 +53,9 @@ from typing import Any
 import trio
 
 from fleet.api import meta
+from fleet.api.owners import adopt_patch, controller_of, controller_ref
 from fleet.api.selectors import label_selector_from_dict
-from fleet.client import STRATEGIC_MERGE_PATCH, ApiException
+from fleet.client import JSON_PATCH, STRATEGIC_MERGE_PATCH, ApiException
 from fleet.controllers.runtime import (
     Context,
     Expectations,
@@ -62,7 +63,6 @@ from fleet.controllers.runtime import (
     SharedInformer,
     WorkQueue,
     by_controller_uid,
-    controller_ref,
     key_of,
     split_key,
 )
@@ -577,8 +577,7 @@ def build_pod(job: Obj, index: int | None = None,
         "namespace": md.get("namespace"),
         "labels": labels,
         "finalizers": finalizers,
-        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                             "uid": md.get("uid"), "controller": True, "blockOwnerDeletion": True}],
+        "ownerReferences": [controller_ref(job, api_version="batch/v1", kind="Job")],
     }
     if annotations:
         pod_md["annotations"] = annotations
@@ -1103,7 +1102,7 @@ class JobController(QueueWorker):
             self.ctx.events.record(obj, type_, reason, message)
 
     def _job_of(self, pod: Obj) -> Obj | None:
-        ref = controller_ref(pod)
+        ref = controller_of(pod)
         if not ref or ref.get("kind") != "Job":
             return None
         job = self.jobs.get(f"{_md(pod).get('namespace') or ''}/{ref.get('name')}")
@@ -1135,7 +1134,7 @@ class JobController(QueueWorker):
         if etype == "MODIFIED" and old is not None and new is not None:
             if _md(old).get("resourceVersion") == _md(new).get("resourceVersion"):
                 return
-            old_ref, new_ref = controller_ref(old), controller_ref(new)
+            old_ref, new_ref = controller_of(old), controller_of(new)
             if old_ref != new_ref and old_ref is not None:
                 old_job = self._job_of(old)
                 if old_job is not None:
@@ -1239,17 +1238,14 @@ class JobController(QueueWorker):
         adopted: list[Obj] = []
         for p in self.pods.list(md.get("namespace") or ""):
             pmd = _md(p)
-            if controller_ref(p) is not None or pmd.get("deletionTimestamp") or is_terminated(p):
+            if controller_of(p) is not None or pmd.get("deletionTimestamp") or is_terminated(p):
                 continue
             if not sel.matches(pmd.get("labels") or {}):
                 continue
-            ref = {"apiVersion": "batch/v1", "kind": "Job", "name": md.get("name"), "uid": md.get("uid"),
-                   "controller": True, "blockOwnerDeletion": True}
+            ops = adopt_patch(p, job, api_version="batch/v1", kind="Job", finalizers=[TRACKING_FINALIZER])
             try:
-                got = await self.ctx.client.patch(
-                    "v1", "pods", pmd["name"],
-                    {"metadata": {"ownerReferences": [ref], "finalizers": [TRACKING_FINALIZER]}},
-                    STRATEGIC_MERGE_PATCH, pmd.get("namespace"))
+                got = await self.ctx.client.patch("v1", "pods", pmd["name"], ops, JSON_PATCH,
+                                                  pmd.get("namespace"))
             except ApiException as e:
                 if e.code in (404, 409, 422):
                     continue
@@ -1426,7 +1422,7 @@ class JobController(QueueWorker):
         if pod is None or not has_tracking_finalizer(pod):
             return
         ns, name = split_key(key)
-        ref = controller_ref(pod)
+        ref = controller_of(pod)
         if ref is not None:
             if ref.get("kind") != "Job" or ref.get("apiVersion") != "batch/v1":
                 return  # someone else's pod: not ours to touch

@@ -50,6 +50,7 @@ from typing import Any, Protocol
 import trio
 
 from fleet._core.supervise import object_failed, supervise
+from fleet.api.owners import controller_of
 from fleet.client import Client, ClientConfig
 
 # The informer lives in fleet.client (every role uses it); controllers import it from here too.
@@ -71,17 +72,9 @@ def split_key(key: str) -> tuple[str, str]:
     return ns, name
 
 
-def controller_ref(obj: dict[str, Any]) -> dict[str, Any] | None:
-    """The ownerReference with controller: true, if any."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            return ref
-    return None
-
-
 def by_controller_uid(obj: dict[str, Any]) -> list[str]:
     """Index: the uid of the object's controller (Deployments find their ReplicaSets...)."""
-    ref = controller_ref(obj)
+    ref = controller_of(obj)
     return [str(ref.get("uid"))] if ref and ref.get("uid") else []
 
 

@@ -47,7 +47,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleet.client import MERGE_PATCH, ApiException
+from fleet.api import owners
+from fleet.client import JSON_PATCH, MERGE_PATCH, ApiException
 from fleet.controllers import history, podstate
 from fleet.controllers.runtime import (
     Context,
@@ -178,7 +179,7 @@ def new_pod(sts: Mapping[str, Any], template: Mapping[str, Any], revision: str, 
     """Pod `ordinal` from `template`, with its identity, storage and revision label."""
     md = sts.get("metadata") or {}
     pod = podstate.pod_from_template(template, str(md.get("namespace") or ""),
-                                     podstate.controller_ref(sts, API_VERSION, KIND))
+                                     owners.controller_ref(sts, api_version=API_VERSION, kind=KIND))
     name = pod_name(sts, ordinal)
     pod["metadata"]["name"] = name
     labels = pod["metadata"]["labels"]
@@ -253,9 +254,9 @@ def claim_owner_refs(claim: Mapping[str, Any], sts: Mapping[str, Any], pod: Mapp
     if retain_all or not any(r.get("controller") for r in others):
         in_range = settings.in_range(ordinal_of(pod))
         if settings.when_deleted == DELETE and (settings.when_scaled == RETAIN or in_range):
-            want.append(podstate.controller_ref(sts, API_VERSION, KIND))
+            want.append(owners.controller_ref(sts, api_version=API_VERSION, kind=KIND))
         if settings.when_scaled == DELETE and not in_range and pod_uid:
-            want.append(podstate.controller_ref(pod, "v1", "Pod"))
+            want.append(owners.controller_ref(pod, api_version="v1", kind="Pod"))
     return None if _ref_key(want) == _ref_key(refs) else want
 
 
@@ -504,7 +505,7 @@ class StatefulSetController(QueueWorker):
         self.revisions: SharedInformer = ctx.informers.informer(API_VERSION, "controllerrevisions")
         for inf in (self.pods, self.revisions):
             inf.add_index("controller", by_controller_uid)
-            inf.add_index("orphan-namespace", podstate.orphan_namespace)
+            inf.add_index("orphan-namespace", owners.orphan_namespace)
         self.sets.add_handler(self._on_set)
         self.pods.add_handler(self._on_pod)
         self.claims.add_handler(self._on_claim)
@@ -523,7 +524,7 @@ class StatefulSetController(QueueWorker):
     def _owner_key(obj: Mapping[str, Any] | None) -> str | None:
         if obj is None:
             return None
-        ref = podstate.controller_of(obj)
+        ref = owners.controller_of(obj)
         if ref is None or ref.get("kind") != KIND or ref.get("apiVersion") != API_VERSION:
             return None
         return f"{(obj.get('metadata') or {}).get('namespace') or ''}/{ref.get('name')}"
@@ -605,21 +606,21 @@ class StatefulSetController(QueueWorker):
         candidates = {podstate.uid_of(p): p for p in self.pods.by_index("controller", podstate.uid_of(sts))}
         for p in self.pods.by_index("orphan-namespace", ns):
             candidates.setdefault(podstate.uid_of(p), p)
-        owned, adopt, release = podstate.claim(sts, candidates.values(), matches)
-        ref = podstate.controller_ref(sts, API_VERSION, KIND)
+        owned, adopt, release = owners.claim(sts, candidates.values(), matches)
         for pod in adopt:
+            ops = owners.adopt_patch(pod, sts, api_version=API_VERSION, kind=KIND)
             try:
-                owned.append(await self.ctx.client.patch("v1", "pods", podstate.name_of(pod),
-                                                         podstate.adopt_patch(pod, ref), MERGE_PATCH, ns))
+                owned.append(await self.ctx.client.patch("v1", "pods", podstate.name_of(pod), ops,
+                                                         JSON_PATCH, ns))
             except ApiException as e:
-                if e.code not in (404, 409):
+                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
                     raise
         for pod in release:
             try:
                 await self.ctx.client.patch("v1", "pods", podstate.name_of(pod),
-                                            podstate.release_patch(pod, podstate.uid_of(sts)), MERGE_PATCH, ns)
+                                            owners.release_patch(pod, sts), JSON_PATCH, ns)
             except ApiException as e:
-                if e.code not in (404, 409):
+                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
                     raise
         return owned
 
@@ -627,16 +628,16 @@ class StatefulSetController(QueueWorker):
         candidates = {podstate.uid_of(r): r for r in self.revisions.by_index("controller", podstate.uid_of(sts))}
         for r in self.revisions.by_index("orphan-namespace", ns):
             candidates.setdefault(podstate.uid_of(r), r)
-        owned, adopt, _ = podstate.claim(
+        owned, adopt, _ = owners.claim(
             sts, candidates.values(),
             lambda r: podstate.selector_matches(_spec(sts).get("selector"), podstate.labels_of(r)))
-        ref = podstate.controller_ref(sts, API_VERSION, KIND)
         for r in adopt:
+            ops = owners.adopt_patch(r, sts, api_version=API_VERSION, kind=KIND)
             try:
-                owned.append(await self.ctx.client.patch(API_VERSION, "controllerrevisions", podstate.name_of(r),
-                                                         podstate.adopt_patch(r, ref), MERGE_PATCH, ns))
+                owned.append(await self.ctx.client.patch(API_VERSION, "controllerrevisions", podstate.name_of(r), ops,
+                                                         JSON_PATCH, ns))
             except ApiException as e:
-                if e.code not in (404, 409):
+                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
                     raise
         return owned
 
@@ -654,7 +655,7 @@ class StatefulSetController(QueueWorker):
         hash_ = history.hash_data(data, collision)
         template_labels = ((_spec(sts).get("template") or {}).get("metadata") or {}).get("labels") or {}
         body = history.build_revision(
-            sts, podstate.controller_ref(sts, API_VERSION, KIND), data, n,
+            sts, owners.controller_ref(sts, api_version=API_VERSION, kind=KIND), data, n,
             name=history.revision_name(podstate.name_of(sts), hash_),
             labels={**template_labels, history.REVISION_HASH_LABEL: hash_},
             annotations=(sts.get("metadata") or {}).get("annotations"))
@@ -665,7 +666,7 @@ class StatefulSetController(QueueWorker):
                 raise
         existing = await self.ctx.client.get_object(API_VERSION, "controllerrevisions",
                                                     body["metadata"]["name"], ns)
-        if history.same_data(existing, data) and podstate.is_controlled_by(existing, podstate.uid_of(sts)):
+        if history.same_data(existing, data) and owners.is_controlled_by(existing, podstate.uid_of(sts)):
             return existing, collision
         # Two templates hash alike: count the collision (it salts the next hash) and retry.
         await self.ctx.client.patch(API_VERSION, "statefulsets", podstate.name_of(sts),

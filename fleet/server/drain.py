@@ -50,6 +50,7 @@ from typing import Any
 import trio
 
 from fleet.api import errors, meta
+from fleet.api.owners import controller_of
 from fleet.api.validation import as_int, type_invalid
 from fleet.server.http import Req, Resp
 from fleet.server.rest import ResourceAPI, Route, decode_body
@@ -130,14 +131,6 @@ def parse_options(body: Any) -> DrainOptions:
 def pod_key(pod: dict[str, Any]) -> str:
     md = pod.get("metadata") or {}
     return f"{md.get('namespace', '')}/{md.get('name', '')}"
-
-
-def controller_of(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """metav1.GetControllerOf: the owner reference with controller=true."""
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller") is True:
-            return ref
-    return None
 
 
 def _finished(pod: dict[str, Any]) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 
 from fleet.api import errors, meta
 from fleet.api.registry import Registry
-from fleet.api.validation import selector_matches
+from fleet.api.selectors import selector_dict_matches
 from fleet.store import KeyNotFound, RevisionConflict, Store
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class DisruptionBudgets:
         for pdb in res.items:
             sel = (pdb.get("spec") or {}).get("selector")
             # policy/v1: a null selector selects nothing, an empty one everything.
-            if isinstance(sel, dict) and selector_matches(sel, labels):
+            if isinstance(sel, dict) and selector_dict_matches(sel, labels):
                 out.append(pdb)
         return out
 

@@ -31,7 +31,9 @@ from fleet.api.kinds._common import (
     wide_container_columns,
 )
 from fleet.api.kinds.cron import CronError, parse_cron
+from fleet.api.kinds.pod_validation import validate_pod_template
 from fleet.api.registry import KindInfo
+from fleet.api.selectors import selector_dict_matches
 
 Cause = dict[str, str]
 
@@ -259,7 +261,7 @@ def validate_job_spec(spec: Any, path: str) -> list[Cause]:
         selector = None if errs else sel
     elif spec.get("manualSelector") is True:
         out.append(v.required(f"{path}.selector"))
-    out += v.validate_pod_template(
+    out += validate_pod_template(
         spec.get("template"), f"{path}.template", selector=selector,
         restart_policies=JOB_RESTART_POLICIES,
         restart_policy_required_detail='valid values: "OnFailure", "Never"')
@@ -289,7 +291,7 @@ def _validate_generated_selector(obj: dict[str, Any]) -> list[Cause]:
     if sel is None:
         return out + [v.required("spec.selector")]
     if isinstance(sel, dict) and not v.validate_label_selector(sel, "spec.selector") and \
-            not v.selector_matches(sel, {CONTROLLER_UID_LABEL: uid}):
+            not selector_dict_matches(sel, {CONTROLLER_UID_LABEL: uid}):
         out.append(v.invalid("spec.selector", sel, "`selector` not auto-generated"))
     return out
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from fleet.api import validation as v
 from fleet.api.kinds._common import NONE, col, d, dicts, lst, num, set_default, since
+from fleet.api.kinds.pod_validation import validate_pod_spec
 
 # ---------------------------------------------------------------------------
 # Defaulting (k8s.io/kubernetes/pkg/apis/core/v1/defaults.go).
@@ -168,7 +169,7 @@ def _mutable_masked(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
 
 def validate_pod(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict[str, str]]:
     out = v.validate_object_meta(obj.get("metadata"), namespaced=True)
-    out += v.validate_pod_spec(obj.get("spec"))
+    out += validate_pod_spec(obj.get("spec"))
     if old is not None and isinstance(obj.get("spec"), dict):
         new_spec, old_spec = obj["spec"], d(old, "spec")
         if _mutable_masked(new_spec, old_spec) != old_spec:

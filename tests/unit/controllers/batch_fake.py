@@ -22,9 +22,10 @@ from typing import Any
 
 import trio
 
-from fleet.api.patch import json_merge_patch, strategic_merge_patch
+from fleet.api.errors import Invalid
+from fleet.api.patch import json_merge_patch, json_patch, strategic_merge_patch
 from fleet.api.registry import default_registry
-from fleet.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiException
+from fleet.client import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiException
 from fleet.controllers.runtime import Context, InformerFactory, by_namespace
 
 EPOCH = dt.datetime(2025, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -196,6 +197,11 @@ class FakeCluster:
             raise _status(404, f'{plural} "{name}" not found')
         if content_type == STRATEGIC_MERGE_PATCH:
             new = strategic_merge_patch(cur, patch, self._info(api_version, plural).strategic_schema())
+        elif content_type == JSON_PATCH:
+            try:
+                new = json_patch(copy.deepcopy(cur), patch)
+            except Invalid as e:  # a failed `test`: the API server's 422
+                raise _status(422, str(e)) from None
         else:
             new = json_merge_patch(copy.deepcopy(cur), patch)
         if subresource != "status":

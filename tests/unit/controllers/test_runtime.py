@@ -8,13 +8,13 @@ import pytest
 import trio
 import trio.testing
 
+from fleet.api.owners import controller_of
 from fleet.controllers.runtime import (
     Expectations,
     QueueWorker,
     SharedInformer,
     WorkQueue,
     by_controller_uid,
-    controller_ref,
 )
 
 
@@ -111,7 +111,7 @@ def test_informer_indexes_follow_events():
     assert inf.by_index("owner", "uid-rs1") == []
     assert [o["metadata"]["name"] for o in inf.by_index("namespace", "e")] == ["c"]
     assert seen == ["ADDED", "ADDED", "ADDED", "MODIFIED", "DELETED"]
-    assert controller_ref(obj("x", "rs9"))["uid"] == "uid-rs9"  # type: ignore[index]
+    assert controller_of(obj("x", "rs9"))["uid"] == "uid-rs9"  # type: ignore[index]
 
 
 async def test_queue_worker_retries_failures_and_requeues(autojump_clock):
