@@ -53,14 +53,17 @@ import trio
 from fleet.api import owners
 from fleet.api.nodeaffinity import required_node_affinity
 from fleet.api.tolerations import toleration_matches, untolerated  # noqa: F401 - re-exported
-from fleet.client import JSON_PATCH, MERGE_PATCH, ApiException
+from fleet.client import MERGE_PATCH, ApiException
 from fleet.controllers import history, podstate
 from fleet.controllers.runtime import (
+    OWNED_INDEX,
     Context,
     Expectations,
     QueueWorker,
     SharedInformer,
-    by_controller_uid,
+    claim_owned,
+    controller_key,
+    index_claimable,
     key_of,
     split_key,
 )
@@ -535,8 +538,7 @@ class DaemonSetController(QueueWorker):
         self.nodes: SharedInformer = ctx.informers.informer("v1", "nodes")
         self.revisions: SharedInformer = ctx.informers.informer(API_VERSION, "controllerrevisions")
         for inf in (self.pods, self.revisions):
-            inf.add_index("controller", by_controller_uid)
-            inf.add_index("orphan-namespace", owners.orphan_namespace)
+            index_claimable(inf)
         self.sets.add_handler(self._on_set)
         self.pods.add_handler(self._on_pod)
         self.nodes.add_handler(self._on_node)
@@ -556,12 +558,7 @@ class DaemonSetController(QueueWorker):
 
     @staticmethod
     def _owner_key(obj: Mapping[str, Any] | None) -> str | None:
-        if obj is None:
-            return None
-        ref = owners.controller_of(obj)
-        if ref is None or ref.get("kind") != KIND or ref.get("apiVersion") != API_VERSION:
-            return None
-        return f"{(obj.get('metadata') or {}).get('namespace') or ''}/{ref.get('name')}"
+        return controller_key(obj, API_VERSION, KIND)
 
     def _on_pod(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         pod = new if new is not None else old
@@ -636,44 +633,18 @@ class DaemonSetController(QueueWorker):
 
     async def _claim_pods(self, ds: dict[str, Any], ns: str) -> list[dict[str, Any]]:
         selector = (ds.get("spec") or {}).get("selector")
-        candidates = {podstate.uid_of(p): p for p in self.pods.by_index("controller", podstate.uid_of(ds))}
-        for p in self.pods.by_index("orphan-namespace", ns):
-            candidates.setdefault(podstate.uid_of(p), p)
-        owned, adopt, release = owners.claim(
-            ds, candidates.values(), lambda p: podstate.selector_matches(selector, podstate.labels_of(p)))
-        for pod in adopt:
-            ops = owners.adopt_patch(pod, ds, api_version=API_VERSION, kind=KIND)
-            try:
-                owned.append(await self.ctx.client.patch("v1", "pods", podstate.name_of(pod), ops,
-                                                         JSON_PATCH, ns))
-            except ApiException as e:
-                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
-                    raise
-        for pod in release:
-            try:
-                await self.ctx.client.patch("v1", "pods", podstate.name_of(pod),
-                                            owners.release_patch(pod, ds), JSON_PATCH, ns)
-            except ApiException as e:
-                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
-                    raise
-        return owned
+        return await claim_owned(
+            self.ctx.client, self.pods, ds, ns,
+            lambda p: podstate.selector_matches(selector, podstate.labels_of(p)),
+            api_version=API_VERSION, kind=KIND, resource=("v1", "pods"))
 
     async def _claim_revisions(self, ds: dict[str, Any], ns: str) -> list[dict[str, Any]]:
         selector = (ds.get("spec") or {}).get("selector")
-        candidates = {podstate.uid_of(r): r for r in self.revisions.by_index("controller", podstate.uid_of(ds))}
-        for r in self.revisions.by_index("orphan-namespace", ns):
-            candidates.setdefault(podstate.uid_of(r), r)
-        owned, adopt, _ = owners.claim(
-            ds, candidates.values(), lambda r: podstate.selector_matches(selector, podstate.labels_of(r)))
-        for r in adopt:
-            ops = owners.adopt_patch(r, ds, api_version=API_VERSION, kind=KIND)
-            try:
-                owned.append(await self.ctx.client.patch(API_VERSION, "controllerrevisions", podstate.name_of(r), ops,
-                                                         JSON_PATCH, ns))
-            except ApiException as e:
-                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
-                    raise
-        return owned
+        return await claim_owned(
+            self.ctx.client, self.revisions, ds, ns,
+            lambda r: podstate.selector_matches(selector, podstate.labels_of(r)),
+            api_version=API_VERSION, kind=KIND, resource=(API_VERSION, "controllerrevisions"),
+            release=False)
 
     async def _construct_history(self, ds: dict[str, Any], revisions: list[dict[str, Any]]
                                  ) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
@@ -712,7 +683,7 @@ class DaemonSetController(QueueWorker):
                 continue
             # Duplicates of the live template (a rollback raced a rollout): relabel their pods, drop them.
             dup_hash = podstate.labels_of(dup).get(HASH_LABEL)
-            for pod in self.pods.by_index("controller", podstate.uid_of(ds)):
+            for pod in self.pods.by_index(OWNED_INDEX, podstate.uid_of(ds)):
                 if dup_hash and podstate.labels_of(pod).get(HASH_LABEL) == dup_hash:
                     await client.patch("v1", "pods", podstate.name_of(pod),
                                        {"metadata": {"labels": {HASH_LABEL: keep_hash}}}, MERGE_PATCH, ns)
