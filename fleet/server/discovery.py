@@ -13,8 +13,8 @@ from typing import Any
 from fleet.api.registry import KindInfo, Registry
 from fleet.server.drain import DRAIN_KIND
 from fleet.server.proxy import STREAM_SUBRESOURCES
-from fleet.server.rest import SUBRESOURCE_VERBS as REST_SUBRESOURCE_VERBS
-from fleet.server.rest import SUPPORTED_SUBRESOURCES
+from fleet.server.routes import SUBRESOURCE_VERBS as REST_SUBRESOURCE_VERBS
+from fleet.server.routes import SUPPORTED_SUBRESOURCES
 
 SUBRESOURCE_VERBS = {
     **{sub: list(verbs) for sub, verbs in REST_SUBRESOURCE_VERBS.items()},

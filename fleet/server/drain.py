@@ -52,7 +52,9 @@ import trio
 from fleet.api import errors, meta
 from fleet.api.validation import as_int, type_invalid
 from fleet.server.http import Req, Resp
-from fleet.server.rest import ResourceAPI, Route, decode_body
+from fleet.server.request_params import decode_body
+from fleet.server.rest import ResourceAPI
+from fleet.server.routes import Route
 from fleet.store import KeyNotFound, RevisionConflict
 
 log = logging.getLogger(__name__)
