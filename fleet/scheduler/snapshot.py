@@ -26,6 +26,8 @@ and go, exactly the aggregates those plugins need, and a cycle only reads them:
 - per node: host ports in use and image sizes; per cluster: how many nodes
   have an image, and how many nodes carry hard / PreferNoSchedule taints.
 
+What is read from one pod or node (requests, host ports, images, taints) is
+`podinfo.py`; the parsed selectors and affinity terms are `affinity.py`.
 Resource amounts are integers in the unit Kubernetes compares them in:
 millicores for `cpu`, plain units (bytes, counts) for everything else.
 """
@@ -38,361 +40,36 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleet.api import images
-from fleet.api.errors import BadRequest
-from fleet.api.quantity import QuantityError, int_value, milli_value
 from fleet.api.selectors import (
     DOUBLE_EQUALS,
     EQUALS,
     IN,
-    NOT_IN,
     LabelSelector,
-    Requirement,
-    label_selector_from_dict,
 )
-
-Resources = dict[str, int]
-
-# What a container without requests counts as when *scoring* (kube-scheduler's
-# non-zero defaults), so a node full of BestEffort pods does not look empty.
-# Filtering still uses the real requests.
-DEFAULT_MILLI_CPU_REQUEST = 100
-DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
-
-TERMINAL_PHASES = ("Succeeded", "Failed")
+from fleet.scheduler.affinity import (
+    TERM_KINDS,
+    AffinityTerm,
+    PodAffinity,
+    pod_affinity,
+)
+from fleet.scheduler.podinfo import (
+    Resources,
+    _add,
+    _taint_flags,
+    is_terminated,
+    node_images,
+    pod_host_ports,
+    pod_key,
+    pod_requests,
+    resource_list,
+)
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
-NOTHING = LabelSelector(nothing=True)
-EVERYTHING = LabelSelector()
-
-# Kinds of pod (anti-)affinity terms indexed by `Snapshot.term_groups`.
-REQUIRED_AFFINITY = "requiredAffinity"
-REQUIRED_ANTI_AFFINITY = "requiredAntiAffinity"
-PREFERRED_AFFINITY = "preferredAffinity"
-PREFERRED_ANTI_AFFINITY = "preferredAntiAffinity"
-TERM_KINDS = (REQUIRED_AFFINITY, REQUIRED_ANTI_AFFINITY, PREFERRED_AFFINITY, PREFERRED_ANTI_AFFINITY)
-
 # How many pod queries `match_count` keeps current.  Each costs one selector
 # match per pod add/remove; a query is typically one per workload.
 MATCH_CACHE_SIZE = 256
-
-
-def quantity(resource: str, value: Any) -> int:
-    """A quantity in the resource's comparison unit (millicores for cpu); 0 if malformed."""
-    try:
-        return milli_value(value) if resource == "cpu" else int_value(value)
-    except (QuantityError, TypeError, ValueError):
-        return 0
-
-
-def resource_list(raw: Any) -> Resources:
-    if not isinstance(raw, dict):
-        return {}
-    return {str(k): quantity(str(k), v) for k, v in raw.items()}
-
-
-def _add(into: Resources, other: Resources, sign: int = 1) -> None:
-    for k, v in other.items():
-        into[k] = into.get(k, 0) + sign * v
-
-
-def _max(into: Resources, other: Resources) -> None:
-    for k, v in other.items():
-        if v > into.get(k, 0):
-            into[k] = v
-
-
-def _container_requests(c: Any, *, non_zero: bool) -> Resources:
-    res = c.get("resources") if isinstance(c, dict) else None
-    req = resource_list(res.get("requests") if isinstance(res, dict) else None)
-    if non_zero:
-        req.setdefault("cpu", 0)
-        req.setdefault("memory", 0)
-        if req["cpu"] == 0:
-            req["cpu"] = DEFAULT_MILLI_CPU_REQUEST
-        if req["memory"] == 0:
-            req["memory"] = DEFAULT_MEMORY_REQUEST
-    return req
-
-
-def pod_requests(pod: dict[str, Any], *, non_zero: bool = False) -> Resources:
-    """The resources the pod asks of a node, as kube-scheduler computes them.
-
-    App containers run together, so their requests add up; init containers run
-    one at a time before them, so the pod needs the larger of the two phases.
-    Sidecars (init containers with restartPolicy Always) keep running, so they
-    add to every later init container and to the app phase.  Pod overhead
-    (RuntimeClass) is added on top.
-    """
-    spec = pod.get("spec") or {}
-    app: Resources = {}
-    for c in spec.get("containers") or []:
-        _add(app, _container_requests(c, non_zero=non_zero))
-    sidecars: Resources = {}
-    init_peak: Resources = {}
-    for c in spec.get("initContainers") or []:
-        req = _container_requests(c, non_zero=non_zero)
-        if isinstance(c, dict) and c.get("restartPolicy") == "Always":
-            _add(sidecars, req)
-            _max(init_peak, sidecars)
-        else:
-            step = dict(sidecars)
-            _add(step, req)
-            _max(init_peak, step)
-    total = dict(app)
-    _add(total, sidecars)
-    _max(total, init_peak)
-    _add(total, resource_list(spec.get("overhead")))
-    return {k: v for k, v in total.items() if v}
-
-
-def pod_key(pod: dict[str, Any]) -> str:
-    md = pod.get("metadata") or {}
-    return f"{md.get('namespace', '')}/{md.get('name', '')}"
-
-
-def pod_labels(pod: dict[str, Any]) -> dict[str, str]:
-    return (pod.get("metadata") or {}).get("labels") or {}
-
-
-def is_terminated(pod: dict[str, Any]) -> bool:
-    """Succeeded and Failed pods hold no resources on their node any more."""
-    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
-
-
-def is_terminating(pod: dict[str, Any]) -> bool:
-    """Being deleted: PodTopologySpread no longer counts it (kubernetes#87621)."""
-    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-
-
-# ---------------------------------------------------------------------------
-# Host ports and images, the per-node facts NodePorts and ImageLocality read.
-# ---------------------------------------------------------------------------
-
-WILDCARD_HOST_IP = "0.0.0.0"
-HostPort = tuple[str, str, int]  # (host IP, protocol, port)
-
-
-def _running_containers(pod: dict[str, Any]) -> list[Any]:
-    """App containers plus sidecars (restartable init containers): what holds ports while the pod runs."""
-    spec = pod.get("spec") or {}
-    out = list(spec.get("containers") or [])
-    out += [c for c in spec.get("initContainers") or []
-            if isinstance(c, dict) and c.get("restartPolicy") == "Always"]
-    return out
-
-
-def pod_host_ports(pod: dict[str, Any]) -> list[HostPort]:
-    """The host ports the pod binds: (hostIP or 0.0.0.0, protocol or TCP, hostPort > 0)."""
-    out: list[HostPort] = []
-    for c in _running_containers(pod):
-        if not isinstance(c, dict):
-            continue
-        for p in c.get("ports") or []:
-            if not isinstance(p, dict):
-                continue
-            try:
-                port = int(p.get("hostPort") or 0)
-            except (TypeError, ValueError):
-                continue
-            if port > 0:
-                out.append((str(p.get("hostIP") or WILDCARD_HOST_IP), str(p.get("protocol") or "TCP"), port))
-    return out
-
-
-def normalize_image_name(name: str) -> str:
-    """A container image reference in its fully qualified form, so spellings compare equal.
-
-    `nginx`, `nginx:latest`, `library/nginx` and `docker.io/library/nginx:latest`
-    all name the same image; the kubelet reports the long form in
-    `node.status.images` while pods usually use the short one.  kube-scheduler
-    only appends `:latest` (and misses the other spellings, as its own comments
-    note); this uses the agent's own rule (`fleet.api.images`), so what a node
-    reports and what a pod asks for normalize alike.  A name that is not a valid
-    reference is only stripped: it matches nothing but itself.
-    """
-    try:
-        return images.normalize(name.strip())
-    except images.InvalidReference:
-        return name.strip()
-
-
-def node_images(node: dict[str, Any]) -> dict[str, int]:
-    """normalized image name -> size in bytes, from `node.status.images`."""
-    out: dict[str, int] = {}
-    for img in (node.get("status") or {}).get("images") or []:
-        if not isinstance(img, dict):
-            continue
-        try:
-            size = int(img.get("sizeBytes") or 0)
-        except (TypeError, ValueError):
-            size = 0
-        for n in img.get("names") or []:
-            if isinstance(n, str) and n:
-                out[normalize_image_name(n)] = size
-    return out
-
-
-HARD_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
-
-
-def _taint_flags(node: dict[str, Any]) -> tuple[bool, bool]:
-    """(has a NoSchedule/NoExecute taint, has a PreferNoSchedule taint)."""
-    hard = soft = False
-    for t in (node.get("spec") or {}).get("taints") or []:
-        if isinstance(t, dict):
-            effect = t.get("effect")
-            hard = hard or effect in HARD_TAINT_EFFECTS
-            soft = soft or effect == "PreferNoSchedule"
-    return hard, soft
-
-
-# ---------------------------------------------------------------------------
-# Label selectors and pod (anti-)affinity terms, parsed once.
-# ---------------------------------------------------------------------------
-
-
-def parse_selector(raw: Any) -> LabelSelector:
-    """An API LabelSelector; None selects nothing and {} everything (metav1 semantics).
-
-    Raises ValueError on a malformed selector (admission should have refused it).
-    """
-    try:
-        return label_selector_from_dict(raw)
-    except BadRequest as e:
-        raise ValueError(e.message) from None
-
-
-def merge_label_keys(selector: LabelSelector, labels: Mapping[str, str],
-                     match_keys: Iterable[str] = (), mismatch_keys: Iterable[str] = ()) -> LabelSelector:
-    """`matchLabelKeys` / `mismatchLabelKeys`: pin the selector to the pod's own values of those keys.
-
-    A key the pod does not carry is ignored, and a nil selector stays nil, as
-    upstream.  (Since Kubernetes 1.31 the API server folds these keys into the
-    selector at creation; adding the same requirement twice is harmless, so
-    doing it here too keeps older objects right.)
-    """
-    if selector.nothing:
-        return selector
-    extra = [Requirement(str(k), IN, (labels[k],)) for k in match_keys if k in labels]
-    extra += [Requirement(str(k), NOT_IN, (labels[k],)) for k in mismatch_keys if k in labels]
-    if not extra:
-        return selector
-    return LabelSelector.of(selector.requirements + tuple(extra))
-
-
-@dataclass(frozen=True)
-class AffinityTerm:
-    """A parsed PodAffinityTerm; hashable, so identical terms of many pods index together.
-
-    `namespaces` already holds the owning pod's namespace when the term names
-    neither namespaces nor a namespaceSelector; `namespace_selector` is
-    NOTHING when absent and EVERYTHING for `{}` (all namespaces).
-    """
-
-    namespaces: frozenset[str]
-    namespace_selector: LabelSelector
-    selector: LabelSelector
-    topology_key: str
-
-    def matches(self, namespace: str, labels: Mapping[str, str],
-                namespace_labels: Mapping[str, str] | None) -> bool:
-        """Kubernetes' AffinityTerm.Matches: right namespace, then the label selector."""
-        if namespace in self.namespaces or (
-                not self.namespace_selector.nothing
-                and self.namespace_selector.matches(namespace_labels)):  # type: ignore[arg-type]
-            return self.selector.matches(labels)  # type: ignore[arg-type]
-        return False
-
-
-@dataclass(frozen=True)
-class PodAffinity:
-    """A pod's pod-affinity and pod-anti-affinity, required and preferred (with weights)."""
-
-    required_affinity: tuple[AffinityTerm, ...] = ()
-    required_anti_affinity: tuple[AffinityTerm, ...] = ()
-    preferred_affinity: tuple[tuple[AffinityTerm, int], ...] = ()
-    preferred_anti_affinity: tuple[tuple[AffinityTerm, int], ...] = ()
-
-    def by_kind(self) -> Iterable[tuple[str, AffinityTerm, int]]:
-        for t in self.required_affinity:
-            yield REQUIRED_AFFINITY, t, 0
-        for t in self.required_anti_affinity:
-            yield REQUIRED_ANTI_AFFINITY, t, 0
-        for t, w in self.preferred_affinity:
-            yield PREFERRED_AFFINITY, t, w
-        for t, w in self.preferred_anti_affinity:
-            yield PREFERRED_ANTI_AFFINITY, t, w
-
-    def __bool__(self) -> bool:
-        return bool(self.required_affinity or self.required_anti_affinity
-                    or self.preferred_affinity or self.preferred_anti_affinity)
-
-
-def parse_affinity_term(raw: Any, namespace: str, labels: Mapping[str, str]) -> AffinityTerm:
-    """One PodAffinityTerm of a pod in `namespace` with `labels`; ValueError if malformed."""
-    if not isinstance(raw, dict):
-        raise ValueError(f"pod affinity term must be an object, not {raw!r}")
-    key = raw.get("topologyKey")
-    if not isinstance(key, str) or not key:
-        raise ValueError("pod affinity term has an empty topologyKey")
-    selector = merge_label_keys(parse_selector(raw.get("labelSelector")), labels,
-                                raw.get("matchLabelKeys") or (), raw.get("mismatchLabelKeys") or ())
-    names = [str(n) for n in raw.get("namespaces") or []]
-    raw_ns_selector = raw.get("namespaceSelector")
-    ns_selector = NOTHING if raw_ns_selector is None else parse_selector(raw_ns_selector)
-    if not names and raw_ns_selector is None:
-        names = [namespace]
-    return AffinityTerm(frozenset(names), ns_selector, selector, key)
-
-
-def pod_affinity(pod: dict[str, Any], *, strict: bool = False) -> PodAffinity | None:
-    """The pod's parsed pod (anti-)affinity, or None when it has none.
-
-    `strict` raises ValueError on a malformed term (the pod being scheduled:
-    kube-scheduler refuses it "parsing pod: ..."); otherwise bad terms of pods
-    already bound are dropped, since they cannot be fixed from here.
-    """
-    affinity = (pod.get("spec") or {}).get("affinity") or {}
-    pa = affinity.get("podAffinity") or {} if isinstance(affinity, dict) else {}
-    paa = affinity.get("podAntiAffinity") or {} if isinstance(affinity, dict) else {}
-    if not pa and not paa:
-        return None
-    if not isinstance(pa, dict) or not isinstance(paa, dict):
-        if strict:
-            raise ValueError("podAffinity and podAntiAffinity must be objects")
-        return None
-    md = pod.get("metadata") or {}
-    ns = str(md.get("namespace") or "")
-    labels = md.get("labels") or {}
-
-    def required(src: dict[str, Any]) -> tuple[AffinityTerm, ...]:
-        out = []
-        for raw in src.get("requiredDuringSchedulingIgnoredDuringExecution") or []:
-            try:
-                out.append(parse_affinity_term(raw, ns, labels))
-            except (AttributeError, TypeError, ValueError) as e:
-                if strict:
-                    raise ValueError(str(e)) from None
-        return tuple(out)
-
-    def preferred(src: dict[str, Any]) -> tuple[tuple[AffinityTerm, int], ...]:
-        out = []
-        for raw in src.get("preferredDuringSchedulingIgnoredDuringExecution") or []:
-            try:
-                if not isinstance(raw, dict):
-                    raise ValueError(f"weighted pod affinity term must be an object, not {raw!r}")
-                weight = int(raw.get("weight") or 0)
-                out.append((parse_affinity_term(raw.get("podAffinityTerm"), ns, labels), weight))
-            except (AttributeError, TypeError, ValueError) as e:
-                if strict:
-                    raise ValueError(str(e)) from None
-        return tuple(out)
-
-    parsed = PodAffinity(required(pa), required(paa), preferred(pa), preferred(paa))
-    return parsed if parsed else None
 
 
 # ---------------------------------------------------------------------------

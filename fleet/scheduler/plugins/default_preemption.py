@@ -37,7 +37,8 @@ from fleet.scheduler.framework import (
     Status,
     pod_priority,
 )
-from fleet.scheduler.snapshot import NodeInfo, Snapshot, pod_key
+from fleet.scheduler.podinfo import pod_key
+from fleet.scheduler.snapshot import NodeInfo, Snapshot
 
 if TYPE_CHECKING:
     from fleet.scheduler.framework import Framework
