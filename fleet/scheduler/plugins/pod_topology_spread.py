@@ -53,7 +53,7 @@ from fleet.scheduler.affinity import merge_label_keys, parse_selector
 from fleet.scheduler.framework import MAX_NODE_SCORE, Code, CycleState, Status
 from fleet.scheduler.plugins._cycle import DEFERRED, cycle_snapshot
 from fleet.scheduler.plugins._scoring import go_round
-from fleet.scheduler.plugins.node_selector import RequiredNodeAffinity, required_node_affinity
+from fleet.scheduler.plugins.node_affinity import RequiredNodeAffinity, required_node_affinity
 from fleet.scheduler.plugins.taint_toleration import pod_tolerations, untolerated_hard_taint
 from fleet.scheduler.podinfo import pod_labels
 from fleet.scheduler.snapshot import HOSTNAME_LABEL, ZONE_LABEL, MatchCount, NodeInfo, Snapshot
