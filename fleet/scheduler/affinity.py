@@ -12,13 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet.api.errors import BadRequest
-from fleet.api.selectors import (
-    IN,
-    NOT_IN,
-    LabelSelector,
-    Requirement,
-    label_selector_from_dict,
-)
+from fleet.api.selectors import IN, NOT_IN, LabelSelector, Requirement, label_selector_from_dict
 
 NOTHING = LabelSelector(nothing=True)
 EVERYTHING = LabelSelector()

@@ -40,18 +40,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleet.api.selectors import (
-    DOUBLE_EQUALS,
-    EQUALS,
-    IN,
-    LabelSelector,
-)
-from fleet.scheduler.affinity import (
-    TERM_KINDS,
-    AffinityTerm,
-    PodAffinity,
-    pod_affinity,
-)
+from fleet.api.selectors import DOUBLE_EQUALS, EQUALS, IN, LabelSelector
+from fleet.scheduler.affinity import TERM_KINDS, AffinityTerm, PodAffinity, pod_affinity
 from fleet.scheduler.podinfo import (
     Resources,
     _add,

@@ -47,11 +47,7 @@ from fleet.server.rest_subresources import SubresourceVerbs, to_scale
 from fleet.server.rest_write import WriteVerbs
 from fleet.server.routes import Route
 from fleet.server.tables import table, wants_table
-from fleet.store import (
-    RevisionCompacted,
-    RevisionTooLarge,
-    Store,
-)
+from fleet.store import RevisionCompacted, RevisionTooLarge, Store
 
 
 class ResourceAPI(WriteVerbs, SubresourceVerbs):

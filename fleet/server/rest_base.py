@@ -19,20 +19,9 @@ from fleet.auth import Attributes
 from fleet.server import eviction
 from fleet.server.http import Req
 from fleet.server.nscache import NamespaceCache
-from fleet.server.request_params import (
-    check_field_manager,
-    is_dry_run,
-)
-from fleet.server.routes import (
-    SUPPORTED_SUBRESOURCES,
-    Route,
-    not_found,
-    resource_not_found,
-)
-from fleet.store import (
-    KeyNotFound,
-    Store,
-)
+from fleet.server.request_params import check_field_manager, is_dry_run
+from fleet.server.routes import SUPPORTED_SUBRESOURCES, Route, not_found, resource_not_found
+from fleet.store import KeyNotFound, Store
 
 PATCH_RETRIES = 8
 

@@ -15,22 +15,10 @@ from fleet.api.registry import KindInfo
 from fleet.auth import Attributes, UserInfo
 from fleet.server import eviction
 from fleet.server.http import Req, Resp
-from fleet.server.request_params import (
-    check_delete_options,
-    decode_body,
-    is_dry_run,
-    parse_rv,
-)
+from fleet.server.request_params import check_delete_options, decode_body, is_dry_run, parse_rv
 from fleet.server.rest_base import PATCH_RETRIES, ResourceBase
-from fleet.server.routes import (
-    Route,
-    conflict,
-    not_found,
-)
-from fleet.store import (
-    KeyNotFound,
-    RevisionConflict,
-)
+from fleet.server.routes import Route, conflict, not_found
+from fleet.store import KeyNotFound, RevisionConflict
 
 
 class SubresourceVerbs(ResourceBase):

@@ -31,17 +31,8 @@ from fleet.server.request_params import (
 )
 from fleet.server.rest_base import PATCH_RETRIES, ResourceBase
 from fleet.server.rest_subresources import _check_scale_body, to_scale
-from fleet.server.routes import (
-    Route,
-    conflict,
-    not_found,
-    qualified,
-)
-from fleet.store import (
-    KeyExists,
-    KeyNotFound,
-    RevisionConflict,
-)
+from fleet.server.routes import Route, conflict, not_found, qualified
+from fleet.store import KeyExists, KeyNotFound, RevisionConflict
 
 PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 

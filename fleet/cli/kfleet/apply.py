@@ -10,20 +10,8 @@ from typing import Annotated, Any, Literal
 import trio
 from cyclopts import Parameter
 
-from fleet.cli.kfleet.base import (
-    Globals,
-    Session,
-    _err,
-    _out,
-    _run,
-    api_error_text,
-    commands,
-)
-from fleet.cli.kfleet.resources import (
-    _expand_types,
-    _ns_for,
-    _split_type_args,
-)
+from fleet.cli.kfleet.base import Globals, Session, _err, _out, _run, api_error_text, commands
+from fleet.cli.kfleet.resources import _expand_types, _ns_for, _split_type_args
 from fleet.client.apply import ApplyError, ApplyFailed, apply_object
 from fleet.client.discovery import APIResource
 from fleet.client.manifests import ManifestError, load_manifests

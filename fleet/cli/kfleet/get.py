@@ -12,15 +12,7 @@ from typing import Annotated, Any, Literal
 from cyclopts import Parameter
 
 from fleet.cli import printing
-from fleet.cli.kfleet.base import (
-    Globals,
-    Session,
-    _err,
-    _out,
-    _run,
-    api_error_text,
-    commands,
-)
+from fleet.cli.kfleet.base import Globals, Session, _err, _out, _run, api_error_text, commands
 from fleet.cli.kfleet.resources import (
     _as_table,
     _expand_types,

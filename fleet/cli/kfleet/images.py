@@ -15,14 +15,7 @@ from cyclopts import App, Parameter
 
 import fleet
 from fleet.cli import printing
-from fleet.cli.kfleet.base import (
-    Globals,
-    Session,
-    _err,
-    _out,
-    _run,
-    commands,
-)
+from fleet.cli.kfleet.base import Globals, Session, _err, _out, _run, commands
 from fleet.client.kubeconfig import ClientConfig
 from fleet.client.rest import ApiException, Client, ssl_context
 

@@ -11,13 +11,7 @@ from cyclopts import Parameter
 
 import fleet
 from fleet.cli import printing
-from fleet.cli.kfleet.base import (
-    Globals,
-    Session,
-    _out,
-    _run,
-    commands,
-)
+from fleet.cli.kfleet.base import Globals, Session, _out, _run, commands
 from fleet.client.rest import ApiException, Client
 
 # -- api-resources, version -----------------------------------------------------------

@@ -13,18 +13,9 @@ import trio
 from cyclopts import Parameter
 
 from fleet.cli import printing
-from fleet.cli.kfleet.base import (
-    Globals,
-    Session,
-    _err,
-    _out,
-    _run,
-    commands,
-)
+from fleet.cli.kfleet.base import Globals, Session, _err, _out, _run, commands
 from fleet.client.rest import Client
-from fleet.client.streams import (
-    parse_duration,
-)
+from fleet.client.streams import parse_duration
 
 # -- node maintenance -------------------------------------------------------------------
 # cordon/uncordon/schedulable use Fleet's nodes/{name}/schedulable subresource; drain and

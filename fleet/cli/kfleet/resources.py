@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.cli.kfleet.base import (
-    Session,
-)
+from fleet.cli.kfleet.base import Session
 from fleet.client.discovery import APIResource, in_category
 from fleet.client.rest import Client
 

@@ -16,13 +16,7 @@ from typing import Annotated, Any
 import trio
 from cyclopts import Parameter
 
-from fleet.cli.kfleet.base import (
-    Globals,
-    Session,
-    _err,
-    _run,
-    commands,
-)
+from fleet.cli.kfleet.base import Globals, Session, _err, _run, commands
 from fleet.client.rest import Client
 from fleet.client.streams import (
     STDIN_CHUNK,

@@ -30,13 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fleet.scheduler.framework import (
-    Code,
-    Diagnosis,
-    Nomination,
-    Status,
-    pod_priority,
-)
+from fleet.scheduler.framework import Code, Diagnosis, Nomination, Status, pod_priority
 from fleet.scheduler.podinfo import pod_key
 from fleet.scheduler.snapshot import NodeInfo, Snapshot
 
