@@ -59,7 +59,6 @@ class DrainRunner:
         # way out, so it looks once more before it ends.
         self._again: set[str] = set()
 
-
     # -- the runner ------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -38,7 +38,6 @@ class ResourceBase:
     create_subresources: dict[tuple[str, str, str], Any]
     delete_strategies: dict[tuple[str, str], Any]
 
-
     # ----------------------------------------------------------------- helpers
     def kind_for(self, route: Route) -> KindInfo:
         info = self.registry.get(route.group, route.version, route.plural)
