@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from hypercorn.config import Config as HyperConfig
@@ -45,6 +45,9 @@ from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI
 from fleet.server.watch import WatchCounter
 from fleet.store import KeyExists, Store, open_store
+
+if TYPE_CHECKING:
+    from fleet.runtime.images.mirrors import RegistriesConfig
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,9 @@ class ServerConfig:
     # them in the host's network, as the process driver does anyway.
     agent_network: str | None = field(default_factory=lambda: "bridge" if os.geteuid() == 0 else None)
     agent_bridge: str | None = None  # bridge name (default: the driver's, fleet0)
+    # The built-in agent's registry mirrors / per-host auth and TLS (a parsed
+    # registries.yaml, fleet.runtime.images.mirrors); None: none.
+    agent_registries: RegistriesConfig | None = None
     scheduler: bool = True  # the built-in scheduler (off: `fleet scheduler` runs elsewhere)
     # Which controllers run (kube-controller-manager's --controllers): None = all.
     controllers: list[str] | None = None
@@ -312,7 +318,7 @@ async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes, *,
     agent_cfg = AgentConfig(server_url=url, token=token, ca_data=ca_pem,
                             data_dir=Path(cfg.data_dir) / "agent", port=cfg.agent_port,
                             driver=cfg.agent_driver, network_driver=cfg.agent_network,
-                            bridge_name=cfg.agent_bridge,
+                            bridge_name=cfg.agent_bridge, registries=cfg.agent_registries,
                             cluster_cidr=cfg.cluster_cidr,
                             # The built-in agent's port drops slow clients as the API does.
                             keep_alive_timeout=cfg.keep_alive_timeout,
