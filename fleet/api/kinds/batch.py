@@ -15,6 +15,7 @@ from typing import Any
 
 from fleet.api import meta
 from fleet.api import validation as v
+from fleet.api.cron import CronError, parse_cron
 from fleet.api.kinds import pods
 from fleet.api.kinds._common import (
     NONE,
@@ -30,7 +31,6 @@ from fleet.api.kinds._common import (
     table,
     wide_container_columns,
 )
-from fleet.api.kinds.cron import CronError, parse_cron
 from fleet.api.kinds.pod_validation import validate_pod_template
 from fleet.api.registry import KindInfo
 from fleet.api.selectors import selector_dict_matches
