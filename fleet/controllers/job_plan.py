@@ -13,6 +13,7 @@ import datetime as _dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from fleet.api.conditions import get_condition
 from fleet.controllers.job_rules import (
     COMPLETE,
     FAILED,
@@ -39,7 +40,6 @@ from fleet.controllers.job_rules import (
     Event,
     Obj,
     _annotation_count,
-    _condition,
     _int,
     _md,
     _uid,
@@ -206,8 +206,8 @@ def assess(obs: Observed) -> Assessment:
     requeue: float | None = None
 
     finished: Obj | None = None
-    met = _condition(job, SUCCESS_CRITERIA_MET)
-    target = _condition(job, FAILURE_TARGET)
+    met = get_condition(job, SUCCESS_CRITERIA_MET)
+    target = get_condition(job, FAILURE_TARGET)
     if met is not None and met.get("status") == "True":
         finished = {"type": SUCCESS_CRITERIA_MET, "reason": met.get("reason") or "",
                     "message": met.get("message") or ""}

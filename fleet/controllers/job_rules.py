@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet.api import meta
+from fleet.api.conditions import get_condition, is_true
 from fleet.api.owners import controller_ref
 
 TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
@@ -113,20 +114,8 @@ def is_terminating(pod: Obj) -> bool:
     return bool(_md(pod).get("deletionTimestamp")) and not is_terminated(pod)
 
 
-def _condition(obj: Obj, ctype: str) -> Obj | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == ctype:
-            return c
-    return None
-
-
-def _condition_true(obj: Obj, ctype: str) -> bool:
-    c = _condition(obj, ctype)
-    return c is not None and c.get("status") == "True"
-
-
 def is_ready(pod: Obj) -> bool:
-    return _condition_true(pod, "Ready")
+    return is_true(pod, "Ready")
 
 
 def completion_index(pod: Obj) -> int | None:
@@ -149,7 +138,7 @@ def _annotation_count(pod: Obj, key: str) -> int:
 def job_finished(job: Obj) -> str | None:
     """"Complete" or "Failed" once the Job has its terminal condition, else None."""
     for ctype in (COMPLETE, FAILED):
-        if _condition_true(job, ctype):
+        if is_true(job, ctype):
             return ctype
     return None
 
@@ -158,7 +147,7 @@ def finish_time(job: Obj) -> _dt.datetime | None:
     ctype = job_finished(job)
     if ctype is None:
         return None
-    c = _condition(job, ctype) or {}
+    c = get_condition(job, ctype) or {}
     return parse_time(c.get("lastTransitionTime")) or parse_time((job.get("status") or {}).get("completionTime"))
 
 
@@ -336,7 +325,7 @@ def finished_at(pod: Obj) -> _dt.datetime:
         latest = t if latest is None or t > latest else latest
     if latest is not None:
         return latest
-    ready = _condition(pod, "Ready")
+    ready = get_condition(pod, "Ready")
     if ready is not None and ready.get("status") == "False":
         t = parse_time(ready.get("lastTransitionTime"))
         if t is not None:
@@ -405,7 +394,7 @@ def _removal_order(pod: Obj) -> tuple[Any, ...]:
     then most restarted, then newest."""
     st = pod.get("status") or {}
     rank = {"Pending": 0, "Unknown": 1, "Running": 2}.get(phase(pod), 0)
-    ready = _condition(pod, "Ready")
+    ready = get_condition(pod, "Ready")
     is_rdy = ready is not None and ready.get("status") == "True"
     ready_since = _ts(ready.get("lastTransitionTime")) if is_rdy and ready else 0.0
     restarts = sum(_int(c.get("restartCount")) for c in st.get("containerStatuses") or [] if isinstance(c, dict))
