@@ -3,11 +3,11 @@
 A request path is parsed into a `Route` (group, version, namespace, plural,
 name, subresource); the kind's `KindInfo` then drives everything: defaulting,
 validation, tables, scale, status.  What differs per kind is a strategy, never
-a branch on a kind's name: fields of the `KindInfo` (e.g. `status_on_create`),
+a branch on a kind's name: fields of the `KindInfo` (`status_on_create`,
+`delete_grace` — the Pod's graceful deletion),
 and two tables on `ResourceAPI` — the POSTed subresources (`pods/binding`,
 `pods/eviction`) and the kinds whose DELETE is their own (a namespace starts
-finalization instead of being removed at once); graceful pod deletion is
-deletion.py's pod strategy.  Resources served by a handler of their own
+finalization instead of being removed at once).  Resources served by a handler of their own
 (nodes' `drain`/`schedulable`, metrics.k8s.io, autoscaling/v1) are a table in
 app.py.
 
@@ -33,7 +33,7 @@ import trio
 from fleet.admission import AdmissionChain
 from fleet.api import errors, selectors
 from fleet.api.registry import KindInfo, Registry
-from fleet.server import deletion, eviction
+from fleet.server import eviction
 from fleet.server.http import Req, Resp
 from fleet.server.nscache import NamespaceCache
 from fleet.server.request_params import (
@@ -196,10 +196,6 @@ class ResourceAPI(WriteVerbs, SubresourceVerbs):
                 md["remainingItemCount"] = remaining
         body = {"kind": info.list_kind, "apiVersion": info.api_version, "metadata": md, "items": items}
         return Resp.json(200, body)
-
-
-# Kept importable from here: the pod deletion strategy lives in deletion.py.
-pod_grace_period = deletion.pod_grace_period
 
 
 __all__ = ["ResourceAPI"]

@@ -351,3 +351,24 @@ def qos_class(spec: dict[str, Any]) -> str:
     if guaranteed and cs:
         return "Guaranteed"
     return "Burstable"
+
+
+def pod_delete_grace(pod: dict[str, Any], requested: Any) -> int:
+    """Seconds a pod gets to terminate, per Kubernetes' pod deletion strategy.
+
+    A pod no node has taken (no nodeName) or one that already finished has
+    nothing to stop, so it goes at once; otherwise the DeleteOptions' period,
+    else the pod's terminationGracePeriodSeconds (default 30).
+    """
+    # A stored pod whose spec or status is not an object (written before validation
+    # existed) must still be deletable: with no readable node it has nothing to stop.
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    if not spec.get("nodeName"):
+        return 0
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return 0
+    if isinstance(requested, int) and not isinstance(requested, bool):
+        return max(requested, 0)
+    g = spec.get("terminationGracePeriodSeconds", 30)
+    return g if isinstance(g, int) and g >= 0 else 30
