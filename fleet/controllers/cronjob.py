@@ -10,7 +10,7 @@ Each sync of a CronJob, in Kubernetes' order:
 3. **The schedule.**  The most recent scheduled time not yet run is found
    between `lastScheduleTime` (or the creation time) and now — in the CronJob's
    `timeZone` (default: the server's local zone), with robfig/cron's rules
-   (`fleet.api.kinds.cron`).  Older missed times are skipped, not replayed; more
+   (`fleet.api.cron`).  Older missed times are skipped, not replayed; more
    than 100 of them is reported (TooManyMissedTimes), as is a time later than
    `startingDeadlineSeconds` allows (MissSchedule, nothing starts).
 4. **Concurrency.**  Forbid skips the run while a Job is active (JobAlreadyActive);
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.api import meta
-from fleet.api.kinds.cron import CronError, CronSchedule, parse_cron
+from fleet.api.cron import CronError, CronSchedule, parse_cron
 from fleet.api.owners import controller_of, controller_ref
 from fleet.client import ApiException
 from fleet.controllers.runtime import (

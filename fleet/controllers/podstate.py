@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fleet.api import meta
+from fleet.api.conditions import is_pod_ready, pod_ready_condition
 from fleet.api.selectors import selector_dict_matches
 
 
@@ -50,16 +51,8 @@ def is_finished(pod: Mapping[str, Any]) -> bool:
     return phase(pod) in ("Succeeded", "Failed")
 
 
-def ready_condition(pod: Mapping[str, Any]) -> dict[str, Any] | None:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "Ready":
-            return c
-    return None
-
-
 def is_ready(pod: Mapping[str, Any]) -> bool:
-    c = ready_condition(pod)
-    return c is not None and c.get("status") == "True"
+    return is_pod_ready(pod)
 
 
 def is_running_and_ready(pod: Mapping[str, Any]) -> bool:
@@ -82,7 +75,7 @@ def available_at(pod: Mapping[str, Any], min_ready_seconds: int) -> float | None
         return None
     if min_ready_seconds <= 0:
         return 0.0
-    since = _epoch((ready_condition(pod) or {}).get("lastTransitionTime"))
+    since = _epoch((pod_ready_condition(pod) or {}).get("lastTransitionTime"))
     return 0.0 if since is None else since + min_ready_seconds
 
 

@@ -47,6 +47,7 @@ from typing import Any
 import trio
 
 from fleet.api import meta, owners
+from fleet.api.conditions import find, is_pod_ready, pod_ready_condition
 from fleet.api.errors import BadRequest
 from fleet.api.selectors import LabelSelector, parsed_label_selector
 from fleet.client import (
@@ -104,21 +105,9 @@ def pod_active(pod: Mapping[str, Any]) -> bool:
     return phase not in ("Succeeded", "Failed") and not meta(pod).get("deletionTimestamp")
 
 
-def _ready_condition(pod: Mapping[str, Any]) -> dict[str, Any] | None:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "Ready":
-            return c
-    return None
-
-
-def pod_ready(pod: Mapping[str, Any]) -> bool:
-    c = _ready_condition(pod)
-    return c is not None and c.get("status") == "True"
-
-
 def pod_ready_since(pod: Mapping[str, Any]) -> float | None:
     """When a ready pod last became ready (None if not ready or not recorded)."""
-    c = _ready_condition(pod)
+    c = pod_ready_condition(pod)
     if c is None or c.get("status") != "True":
         return None
     return parse_time(c.get("lastTransitionTime"))
@@ -126,7 +115,7 @@ def pod_ready_since(pod: Mapping[str, Any]) -> float | None:
 
 def pod_available(pod: Mapping[str, Any], min_ready_seconds: int, now: float) -> bool:
     """Ready for longer than minReadySeconds (ready is enough when it is 0)."""
-    if not pod_ready(pod):
+    if not is_pod_ready(pod):
         return False
     if min_ready_seconds <= 0:
         return True
@@ -203,7 +192,7 @@ def deletion_order(pods: Iterable[Mapping[str, Any]], related: Iterable[Mapping[
     def key(p: Mapping[str, Any]) -> tuple[Any, ...]:
         spec = p.get("spec") or {}
         node = spec.get("nodeName") or ""
-        ready = pod_ready(p)
+        ready = is_pod_ready(p)
         try:
             cost = int(str((meta(p).get("annotations") or {}).get(DELETION_COST, "0")))
         except ValueError:
@@ -229,13 +218,6 @@ def deletion_order(pods: Iterable[Mapping[str, Any]], related: Iterable[Mapping[
 # Status
 
 
-def _condition(status: Mapping[str, Any], ctype: str) -> dict[str, Any] | None:
-    for c in status.get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == ctype:
-            return c
-    return None
-
-
 def compute_status(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now: float,
                    failure: tuple[str, str] | None = None) -> dict[str, Any]:
     """What `pods` (the active pods the ReplicaSet owns) amount to.
@@ -253,13 +235,13 @@ def compute_status(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now
         labels = meta(p).get("labels") or {}
         if all(labels.get(k) == v for k, v in template_labels.items()):
             labeled += 1
-        if pod_ready(p):
+        if is_pod_ready(p):
             ready += 1
             if pod_available(p, min_ready, now):
                 available += 1
     old = dict(rs.get("status") or {})
     conditions = [c for c in old.get("conditions") or [] if isinstance(c, dict)]
-    current = _condition(old, FAILURE)
+    current = find(old.get("conditions"), FAILURE)
     if failure is not None and current is None:
         conditions.append({"type": FAILURE, "status": "True", "lastTransitionTime": rfc3339(now),
                            "reason": failure[0], "message": failure[1]})

@@ -33,7 +33,7 @@ from fleet.api import meta
 from fleet.api.kinds.scheduling import system_priority_classes
 from fleet.api.registry import Registry, default_registry
 from fleet.auth import ADMIN, AllowAll, TokenAuthenticator, load_or_create_admin_token
-from fleet.auth.pki import ServingTLS, ensure_serving_tls
+from fleet.auth.pki import ServingTLS, ensure_serving_tls, write_private
 from fleet.client import ClientConfig
 from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
@@ -174,14 +174,6 @@ def kubeconfig_text(url: str, token: str, ca_pem: bytes) -> str:
         "  user:\n"
         f"    token: {token}\n"
     )
-
-
-def write_private(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 async def _serve(app: QuartTrio | FleetASGI, address: str, port: int, tls: ServingTLS | None = None, *,

@@ -15,6 +15,8 @@ from typing import Any
 
 from fleet.api import meta
 from fleet.api import validation as v
+from fleet.api.conditions import is_true
+from fleet.api.cron import CronError, parse_cron
 from fleet.api.kinds import pods
 from fleet.api.kinds._common import (
     NONE,
@@ -30,7 +32,6 @@ from fleet.api.kinds._common import (
     table,
     wide_container_columns,
 )
-from fleet.api.kinds.cron import CronError, parse_cron
 from fleet.api.kinds.pod_validation import validate_pod_template
 from fleet.api.registry import KindInfo
 from fleet.api.selectors import selector_dict_matches
@@ -321,25 +322,18 @@ def validate_job(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]
     return out
 
 
-def _condition(o: dict[str, Any], ctype: str) -> bool:
-    for c in dicts(lst(o, "status", "conditions")):
-        if c.get("type") == ctype:
-            return c.get("status") == "True"
-    return False
-
-
 def job_status(o: dict[str, Any]) -> str:
-    if _condition(o, "Complete"):
+    if is_true(o, "Complete"):
         return "Complete"
-    if _condition(o, "Failed"):
+    if is_true(o, "Failed"):
         return "Failed"
     if d(o, "metadata").get("deletionTimestamp"):
         return "Terminating"
-    if _condition(o, "Suspended"):
+    if is_true(o, "Suspended"):
         return "Suspended"
-    if _condition(o, "FailureTarget"):
+    if is_true(o, "FailureTarget"):
         return "FailureTarget"
-    if _condition(o, "SuccessCriteriaMet"):
+    if is_true(o, "SuccessCriteriaMet"):
         return "SuccessCriteriaMet"
     return "Running"
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet.api import meta
+from fleet.api.conditions import get_condition
 from fleet.client.informer import object_key
 
 LEASE_NAMESPACE = "kube-node-lease"
@@ -119,13 +120,6 @@ def _rv_int(obj: Mapping[str, Any]) -> int:
         return int(_rv(obj) or -1)
     except ValueError:
         return -1
-
-
-def get_condition(obj: Mapping[str, Any], ctype: str) -> dict[str, Any] | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == ctype:
-            return c
-    return None
 
 
 def ready_status(node: Mapping[str, Any]) -> str | None:

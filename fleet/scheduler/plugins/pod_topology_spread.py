@@ -51,20 +51,13 @@ from typing import Any
 from fleet.api.nodeaffinity import RequiredNodeAffinity, required_node_affinity
 from fleet.api.owners import controller_of
 from fleet.api.selectors import EQUALS, LabelSelector, Requirement
+from fleet.scheduler.affinity import merge_label_keys, parse_selector
 from fleet.scheduler.framework import MAX_NODE_SCORE, Code, CycleState, Status
 from fleet.scheduler.plugins._cycle import DEFERRED, cycle_snapshot
 from fleet.scheduler.plugins._scoring import go_round
 from fleet.scheduler.plugins.taint_toleration import pod_tolerations, untolerated_hard_taint
-from fleet.scheduler.snapshot import (
-    HOSTNAME_LABEL,
-    ZONE_LABEL,
-    MatchCount,
-    NodeInfo,
-    Snapshot,
-    merge_label_keys,
-    parse_selector,
-    pod_labels,
-)
+from fleet.scheduler.podinfo import pod_labels
+from fleet.scheduler.snapshot import HOSTNAME_LABEL, ZONE_LABEL, MatchCount, NodeInfo, Snapshot
 
 ERR_REASON_CONSTRAINTS_NOT_MATCH = "node(s) didn't match pod topology spread constraints"
 ERR_REASON_NODE_LABEL_NOT_MATCH = ERR_REASON_CONSTRAINTS_NOT_MATCH + " (missing required label)"

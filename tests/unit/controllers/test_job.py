@@ -17,16 +17,14 @@ import pytest
 import trio
 import trio.testing
 
-from fleet.controllers.job import (
+from fleet.controllers.job import JobController
+from fleet.controllers.job_plan import IOResult, Observed, assess, settle, track, ttl_remaining
+from fleet.controllers.job_rules import (
     COMPLETION_INDEX,
     INDEX_FAILURE_COUNT,
     MAX_POD_FAILURE_BACKOFF,
     TRACKING_FINALIZER,
     Backoff,
-    IOResult,
-    JobController,
-    Observed,
-    assess,
     backoff_delay,
     build_pod,
     first_pending_indexes,
@@ -35,9 +33,6 @@ from fleet.controllers.job import (
     parse_indexes,
     pod_failed,
     pods_for_removal,
-    settle,
-    track,
-    ttl_remaining,
 )
 
 from .batch_fake import EPOCH, FakeCluster, ts, wall
