@@ -26,6 +26,12 @@
   its informer has seen the first 3 (client-go's ControllerExpectations).  It records
   what it expects; informer events lower the counts; until they reach zero (or 5
   minutes pass) reconcile does not act on counts.
+* **Claiming** — `claim_owned` is ControllerRefManager's claim with its writes
+  (adopt matching orphans, release what no longer matches, each JSON patch
+  guarded by uid and resourceVersion) over an informer `index_claimable` indexed;
+  `controller_key` maps an owned object's event to its owner's key.  The
+  DaemonSet and StatefulSet controllers claim their pods and ControllerRevisions
+  with it (the ReplicaSet controller writes pods through its own `PodWriter`).
 * **Manager** — runs every controller in one nursery with one client and one
   informer factory; the whole manager is one task, ready to be started only while
   holding a leader lease once there are several servers.
@@ -42,7 +48,7 @@ import logging
 import math
 import weakref
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -50,8 +56,9 @@ from typing import Any, Protocol
 import trio
 
 from fleet._core.supervise import object_failed, supervise
+from fleet.api import owners
 from fleet.api.owners import controller_of
-from fleet.client import Client, ClientConfig
+from fleet.client import JSON_PATCH, ApiException, Client, ClientConfig
 
 # The informer lives in fleet.client (every role uses it); controllers import it from here too.
 from fleet.client.informer import InformerFactory as InformerFactory
@@ -87,6 +94,68 @@ def by_owner_uid(obj: dict[str, Any]) -> list[str]:
 def by_node_name(obj: dict[str, Any]) -> list[str]:
     node = (obj.get("spec") or {}).get("nodeName")
     return [str(node)] if node else []
+
+
+# ---------------------------------------------------------------------------------------
+# Claiming owned objects (the DaemonSet and StatefulSet controllers' pods and revisions)
+
+OWNED_INDEX = "controller"  # by_controller_uid
+ORPHAN_INDEX = "orphan-namespace"  # owners.orphan_namespace
+
+
+def index_claimable(informer: SharedInformer) -> None:
+    """The two indexes `claim_owned` reads: objects by their controller's uid, and
+    controller-less objects by namespace (the orphans an owner may adopt)."""
+    informer.add_index(OWNED_INDEX, by_controller_uid)
+    informer.add_index(ORPHAN_INDEX, owners.orphan_namespace)
+
+
+def controller_key(obj: Mapping[str, Any] | None, api_version: str, kind: str) -> str | None:
+    """The queue key of the `api_version`/`kind` object controlling `obj` (None: no such
+    controller) — how a pod's or a revision's event finds the workload to reconcile."""
+    if obj is None:
+        return None
+    ref = controller_of(obj)
+    if ref is None or ref.get("kind") != kind or ref.get("apiVersion") != api_version:
+        return None
+    return f"{(obj.get('metadata') or {}).get('namespace') or ''}/{ref.get('name')}"
+
+
+async def claim_owned(client: Client, informer: SharedInformer, owner: dict[str, Any], ns: str,
+                      matches: Callable[[dict[str, Any]], bool], *, api_version: str, kind: str,
+                      resource: tuple[str, str], release: bool = True) -> list[dict[str, Any]]:
+    """ControllerRefManager's claim, written: `owner`'s objects of `informer` (one
+    indexed by `index_claimable`) after adopting the orphans `matches` accepts and —
+    when `release` — releasing owned ones it no longer accepts.  `resource` is the
+    (apiVersion, plural) the patches go to.  Each patch is guarded by the uid and
+    resourceVersion it was computed from; one that finds the object gone or changed
+    is skipped (the informer's event brings a fresh pass)."""
+    res_version, plural = resource
+    uid = str((owner.get("metadata") or {}).get("uid") or "")
+    candidates = {str((o.get("metadata") or {}).get("uid") or ""): o
+                  for o in informer.by_index(OWNED_INDEX, uid)}
+    for o in informer.by_index(ORPHAN_INDEX, ns):
+        candidates.setdefault(str((o.get("metadata") or {}).get("uid") or ""), o)
+    owned, adopt, to_release = owners.claim(owner, candidates.values(), matches)
+    for obj in adopt:
+        ops = owners.adopt_patch(obj, owner, api_version=api_version, kind=kind)
+        try:
+            owned.append(await client.patch(res_version, plural, _name(obj), ops, JSON_PATCH, ns))
+        except ApiException as e:
+            if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
+                raise
+    for obj in to_release if release else ():
+        try:
+            await client.patch(res_version, plural, _name(obj), owners.release_patch(obj, owner),
+                               JSON_PATCH, ns)
+        except ApiException as e:
+            if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
+                raise
+    return owned
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
 
 
 # ---------------------------------------------------------------------------------------

@@ -48,14 +48,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.api import owners
-from fleet.client import JSON_PATCH, MERGE_PATCH, ApiException
+from fleet.client import MERGE_PATCH, ApiException
 from fleet.controllers import history, podstate
 from fleet.controllers.runtime import (
     Context,
     Expectations,
     QueueWorker,
     SharedInformer,
-    by_controller_uid,
+    claim_owned,
+    controller_key,
+    index_claimable,
     key_of,
     split_key,
 )
@@ -504,8 +506,7 @@ class StatefulSetController(QueueWorker):
         self.claims: SharedInformer = ctx.informers.informer("v1", "persistentvolumeclaims")
         self.revisions: SharedInformer = ctx.informers.informer(API_VERSION, "controllerrevisions")
         for inf in (self.pods, self.revisions):
-            inf.add_index("controller", by_controller_uid)
-            inf.add_index("orphan-namespace", owners.orphan_namespace)
+            index_claimable(inf)
         self.sets.add_handler(self._on_set)
         self.pods.add_handler(self._on_pod)
         self.claims.add_handler(self._on_claim)
@@ -522,12 +523,7 @@ class StatefulSetController(QueueWorker):
 
     @staticmethod
     def _owner_key(obj: Mapping[str, Any] | None) -> str | None:
-        if obj is None:
-            return None
-        ref = owners.controller_of(obj)
-        if ref is None or ref.get("kind") != KIND or ref.get("apiVersion") != API_VERSION:
-            return None
-        return f"{(obj.get('metadata') or {}).get('namespace') or ''}/{ref.get('name')}"
+        return controller_key(obj, API_VERSION, KIND)
 
     def _sets_selecting(self, pod: Mapping[str, Any]) -> list[str]:
         ns = (pod.get("metadata") or {}).get("namespace") or ""
@@ -603,43 +599,15 @@ class StatefulSetController(QueueWorker):
         def matches(pod: dict[str, Any]) -> bool:
             return is_member(sts, pod) and podstate.selector_matches(_spec(sts).get("selector"),
                                                                      podstate.labels_of(pod))
-        candidates = {podstate.uid_of(p): p for p in self.pods.by_index("controller", podstate.uid_of(sts))}
-        for p in self.pods.by_index("orphan-namespace", ns):
-            candidates.setdefault(podstate.uid_of(p), p)
-        owned, adopt, release = owners.claim(sts, candidates.values(), matches)
-        for pod in adopt:
-            ops = owners.adopt_patch(pod, sts, api_version=API_VERSION, kind=KIND)
-            try:
-                owned.append(await self.ctx.client.patch("v1", "pods", podstate.name_of(pod), ops,
-                                                         JSON_PATCH, ns))
-            except ApiException as e:
-                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
-                    raise
-        for pod in release:
-            try:
-                await self.ctx.client.patch("v1", "pods", podstate.name_of(pod),
-                                            owners.release_patch(pod, sts), JSON_PATCH, ns)
-            except ApiException as e:
-                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
-                    raise
-        return owned
+        return await claim_owned(self.ctx.client, self.pods, sts, ns, matches,
+                                 api_version=API_VERSION, kind=KIND, resource=("v1", "pods"))
 
     async def _claim_revisions(self, sts: dict[str, Any], ns: str) -> list[dict[str, Any]]:
-        candidates = {podstate.uid_of(r): r for r in self.revisions.by_index("controller", podstate.uid_of(sts))}
-        for r in self.revisions.by_index("orphan-namespace", ns):
-            candidates.setdefault(podstate.uid_of(r), r)
-        owned, adopt, _ = owners.claim(
-            sts, candidates.values(),
-            lambda r: podstate.selector_matches(_spec(sts).get("selector"), podstate.labels_of(r)))
-        for r in adopt:
-            ops = owners.adopt_patch(r, sts, api_version=API_VERSION, kind=KIND)
-            try:
-                owned.append(await self.ctx.client.patch(API_VERSION, "controllerrevisions", podstate.name_of(r), ops,
-                                                         JSON_PATCH, ns))
-            except ApiException as e:
-                if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
-                    raise
-        return owned
+        return await claim_owned(
+            self.ctx.client, self.revisions, sts, ns,
+            lambda r: podstate.selector_matches(_spec(sts).get("selector"), podstate.labels_of(r)),
+            api_version=API_VERSION, kind=KIND, resource=(API_VERSION, "controllerrevisions"),
+            release=False)
 
     async def _update_revision(self, sts: dict[str, Any], revisions: list[dict[str, Any]],
                                collision: int) -> tuple[dict[str, Any], int]:

@@ -15,7 +15,7 @@ import trio.testing
 from fleet._core.supervise import object_errors
 from fleet.api.meta import malformed
 from fleet.client.informer import Informer
-from fleet.controllers.garbagecollector import Graph, owner_ref_problem
+from fleet.controllers.garbagecollector_graph import Graph, owner_ref_problem
 from fleet.controllers.runtime import QueueWorker, SharedInformer
 from fleet.scheduler.run import Scheduler, SchedulerConfig
 
