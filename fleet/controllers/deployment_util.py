@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from fleet.api.conditions import find
 from fleet.controllers.replicaset import meta, parse_time, rfc3339
 
 API_VERSION, KIND = "apps/v1", "Deployment"
@@ -199,10 +200,8 @@ def has_deadline(d: Mapping[str, Any]) -> bool:
 
 
 def get_condition(status: Mapping[str, Any], ctype: str) -> dict[str, Any] | None:
-    for c in status.get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == ctype:
-            return c
-    return None
+    """deploymentutil.GetDeploymentCondition: the condition of a DeploymentStatus."""
+    return find(status.get("conditions"), ctype)
 
 
 def new_condition(ctype: str, status: str, reason: str, message: str, now: float) -> dict[str, Any]:
