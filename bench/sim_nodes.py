@@ -18,7 +18,7 @@ is started and `fleet agent --simulate N` runs as its own process against it
 
 Each count runs against the server as it is ("full") and, with `--variants
 full,no-node-lifecycle`, against a server whose node lifecycle controller is
-switched off (its `run` replaced by a no-op before `fleet server` starts), to
+switched off (its `setup` and `run` replaced by no-ops before `fleet server` starts), to
 tell the cost of the heartbeat writes themselves from the cost of the
 controller that reads them.
 
@@ -84,13 +84,17 @@ class Sampler:
         }
 
 
-# `fleet server` with the node lifecycle controller replaced by a no-op.
+# `fleet server` with the node lifecycle controller (a controller of the manager)
+# replaced by a no-op: no handlers on the informers, a run that only waits.
 _NO_NODE_LIFECYCLE = """
-import sys, trio
+import math, sys, trio
 import fleet.controllers.nodelifecycle as m
-async def _off(*args, task_status=trio.TASK_STATUS_IGNORED, **kw):
-    task_status.started()
-m.run = _off
+def _no_setup(self, ctx):
+    pass
+async def _off(self, ctx):
+    await trio.sleep(math.inf)
+m.NodeLifecycle.setup = _no_setup
+m.NodeLifecycle.run = _off
 from fleet.cli.main import main
 sys.argv[0] = "fleet"
 main()

@@ -11,10 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet.client import Client, ClientConfig, load_kubeconfig
+from fleet.runtime.images.mirrors import RegistriesConfig, load_registries
 from fleet.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT
 
 DEFAULT_PORT = 9301
 DEFAULT_CLUSTER_CIDR = "10.42.0.0/16"
+# The registries file read when --registries is not given: in the state directory,
+# so each node (and each test's agent) has its own and no host-wide file leaks in.
+REGISTRIES_FILE = "registries.yaml"
 
 
 @dataclass
@@ -42,6 +46,9 @@ class AgentConfig:
     bridge_name: str | None = None
     netns_dir: str | None = None
     insecure_registries: list[str] = field(default_factory=list)
+    # Registry mirrors, rewrites and per-host auth/TLS (a parsed registries.yaml; see
+    # fleet.runtime.images.mirrors); None: every image from its own registry.
+    registries: RegistriesConfig | None = None
     lease_duration: int = 40
     heartbeat: float = 10.0
     status_interval: float = 20.0
@@ -68,3 +75,20 @@ class AgentConfig:
 
     def make_client(self) -> Client:
         return Client(self.client_config(), user_agent=f"fleet-agent/{self.node_name}")
+
+
+def registries_config(path: Path | str | None, state_dir: Path, *,
+                      disable_default_endpoint: bool = False) -> RegistriesConfig | None:
+    """The node's registries file: `path` if given (it must exist), else
+    `<state_dir>/registries.yaml` if present, else none.
+
+    Raises `RegistriesConfigError` (a ValueError naming the file and field) for a file
+    that cannot be read or is malformed: better to refuse to start than to pull from
+    the internet on a site that meant to use its mirror.
+    """
+    if path is None:
+        default = Path(state_dir) / REGISTRIES_FILE
+        if not default.is_file():
+            return RegistriesConfig(disable_default_endpoint=True) if disable_default_endpoint else None
+        path = default
+    return load_registries(path, disable_default_endpoint=disable_default_endpoint)

@@ -1,7 +1,8 @@
 """Kubernetes' rules for turning a pod's container into what the runtime runs.
 
 Split from `fleet.agent.worker` (which re-exports these names), pure functions:
-command and args against the image's Entrypoint/Cmd with `$(VAR)` expansion, the
+command and args against the image's Entrypoint/Cmd with `$(VAR)` expansion
+(`fleet.api.expansion`), the
 image's and the spec's plain env, resources, the user, restart policy decisions,
 the grace period of a pod and the machine's allocatable resources (for
 `resourceFieldRef` defaults when no Node object is at hand).
@@ -10,29 +11,16 @@ the grace period of a pod and the machine's allocatable resources (for
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from fleet.agent.node import read_meminfo
+from fleet.api.expansion import expand_vars
 from fleet.api.quantity import int_value, milli_value
 from fleet.runtime.driver import Resources, User
 
 DEFAULT_GRACE = 30
-
-
-_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
-
-
-def expand_vars(s: str, env: Mapping[str, str]) -> str:
-    """Kubernetes $(VAR) expansion: known names are replaced, $$ escapes, others stay."""
-    def sub(m: re.Match[str]) -> str:
-        if m.group(0) == "$$":
-            return "$"
-        name = m.group(1)
-        return env[name] if name in env else m.group(0)
-    return _VAR_REF.sub(sub, s)
 
 
 def resolve_argv(container: Mapping[str, Any], image_config: Mapping[str, Any],
@@ -134,6 +122,6 @@ def grace_period(pod: Mapping[str, Any]) -> float:
 
 
 __all__ = [
-    "DEFAULT_GRACE", "container_resources", "container_user", "expand_vars", "grace_period",
+    "DEFAULT_GRACE", "container_resources", "container_user", "grace_period",
     "image_env", "machine_allocatable", "plain_env", "resolve_argv", "restart_wanted",
 ]

@@ -17,8 +17,8 @@ and the kubelet's own message (`configmap "x" not found`), which the worker puts
 the container's waiting state and retries on the next sync.
 
 The fieldRef and resourceFieldRef logic (`field_value`, `resource_value`) is shared with
-downwardAPI volumes (`fleet.agent.volumes`), and `expand_vars` is what the worker uses
-for `$(VAR)` in `command` and `args`.
+downwardAPI volumes (`fleet.agent.volumes`).  `$(VAR)` expansion, here and in the
+worker's `command`/`args` and volumes' `subPathExpr`, is `fleet.api.expansion`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Literal
 
+from fleet.api.expansion import expand_vars
 from fleet.api.quantity import QuantityError, parse_quantity
 
 log = logging.getLogger(__name__)
@@ -50,45 +51,6 @@ class EnvError(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
-
-
-# ---------------------------------------------------------------------------------------
-# $(VAR) expansion — a transcription of Kubernetes'
-# third_party/forked/golang/expansion/expand.go, because users rely on its exact quirks:
-# `$$` is an escaped `$`, `$(` without a closing `)` and `$x` stay literal, and a
-# reference to an unknown variable is left as `$(NAME)`.
-
-
-def expand_vars(text: str, env: Mapping[str, str]) -> str:
-    """Expand `$(VAR)` in `text` from `env`, Kubernetes style."""
-    out: list[str] = []
-    checkpoint = 0
-    cursor = 0
-    n = len(text)
-    while cursor < n:
-        if text[cursor] == "$" and cursor + 1 < n:
-            out.append(text[checkpoint:cursor])
-            rest = text[cursor + 1:]
-            if rest[0] == "$":
-                out.append("$")
-                advance = 1
-            elif rest[0] == "(":
-                close = rest.find(")", 1)
-                if close == -1:
-                    out.append("$(")
-                    advance = 1
-                else:
-                    name = rest[1:close]
-                    out.append(env[name] if name in env else f"$({name})")
-                    advance = close + 1
-            else:
-                out.append("$" + rest[0])
-                advance = 1
-            cursor += advance
-            checkpoint = cursor + 1
-        cursor += 1
-    out.append(text[checkpoint:])
-    return "".join(out)
 
 
 # ---------------------------------------------------------------------------------------

@@ -32,9 +32,12 @@ class ImageProvider(Protocol):
 class StoreImages:
     """`ImageProvider` over the node's image store and registry pulls."""
 
-    def __init__(self, store: Any, insecure_registries: Sequence[str] = ()) -> None:
+    def __init__(self, store: Any, insecure_registries: Sequence[str] = (),
+                 registries: Any = None) -> None:
         self.store = store
         self.insecure = list(insecure_registries)
+        # fleet.runtime.images.mirrors.RegistriesConfig (mirrors, per-host auth/TLS) or None.
+        self.registries = registries
         self._locks: dict[str, trio.Lock] = {}
 
     def will_pull(self, image: str, policy: str | None) -> bool:
@@ -58,7 +61,7 @@ class StoreImages:
             if pull_secrets:
                 auth = credentials_for(parse_reference(image).domain, pull_secrets)
             rec = await pull(self.store, image, policy=policy, auth=auth,
-                             insecure_registries=self.insecure)
+                             insecure_registries=self.insecure, registries=self.registries)
         layers = await self.store.layers_for(image)
         config = await self.store.image_config(image)
         digest = getattr(rec, "digest", "") or getattr(rec, "id", "")

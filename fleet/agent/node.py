@@ -38,6 +38,7 @@ from fleet.agent.config import AgentConfig
 from fleet.api import meta
 from fleet.client import MERGE_PATCH, ApiException, Client
 from fleet.client.errors import explain
+from fleet.client.informer import Informer
 
 log = logging.getLogger(__name__)
 
@@ -309,32 +310,27 @@ class NodeAgent:
         return node
 
     async def wait_pod_cidr(self) -> str:
-        """node.spec.podCIDR, waiting (watching the node) until the server assigns it."""
-        warned = False
-        backoff = 0.5
-        while True:
-            try:
-                node = await self.client.get_object("v1", "nodes", self.cfg.node_name)
-                cidr = _mapping(node.get("spec")).get("podCIDR")
-                if cidr:
-                    return str(cidr)
-                if not warned:
-                    log.info("node %s has no spec.podCIDR yet: waiting for the server to "
-                             "assign one before setting up pod networking", self.cfg.node_name)
-                    warned = True
-                rv = (node.get("metadata") or {}).get("resourceVersion")
-                with trio.move_on_after(30):
-                    async for ev in self.client.watch(
-                            "v1", "nodes", field_selector=f"metadata.name={self.cfg.node_name}",
-                            resource_version=rv):
-                        cidr = _mapping(_mapping(ev.get("object")).get("spec")).get("podCIDR")
-                        if cidr:
-                            return str(cidr)
-                backoff = 0.5
-            except RETRYABLE as e:
-                log.warning("waiting for the pod CIDR: %s", e)
-                await trio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+        """node.spec.podCIDR, waiting (an informer on this one node) until the server assigns it."""
+        name = self.cfg.node_name
+        cidr: list[str] = []
+        found = trio.Event()
+
+        def on_event(etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+            got = _mapping(_mapping(new).get("spec")).get("podCIDR") if new is not None else None
+            if got and not found.is_set():
+                cidr.append(str(got))
+                found.set()
+
+        node = Informer(self.client, "v1", "nodes", on_event, field_selector=f"metadata.name={name}",
+                        retry_backoff=0.5, component="agent")
+        async with trio.open_nursery() as n:
+            await n.start(node.run)  # retries (logged) until the first list succeeds
+            if not found.is_set():
+                log.info("node %s has no spec.podCIDR yet: waiting for the server to "
+                         "assign one before setting up pod networking", name)
+            await found.wait()
+            n.cancel_scope.cancel()
+        return cidr[0]
 
     async def renew_lease_once(self) -> dict[str, Any]:
         name = self.cfg.node_name

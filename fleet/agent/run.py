@@ -104,7 +104,7 @@ async def run(cfg: AgentConfig, *,
             network = make_network(cfg, pod_cidr)
             log.info("pod network: %s driver on %s", cfg.network_driver, pod_cidr)
         env = WorkerEnv(client=client, driver=driver,
-                        images=StoreImages(store, cfg.insecure_registries),
+                        images=StoreImages(store, cfg.insecure_registries, cfg.registries),
                         data_dir=cfg.data_dir, host_ip=node.address, network=network,
                         netns_dir=cfg.netns_dir,
                         env=agent_env, volumes=agent_volumes,

@@ -1,10 +1,12 @@
 """Pod sync: the pods bound to this node, one `PodWorker` each, and restart recovery.
 
-The agent lists and watches only its own pods (`fieldSelector=spec.nodeName=<node>`),
-resuming the watch from the last resourceVersion and re-listing when the server
-says the revision is gone (410).  Every event goes to the pod's worker, keyed by
-uid: a new uid starts a worker, a deletionTimestamp starts graceful termination, a
-DELETED event (or a pod missing from a re-list) tears the worker's pod down.
+The agent follows only its own pods (`fieldSelector=spec.nodeName=<node>`) through the
+one client informer (fleet.client.informer), which re-lists after a 410 or a lost
+connection and reports every difference: a pod deleted while the agent could not
+watch comes out of the re-list as DELETED, and one deleted and re-created under the
+same name as DELETED + ADDED.  Every change goes to the pod's worker, keyed by uid: a
+new uid starts a worker, a deletionTimestamp starts graceful termination, a DELETED
+tears the worker's pod down.
 
 Recovery, before the first worker starts: `driver.recover()` finds every container
 the shims kept alive (or recorded as exited) while the agent was down; they are
@@ -30,14 +32,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
 import trio
 
 from fleet._core.supervise import object_failed
 from fleet.agent.worker import LABEL_POD_UID, PodWorker, WorkerEnv
 from fleet.api.meta import malformed
-from fleet.client import ApiException
-from fleet.client.informer import object_key
+from fleet.client.informer import Informer, object_key
 from fleet.runtime.driver import ContainerHandle, RuntimeDriverError
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,8 @@ class PodSync:
         self.workers: dict[str, PodWorker] = {}
         self._adoptable: dict[str, list[ContainerHandle]] = {}
         self._nursery: trio.Nursery | None = None
+        self.informer: Informer | None = None
+        self._recovered = False
 
     # -- for the agent API -----------------------------------------------------------
     def find_handle(self, namespace: str, pod: str, container: str | None = None, *,
@@ -148,21 +150,22 @@ class PodSync:
             log.info("re-adopting %d container(s) of %d pod(s)", n, len(by_pod))
 
     # -- the watch -------------------------------------------------------------------------
-    async def _list(self) -> tuple[list[dict[str, Any]], str]:
-        res = await self.env.client.list("v1", "pods",
-                                         field_selector=f"spec.nodeName={self.node_name}")
-        return list(res.get("items") or []), str((res.get("metadata") or {})
-                                                 .get("resourceVersion") or "")
+    def _on_event(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """Informer handler: every change of a pod bound here goes to its worker.
 
-    async def list_with_retry(self) -> tuple[list[dict[str, Any]], str]:
-        backoff = 0.5
-        while True:
-            try:
-                return await self._list()
-            except (ApiException, httpx.TransportError, OSError) as e:
-                log.warning("listing pods failed: %s; retrying in %.1fs", e, backoff)
-                await trio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+        Until recovery is done events only fill the informer's cache; `run` then
+        hands the whole cache over at once (`_relisted`)."""
+        if not self._recovered:
+            return
+        if etype == "DELETED":
+            if old is not None:
+                self._handle(old, deleted=True)
+        elif new is not None:
+            self._handle(new)
+
+    def _malformed(self, pod: Any, why: str) -> None:
+        """Informer report of a pod without the common envelope: log, count, Event."""
+        self._skipped(pod, ValueError(why))
 
     def _handle(self, pod: Mapping[str, Any], deleted: bool = False) -> None:
         try:
@@ -211,6 +214,7 @@ class PodSync:
                 del self.workers[w.uid]
 
     def _relisted(self, pods: list[dict[str, Any]]) -> None:
+        """Hand a whole list of this node's pods over: workers of pods not in it go."""
         seen = {pod_uid(p) for p in pods}
         for uid, w in list(self.workers.items()):
             if uid not in seen:
@@ -221,25 +225,29 @@ class PodSync:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as n:
             self._nursery = n
-            pods, rv = await self.list_with_retry()
-            await self.recover(pods)
-            self._relisted(pods)
+            self.informer = Informer(self.env.client, "v1", "pods",
+                                     field_selector=f"spec.nodeName={self.node_name}",
+                                     retry_backoff=0.5, component="agent",
+                                     on_malformed=self._malformed)
+            self.informer.add_handler(self._on_event)
+            await n.start(self.informer.run)  # retries until the first list succeeds
+            await self.recover(self.informer.list())
+            self._recovered = True
+            # The cache as it is now, recovery having taken a while: pods deleted
+            # meanwhile are simply not in it ...
+            self._relisted(self.informer.list())
+            # ... and the containers recovery kept for them have no worker to take them.
+            unclaimed, self._adoptable = self._adoptable, {}
+            for uid, handles in unclaimed.items():
+                n.start_soon(self._remove_unclaimed, uid, handles)
             task_status.started()
-            while True:
-                try:
-                    async for ev in self.env.client.watch(
-                            "v1", "pods", resource_version=rv,
-                            field_selector=f"spec.nodeName={self.node_name}"):
-                        obj = ev.get("object") or {}
-                        rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                        self._handle(obj, deleted=ev.get("type") == "DELETED")
-                except ApiException as e:
-                    if e.code != 410:
-                        log.warning("pod watch failed: %s", e)
-                        await trio.sleep(1.0)
-                except (httpx.TransportError, OSError) as e:
-                    log.warning("pod watch failed: %s", e)
-                    await trio.sleep(1.0)
-                # Expired, or the watch gave up: start again from a fresh list.
-                pods, rv = await self.list_with_retry()
-                self._relisted(pods)
+
+    async def _remove_unclaimed(self, uid: str, handles: list[ContainerHandle]) -> None:
+        for h in handles:
+            log.info("removing container %s (%s) of pod %s, deleted while the agent recovered",
+                     h.id, h.name, uid)
+            try:
+                await self.env.driver.remove(h)
+            except (RuntimeDriverError, OSError) as e:
+                object_failed("agent", "Pod", uid, e, action=f"removing its container {h.id} failed",
+                              logger=log)

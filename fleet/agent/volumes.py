@@ -54,7 +54,8 @@ from typing import Any
 
 import trio
 
-from fleet.agent.env import EnvError, Lookup, expand_vars, field_value, resource_value
+from fleet.agent.env import EnvError, Lookup, field_value, resource_value
+from fleet.api.expansion import expand_vars
 from fleet.api.quantity import QuantityError, int_value
 from fleet.runtime.driver import Mount, Propagation
 

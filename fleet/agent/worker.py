@@ -77,7 +77,6 @@ from fleet.agent.containerspec import (
     DEFAULT_GRACE,
     container_resources,
     container_user,
-    expand_vars,
     grace_period,
     image_env,
     machine_allocatable,
@@ -825,6 +824,6 @@ def _start_error(message: str) -> ExitStatus:
 
 __all__ = [
     "ContainerRun", "ImageInfo", "ImageProvider", "PodWorker", "StoreImages", "WorkerEnv",
-    "container_resources", "expand_vars", "grace_period", "resolve_argv",
+    "container_resources", "grace_period", "resolve_argv",
     "restart_wanted",
 ]

@@ -104,6 +104,10 @@ class KindInfo:
     # Strategy: whether a create keeps the client's `status` (kube-apiserver's
     # nodeStrategy does; every other kind's PrepareForCreate drops it).
     status_on_create: bool = False
+    # Strategy: graceful deletion (rest.RESTGracefulDeleteStrategy).  Given the stored
+    # object and DeleteOptions.gracePeriodSeconds, the seconds a DELETE leaves it to
+    # terminate (> 0 only marks it; its node finishes the job); None: deleted at once.
+    delete_grace: Callable[[dict[str, Any], Any], int] | None = None
 
     @property
     def api_version(self) -> str:

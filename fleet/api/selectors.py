@@ -18,8 +18,10 @@ the user verbatim.  Everything here is pure.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -339,19 +341,57 @@ def label_selector_from_dict(sel: dict[str, Any] | None) -> LabelSelector:
         raise BadRequest("invalid label selector: matchLabels must be a map")
     for key, value in match_labels.items():
         reqs.append(_requirement(key, EQUALS, [value]))
-    for expr in sel.get("matchExpressions") or []:
+    exprs = sel.get("matchExpressions") or []
+    if not isinstance(exprs, list):
+        raise BadRequest("invalid label selector: matchExpressions must be a list")
+    for expr in exprs:
         if not isinstance(expr, dict):
             raise BadRequest(f"invalid label selector: bad matchExpressions entry {expr!r}")
-        operator = _EXPRESSION_OPS.get(expr.get("operator", ""))
+        op = expr.get("operator", "")
+        operator = _EXPRESSION_OPS.get(op) if isinstance(op, str) else None
         if operator is None:
             raise BadRequest(f'"{expr.get("operator")}" is not a valid label selector operator')
-        reqs.append(_requirement(expr.get("key", ""), operator, expr.get("values") or []))
+        values = expr.get("values") or []
+        if not isinstance(values, list):
+            raise BadRequest(f"invalid label selector: values of {expr.get('key', '')!r} must be a list")
+        reqs.append(_requirement(expr.get("key", ""), operator, values))
     return LabelSelector.of(reqs)
 
 
 def label_selector_to_string(sel: dict[str, Any]) -> str:
     """Canonical string form of an API label selector (`app=web,tier in (a,b)`)."""
     return str(label_selector_from_dict(sel))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> LabelSelector:
+    return label_selector_from_dict(json.loads(text))
+
+
+def parsed_label_selector(sel: Any) -> LabelSelector:
+    """`label_selector_from_dict`, memoized on the selector's JSON: controllers and
+    admission test the same few selectors against every pod event."""
+    if sel is None:
+        return LabelSelector(nothing=True)
+    try:
+        text = json.dumps(sel, sort_keys=True)
+    except (TypeError, ValueError):
+        raise BadRequest(f"invalid label selector: {sel!r}") from None
+    return _parsed(text)
+
+
+def selector_dict_matches(sel: Any, labels: Mapping[str, str] | None) -> bool:
+    """Whether the API LabelSelector `sel` (matchLabels + matchExpressions) selects `labels`.
+
+    None selects nothing and {} everything (metav1.LabelSelectorAsSelector).  A
+    selector that does not parse selects nothing, as Kubernetes' controllers and
+    eviction skip a selector LabelSelectorAsSelector refuses.
+    """
+    try:
+        parsed = parsed_label_selector(sel)
+    except BadRequest:
+        return False
+    return parsed.matches(dict(labels) if isinstance(labels, Mapping) else None)
 
 
 # --------------------------------------------------------------------------

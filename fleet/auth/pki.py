@@ -30,7 +30,10 @@ class ServingTLS:
     key_file: Path
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes | str) -> None:
+    """Write a file only its owner can read (keys, kubeconfigs), atomically by rename."""
+    if isinstance(data, str):
+        data = data.encode()
     tmp = path.with_suffix(path.suffix + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -68,8 +71,8 @@ def _load_or_create_ca(tls_dir: Path) -> tuple[x509.Certificate, ec.EllipticCurv
                                      encipher_only=False, decipher_only=False), critical=True)
         .sign(key, hashes.SHA256())
     )
-    _write_private(key_path, _key_pem(key))
-    _write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+    write_private(key_path, _key_pem(key))
+    write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
     return cert, key
 
 
@@ -104,7 +107,7 @@ def ensure_serving_tls(data_dir: Path, extra_names: list[str] | None = None) -> 
         .sign(ca_key, hashes.SHA256())
     )
     cert_file, key_file = tls_dir / "serving.crt", tls_dir / "serving.key"
-    _write_private(key_file, _key_pem(key))
-    _write_private(cert_file, cert.public_bytes(serialization.Encoding.PEM)
+    write_private(key_file, _key_pem(key))
+    write_private(cert_file, cert.public_bytes(serialization.Encoding.PEM)
                    + ca_cert.public_bytes(serialization.Encoding.PEM))
     return ServingTLS(ca_cert.public_bytes(serialization.Encoding.PEM), cert_file, key_file)

@@ -18,6 +18,7 @@ from fleet import __version__
 
 if TYPE_CHECKING:
     from fleet.agent.config import AgentConfig
+    from fleet.runtime.images.mirrors import RegistriesConfig
 
 app = cyclopts.App(name="fleet", help="Fleet: a Kubernetes-class orchestrator in one program.",
                    version=__version__)
@@ -44,6 +45,12 @@ def server(
     agent_network: Annotated[str | None, cyclopts.Parameter(
         help="Pod network of the built-in agent: bridge or none (default: bridge as root, else none).")] = None,
     agent_bridge: Annotated[str | None, cyclopts.Parameter(help="Bridge name of the built-in agent (default fleet0).")] = None,
+    registries: Annotated[Path | None, cyclopts.Parameter(
+        help="Registry mirrors, rewrites, auth and TLS of the built-in agent (k3s' registries.yaml "
+             "format; default DATA_DIR/registries.yaml if present).")] = None,
+    disable_default_registry_endpoint: Annotated[bool, cyclopts.Parameter(
+        help="The built-in agent pulls images of mirrored registries only from their mirrors.",
+        negative=())] = False,
     node_monitor_grace_period: Annotated[float, cyclopts.Parameter(
         help="Seconds without a node heartbeat before the node is Unknown and unreachable.")] = 40.0,
     node_startup_grace_period: Annotated[float, cyclopts.Parameter(
@@ -82,6 +89,9 @@ def server(
                        agent_bridge=agent_bridge)
     if agent_network is not None:
         cfg.agent_network = None if agent_network in ("none", "host", "") else agent_network
+    if not no_agent:
+        cfg.agent_registries = _registries(registries, Path(cfg.data_dir),
+                                           disable_default_registry_endpoint, "fleet server")
     cfg.scheduler = not no_scheduler
     if controllers:
         from fleet.controllers.manager import default_controllers, select
@@ -183,6 +193,12 @@ def agent(
     cluster_cidr: Annotated[str, cyclopts.Parameter(
         help="The whole cluster's pod range (the server's --cluster-cidr): not masqueraded.")] = "10.42.0.0/16",
     insecure_registry: Annotated[list[str] | None, cyclopts.Parameter(help="Registry reachable over plain HTTP.")] = None,
+    registries: Annotated[Path | None, cyclopts.Parameter(
+        help="Registry mirrors, rewrites, auth and TLS (k3s' registries.yaml format; "
+             "default DATA_DIR/registries.yaml if present).")] = None,
+    disable_default_registry_endpoint: Annotated[bool, cyclopts.Parameter(
+        help="Pull images of mirrored registries only from their mirrors, never the registry itself.",
+        negative=())] = False,
     lease_interval: Annotated[float | None, cyclopts.Parameter(
         help="Seconds between node Lease renewals (default 10).")] = None,
     node_status_interval: Annotated[float | None, cyclopts.Parameter(
@@ -216,6 +232,9 @@ def agent(
                       network_driver=None if network in ("none", "host", "") else network,
                       pod_cidr=pod_cidr, bridge_name=bridge_name, cluster_cidr=cluster_cidr,
                       insecure_registries=list(insecure_registry or []))
+    if not simulate:
+        cfg.registries = _registries(registries, data_dir, disable_default_registry_endpoint,
+                                     "fleet agent")
     if node_name:
         cfg.node_name = node_name
     if lease_interval is not None:
@@ -321,6 +340,20 @@ def shim(*, bundle: Path | None = None, id: str | None = None, log: Path | None 
     from fleet.cli.shim import run_shim
 
     sys.exit(run_shim(bundle, id, log, foreground=foreground))
+
+
+def _registries(path: Path | None, data_dir: Path, disable_default: bool,
+                command: str) -> RegistriesConfig | None:
+    """The parsed registries file for an agent (fleet.agent.config.registries_config);
+    a bad or unreadable file ends the command with its one-line reason."""
+    from fleet.agent.config import registries_config
+    from fleet.runtime.images import RegistriesConfigError
+
+    try:
+        return registries_config(path, data_dir, disable_default_endpoint=disable_default)
+    except RegistriesConfigError as e:
+        print(f"{command}: error: --registries: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 def _leaves(group: BaseException) -> list[BaseException]:

@@ -28,15 +28,19 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def explain(exc: BaseException) -> str:
-    """`ConnectError: [SSL: CERTIFICATE_VERIFY_FAILED] ... (hint)` — never an empty string."""
+def explain(exc: BaseException, *, tls_hint: str = TLS_HINT) -> str:
+    """`ConnectError: [SSL: CERTIFICATE_VERIFY_FAILED] ... (hint)` — never an empty string.
+
+    `tls_hint` is what to suggest when a certificate could not be verified (the
+    default speaks of the API server; the image puller names its registries file).
+    """
     chain = _chain(exc)
     plain = [e for e in chain if not isinstance(e, BaseExceptionGroup)] or chain
     outer = type(plain[0]).__name__
     tls = next((e for e in plain if isinstance(e, ssl.SSLError)), None)
     if tls is not None:
         text = str(tls) or type(tls).__name__
-        hint = f" ({TLS_HINT})" if isinstance(tls, ssl.SSLCertVerificationError) else ""
+        hint = f" ({tls_hint})" if tls_hint and isinstance(tls, ssl.SSLCertVerificationError) else ""
         return f"{outer}: {text}{hint}"
     # The innermost errno says what happened ("Connection refused") where the
     # outer messages only say that connecting failed.

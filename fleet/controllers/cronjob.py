@@ -10,7 +10,7 @@ Each sync of a CronJob, in Kubernetes' order:
 3. **The schedule.**  The most recent scheduled time not yet run is found
    between `lastScheduleTime` (or the creation time) and now — in the CronJob's
    `timeZone` (default: the server's local zone), with robfig/cron's rules
-   (`fleet.api.kinds.cron`).  Older missed times are skipped, not replayed; more
+   (`fleet.api.cron`).  Older missed times are skipped, not replayed; more
    than 100 of them is reported (TooManyMissedTimes), as is a time later than
    `startingDeadlineSeconds` allows (MissSchedule, nothing starts).
 4. **Concurrency.**  Forbid skips the run while a Job is active (JobAlreadyActive);
@@ -40,14 +40,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.api import meta
-from fleet.api.kinds.cron import CronError, CronSchedule, parse_cron
+from fleet.api.cron import CronError, CronSchedule, parse_cron
+from fleet.api.owners import controller_of, controller_ref
 from fleet.client import ApiException
 from fleet.controllers.runtime import (
     Context,
     QueueWorker,
     SharedInformer,
     by_controller_uid,
-    controller_ref,
     key_of,
 )
 
@@ -227,8 +227,7 @@ def build_job(cj: Obj, scheduled: _dt.datetime, tz: _dt.tzinfo) -> Obj:
     annotations[SCHEDULED_TIMESTAMP] = rfc3339_in(scheduled, tz)
     job_md: Obj = {"name": job_name(cj, scheduled), "namespace": md.get("namespace"),
                    "annotations": annotations,
-                   "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": md.get("name"),
-                                        "uid": md.get("uid"), "controller": True, "blockOwnerDeletion": True}]}
+                   "ownerReferences": [controller_ref(cj, api_version="batch/v1", kind="CronJob")]}
     if tmeta.get("labels"):
         job_md["labels"] = dict(tmeta["labels"])
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": job_md,
@@ -371,7 +370,7 @@ class CronJobController(QueueWorker):
         for job in (old, new):
             if job is None:
                 continue
-            ref = controller_ref(job)
+            ref = controller_of(job)
             if not ref or ref.get("kind") != "CronJob":
                 continue
             ns = (job.get("metadata") or {}).get("namespace") or ""
@@ -531,7 +530,7 @@ class CronJobController(QueueWorker):
             # crashed before writing the status)?  Then record it now.
             job = await self.ctx.client.get_object("batch/v1", "jobs", body["metadata"]["name"],
                                                    md.get("namespace"))
-            ref = controller_ref(job)
+            ref = controller_of(job)
             if not ref or ref.get("uid") != md.get("uid"):
                 return d.requeue_after, changed
             if any(a.get("uid") == (job.get("metadata") or {}).get("uid") for a in st.get("active") or []):

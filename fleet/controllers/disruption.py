@@ -52,20 +52,21 @@ from typing import Any
 import trio
 
 from fleet.api import meta
+from fleet.api.conditions import is_pod_ready, set_status_condition
 from fleet.api.kinds.policy import (
     DISRUPTION_ALLOWED,
     INSUFFICIENT_PODS,
     SUFFICIENT_PODS,
     SYNC_FAILED,
 )
-from fleet.api.validation import selector_matches
+from fleet.api.owners import controller_of
+from fleet.api.selectors import selector_dict_matches
 from fleet.client import STRATEGIC_MERGE_PATCH, ApiException
 from fleet.controllers.runtime import (
     Context,
     QueueWorker,
     SharedInformer,
     WorkQueue,
-    controller_ref,
     key_of,
     split_key,
 )
@@ -121,13 +122,6 @@ def expected_and_desired(spec: Mapping[str, Any], pod_count: int, controller_sca
     return 0, 0  # neither set: the API allows it; nothing may be disrupted
 
 
-def pod_ready(pod: Mapping[str, Any]) -> bool:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(c, Mapping) and c.get("type") == "Ready":
-            return c.get("status") == "True"
-    return False
-
-
 def _time(value: Any) -> dt.datetime | None:
     if not isinstance(value, str):
         return None
@@ -176,24 +170,9 @@ def count_healthy(pods: Iterable[Mapping[str, Any]], disrupted: Mapping[str, str
         when = _time(disrupted.get(md.get("name", "")))
         if when is not None and when + DELETION_TIMEOUT > now:
             continue
-        if pod_ready(pod):
+        if is_pod_ready(pod):
             n += 1
     return n
-
-
-def set_condition(conditions: list[dict[str, Any]], ctype: str, status: str, reason: str, message: str,
-                  observed_generation: int, now: str) -> list[dict[str, Any]]:
-    """apimeta.SetStatusCondition: lastTransitionTime moves only when the status does."""
-    out = [dict(c) for c in conditions if isinstance(c, dict)]
-    for c in out:
-        if c.get("type") == ctype:
-            if c.get("status") != status:
-                c["lastTransitionTime"] = now
-            c.update(status=status, reason=reason, message=message, observedGeneration=observed_generation)
-            return out
-    out.append({"type": ctype, "status": status, "observedGeneration": observed_generation,
-                "lastTransitionTime": now, "reason": reason, "message": message})
-    return out
 
 
 def conditions_up_to_date(status: Mapping[str, Any]) -> bool:
@@ -214,8 +193,8 @@ def with_allowed_condition(status: dict[str, Any], now: str) -> dict[str, Any]:
         cond = ("True", SUFFICIENT_PODS)
     else:
         cond = ("False", INSUFFICIENT_PODS)
-    status["conditions"] = set_condition(status.get("conditions") or [], DISRUPTION_ALLOWED, *cond, "",
-                                         status.get("observedGeneration", 0), now)
+    status["conditions"] = set_status_condition(status.get("conditions"), DISRUPTION_ALLOWED, *cond, "", now,
+                                                observed_generation=status.get("observedGeneration", 0))
     return status
 
 
@@ -258,8 +237,9 @@ def fail_safe_status(pdb: Mapping[str, Any], why: str, now: str) -> dict[str, An
     """failSafe: whatever went wrong, allow no disruption (and say why)."""
     status = copy.deepcopy(dict(pdb.get("status") or {}))
     status["disruptionsAllowed"] = 0
-    status["conditions"] = set_condition(status.get("conditions") or [], DISRUPTION_ALLOWED, "False",
-                                         SYNC_FAILED, why, status.get("observedGeneration", 0), now)
+    status["conditions"] = set_status_condition(status.get("conditions"), DISRUPTION_ALLOWED, "False", SYNC_FAILED,
+                                                why, now,
+                                                observed_generation=status.get("observedGeneration", 0))
     return status
 
 
@@ -288,7 +268,7 @@ def selects(pdb: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
         return False
     if (pdb.get("metadata") or {}).get("namespace") != (pod.get("metadata") or {}).get("namespace"):
         return False
-    return selector_matches(sel, (pod.get("metadata") or {}).get("labels") or {})
+    return selector_dict_matches(sel, (pod.get("metadata") or {}).get("labels") or {})
 
 
 rfc3339 = meta.format_time
@@ -398,7 +378,7 @@ class DisruptionController(QueueWorker):
             rs = self.replicasets.get(f"{namespace}/{name}")
             if rs is None or rs["metadata"].get("uid") != uid:
                 return None
-            owner = controller_ref(rs)
+            owner = controller_of(rs)
             if owner is None or owner.get("kind") != "Deployment":
                 return uid, _replicas(rs)
             if _group_of(owner.get("apiVersion")) not in ("apps", "extensions"):
@@ -436,7 +416,7 @@ class DisruptionController(QueueWorker):
         scales: dict[str, int] = {}
         unmanaged: list[str] = []
         for pod in pods:
-            ref = controller_ref(pod)
+            ref = controller_of(pod)
             if ref is None:
                 unmanaged.append(pod["metadata"]["name"])
                 continue

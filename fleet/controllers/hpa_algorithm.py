@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.api import meta, quantity
+from fleet.api.conditions import pod_ready_condition, set_status_condition
 
 TOLERANCE = 0.1
 CPU_INITIALIZATION_PERIOD = 300.0  # --horizontal-pod-autoscaler-cpu-initialization-period
@@ -148,13 +149,6 @@ class PodGroups:
     ignored: set[str] = field(default_factory=set)
 
 
-def _ready_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "Ready":
-            return c
-    return None
-
-
 def group_pods(pods: list[dict[str, Any]], metrics: PodMetrics, resource: str, wall: float, *,
                cpu_initialization_period: float = CPU_INITIALIZATION_PERIOD,
                initial_readiness_delay: float = INITIAL_READINESS_DELAY) -> PodGroups:
@@ -175,7 +169,7 @@ def group_pods(pods: list[dict[str, Any]], metrics: PodMetrics, resource: str, w
             g.missing.add(name)
             continue
         if resource == "cpu":
-            cond = _ready_condition(pod)
+            cond = pod_ready_condition(pod)
             start = _ts(status.get("startTime"))
             if cond is None or start is None:
                 unready = True
@@ -562,17 +556,8 @@ def store_scale_event(h: History, behavior: dict[str, Any] | None, previous: int
 
 def set_condition(conditions: list[dict[str, Any]], ctype: str, status: str, reason: str,
                   message: str, now: str) -> list[dict[str, Any]]:
-    """`conditions` with one condition set; lastTransitionTime moves only when status changes."""
-    out = [dict(c) for c in conditions if isinstance(c, dict)]
-    for c in out:
-        if c.get("type") == ctype:
-            if c.get("status") != status:
-                c["lastTransitionTime"] = now
-            c.update(status=status, reason=reason, message=message)
-            return out
-    out.append({"type": ctype, "status": status, "lastTransitionTime": now, "reason": reason,
-                "message": message})
-    return out
+    """`conditions` with one condition set (meta.SetStatusCondition, no observedGeneration)."""
+    return set_status_condition(conditions, ctype, status, reason, message, now)
 
 
 __all__ = [

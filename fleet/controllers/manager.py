@@ -1,16 +1,26 @@
 """The controller manager: which controllers `fleet server` runs (in one nursery).
 
 Each controller is a class following `fleet.controllers.runtime.Controller`; the
-list below is the whole set.  The manager is one task of the server; with several
-servers it is the part that will run only on the lease holder.
+list below is the whole set — node lifecycle (`nodelifecycle`) and node IPAM
+(`nodeipam`) included: they share the manager's informers and are supervised by it
+like the others.  The manager is one task of the server; with several servers it is
+the part that will run only on the lease holder.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from fleet.controllers.runtime import Controller, Manager
 
+if TYPE_CHECKING:
+    from fleet.controllers.nodeipam import NodeIPAMConfig
+    from fleet.controllers.nodelifecycle import NodeLifecycleConfig
 
-def default_controllers(*, hpa_sync_period: float = 15.0) -> list[Controller]:
+
+def default_controllers(*, hpa_sync_period: float = 15.0,
+                        node_lifecycle: NodeLifecycleConfig | None = None,
+                        node_ipam: NodeIPAMConfig | None = None) -> list[Controller]:
     from fleet.controllers.cronjob import CronJobController
     from fleet.controllers.daemonset import DaemonSetController
     from fleet.controllers.deployment import DeploymentController
@@ -18,12 +28,15 @@ def default_controllers(*, hpa_sync_period: float = 15.0) -> list[Controller]:
     from fleet.controllers.garbagecollector import GarbageCollector
     from fleet.controllers.hpa import HorizontalPodAutoscalerController
     from fleet.controllers.job import JobController
+    from fleet.controllers.nodeipam import NodeIPAM
+    from fleet.controllers.nodelifecycle import NodeLifecycle
     from fleet.controllers.replicaset import ReplicaSetController
     from fleet.controllers.resourcequota import ResourceQuotaController
     from fleet.controllers.serviceaccount import ServiceAccountController
     from fleet.controllers.statefulset import StatefulSetController
 
     return [
+        NodeIPAM(node_ipam), NodeLifecycle(node_lifecycle),
         ServiceAccountController(),
         GarbageCollector(),
         ReplicaSetController(), DeploymentController(),
@@ -58,7 +71,7 @@ def select(controllers: list[Controller], spec: list[str] | None) -> list[Contro
     return [c for c in controllers if c.name in enabled]
 
 
-def default_manager(controllers: list[str] | None = None, **options: float) -> Manager:
+def default_manager(controllers: list[str] | None = None, **options: Any) -> Manager:
     """`controllers` selects as `select` does; `options` are keyword settings of
-    `default_controllers` (e.g. hpa_sync_period)."""
+    `default_controllers` (e.g. hpa_sync_period, node_lifecycle)."""
     return Manager(select(default_controllers(**options), controllers))

@@ -6,8 +6,13 @@ own: the allocated set is rebuilt from the nodes themselves at every
 (re-)list, so whatever the API says is what is taken (kube-controller-manager's
 range allocator works the same way).  Deleting a node frees its range.
 
-`CIDRAllocator` and `plan` are pure; `run` is the list/watch loop around them.
-Only IPv4 single-stack for now: `spec.podCIDRs` gets the one range.
+`CIDRAllocator` and `plan` are pure; `NodeIPAM` is the controller around them, run
+by the controller manager (`nodeipam` in --controllers) from its shared nodes
+informer: the informer's handler keeps the allocator's picture current (a range seen
+on a node is taken, a deleted node's range is free — and a re-list after a lost watch
+reports the nodes deleted meanwhile, so nothing leaks), and a one-worker queue gives
+ranges to the nodes without one.  Only IPv4 single-stack for now: `spec.podCIDRs`
+gets the one range.
 """
 
 from __future__ import annotations
@@ -18,13 +23,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import trio
 
-from fleet._core.supervise import object_failed
-from fleet.api.meta import malformed
-from fleet.client import ApiException, Client, ClientConfig
-from fleet.client.informer import object_key
+from fleet.client import ApiException, ClientConfig
+from fleet.client.informer import Informer
+from fleet.controllers.runtime import Context, Manager, QueueWorker
 
 log = logging.getLogger(__name__)
 
@@ -126,80 +129,67 @@ def plan(nodes: Iterable[dict[str, Any]], allocator: CIDRAllocator) -> dict[str,
 class NodeIPAMConfig:
     cluster_cidr: str = DEFAULT_CLUSTER_CIDR
     node_mask: int = DEFAULT_NODE_MASK
-    retry_backoff: float = 1.0
 
 
-class NodeIPAM:
-    def __init__(self, client: Client, cfg: NodeIPAMConfig | None = None) -> None:
-        self.client = client
+class NodeIPAM(QueueWorker):
+    """The node IPAM controller: queue keys are nodes ("/name") that need a range."""
+
+    name = "nodeipam"
+    kind = "Node"
+    # One worker: ranges are handed out in the order nodes are queued (two workers
+    # would be safe — allocation is synchronous — but no faster in any way that matters).
+    workers = 1
+
+    def __init__(self, cfg: NodeIPAMConfig | None = None) -> None:
+        super().__init__()
         self.cfg = cfg or NodeIPAMConfig()
         self.allocator = CIDRAllocator(self.cfg.cluster_cidr, self.cfg.node_mask)
         self.assigned: dict[str, str] = {}  # node name -> range, as the API last showed it
         self.starved: set[str] = set()  # nodes told "no range left" (logged once each)
+        self.client: Any = None
+        self.nodes: Informer | None = None
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        started = False
-        backoff = self.cfg.retry_backoff
-        while True:
-            try:
-                listed = await self.client.list_all("v1", "nodes")
-                nodes = [n for n in listed.get("items") or [] if self._usable(n)]
-                # Rebuild from the API, never from memory: after a missed
-                # delete or a restart, the nodes are the truth.
-                self.allocator = CIDRAllocator(self.cfg.cluster_cidr, self.cfg.node_mask)
-                self.assigned = {n["metadata"]["name"]: node_cidr(n) for n in nodes if node_cidr(n)}
-                for name, cidr in plan(nodes, self.allocator).items():
-                    await self.assign(name, cidr)
-                if not started:
-                    started = True
-                    task_status.started()
-                backoff = self.cfg.retry_backoff
-                rv = (listed.get("metadata") or {}).get("resourceVersion")
-                async for event in self.client.watch("v1", "nodes", resource_version=rv):
-                    node = event.get("object") or {}
-                    if not self._usable(node):
-                        continue
-                    try:
-                        await self.handle(event.get("type", ""), node)
-                    except (ApiException, httpx.HTTPError, OSError):
-                        raise  # the API failing is the loop's business: re-list
-                    except Exception as e:  # noqa: BLE001 - one node must not stop IPAM
-                        object_failed("node-ipam", "Node", object_key(node), e, logger=log)
-            except ApiException as e:
-                if e.code != 410:  # 410: our revision was compacted; just re-list
-                    log.warning("node IPAM: %s; re-listing in %.1fs", e, backoff)
-                    await trio.sleep(backoff)
-                    backoff = min(backoff * 2, 30.0)
-            except (httpx.HTTPError, OSError) as e:
-                log.warning("node IPAM: %r; re-listing in %.1fs", e, backoff)
-                await trio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
+    def setup(self, ctx: Context) -> None:
+        self.client = ctx.client
+        self.nodes = ctx.informers.informer("v1", "nodes")
+        self.nodes.add_handler(self.on_node)
 
-    @staticmethod
-    def _usable(node: Any) -> bool:
-        """A node without the common object envelope is skipped (logged, counted): its
-        name, and so any range given to it, would mean nothing."""
-        why = malformed(node)
-        if why is not None:
-            object_failed("node-ipam", "Node", object_key(node), ValueError(why), action="ignoring it",
-                          logger=log)
-        return why is None
+    async def run(self, ctx: Context) -> None:
+        """Every node listed so far first, in name order (the same cluster always gets
+        the same plan), then whatever the queue brings."""
+        assert self.nodes is not None, "setup() first"
+        await self.nodes.wait_synced()
+        for name, cidr in plan(self.nodes.list(), self.allocator).items():
+            await self.assign(name, cidr)
+        await super().run(ctx)
 
-    async def handle(self, etype: str, node: dict[str, Any]) -> None:
-        name = node["metadata"]["name"]
-        cidr = node_cidr(node)
+    def on_node(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """Informer handler (in memory only): keep the allocator's picture; queue nodes without a range."""
         if etype == "DELETED":
-            old = self.assigned.pop(name, "") or cidr
-            if old:
-                self.allocator.release(old)
+            assert old is not None
+            name = old["metadata"]["name"]
+            gone = self.assigned.pop(name, "") or node_cidr(old)
+            if gone:
+                self.allocator.release(gone)
+            self.starved.discard(name)
             return
+        assert new is not None
+        name = new["metadata"]["name"]
+        cidr = node_cidr(new)
         if cidr:
             if self.assigned.get(name) != cidr:
                 self.assigned[name] = cidr
                 self.allocator.occupy(cidr)
             return
-        if name in self.assigned:
-            return  # our patch is on its way; the event predates it
+        if name not in self.assigned:  # else our patch is on its way; the event predates it
+            self.queue.add(f"/{name}")
+
+    async def reconcile(self, key: str) -> float | None:
+        assert self.nodes is not None
+        name = key.partition("/")[2]
+        node = self.nodes.get(key)
+        if node is None or node_cidr(node) or name in self.assigned:
+            return None
         try:
             cidr = self.allocator.allocate()
         except CIDRExhausted as e:
@@ -208,9 +198,10 @@ class NodeIPAM:
             if name not in self.starved:
                 self.starved.add(name)
                 log.error("node IPAM: node %s gets no pod CIDR: %s", name, e)
-            return
+            return None
         self.starved.discard(name)
         await self.assign(name, cidr)
+        return None
 
     async def assign(self, name: str, cidr: str) -> None:
         patch = {"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}}
@@ -224,12 +215,15 @@ class NodeIPAM:
                 raise
             log.info("node IPAM: not assigning %s to %s: %s", cidr, name, e)
             return
+        except BaseException:
+            self.allocator.release(cidr)  # a transport error: the queue retries with back-off
+            raise
         self.assigned[name] = cidr
         log.info("node IPAM: assigned %s to node %s", cidr, name)
 
 
 async def run(config: ClientConfig, cfg: NodeIPAMConfig | None = None, *,
               task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Assign pod CIDRs until cancelled; `started` once every existing node has one."""
-    async with Client(config, user_agent="fleet-nodeipam") as client:
-        await NodeIPAM(client, cfg).run(task_status=task_status)
+    """Only node IPAM, in a manager of its own, until cancelled (`fleet server` runs it
+    inside its controller manager instead)."""
+    await Manager([NodeIPAM(cfg)]).run(config, task_status=task_status)

@@ -1,25 +1,24 @@
-"""Pod facts and ownership helpers shared by the StatefulSet and DaemonSet controllers (pure).
+"""Pod facts shared by the StatefulSet and DaemonSet controllers (pure).
 
 * readiness as k8s.io/kubernetes `pkg/api/v1/pod` defines it: Ready means the
   `Ready` condition is True; *available* means ready for at least
   `minReadySeconds` (by the condition's lastTransitionTime);
-* controller references (`controller: true`, `blockOwnerDeletion: true`) and
-  the claim step of client-go's ControllerRefManager: a controller owns the
-  objects that name it as controller, adopts matching orphans and releases
-  owned objects whose labels stopped matching — so `kubectl delete
-  --cascade=orphan` followed by re-creating the workload picks its pods back up;
+* what a workload's selector selects (an empty one: nothing);
 * building a pod from a template (GetPodFromTemplate).
+
+Owner references and the claim step (adopt / release) are `fleet.api.owners`.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime as _dt
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from fleet.api import meta
-from fleet.api import validation as v
+from fleet.api.conditions import is_pod_ready, pod_ready_condition
+from fleet.api.selectors import selector_dict_matches
 
 
 def _md(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -52,16 +51,8 @@ def is_finished(pod: Mapping[str, Any]) -> bool:
     return phase(pod) in ("Succeeded", "Failed")
 
 
-def ready_condition(pod: Mapping[str, Any]) -> dict[str, Any] | None:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "Ready":
-            return c
-    return None
-
-
 def is_ready(pod: Mapping[str, Any]) -> bool:
-    c = ready_condition(pod)
-    return c is not None and c.get("status") == "True"
+    return is_pod_ready(pod)
 
 
 def is_running_and_ready(pod: Mapping[str, Any]) -> bool:
@@ -84,7 +75,7 @@ def available_at(pod: Mapping[str, Any], min_ready_seconds: int) -> float | None
         return None
     if min_ready_seconds <= 0:
         return 0.0
-    since = _epoch((ready_condition(pod) or {}).get("lastTransitionTime"))
+    since = _epoch((pod_ready_condition(pod) or {}).get("lastTransitionTime"))
     return 0.0 if since is None else since + min_ready_seconds
 
 
@@ -95,89 +86,15 @@ def is_available(pod: Mapping[str, Any], min_ready_seconds: int, now: float) -> 
 
 
 # ---------------------------------------------------------------------------------------
-# Controller references and claiming
-
-
-def controller_ref(owner: Mapping[str, Any], api_version: str, kind: str) -> dict[str, Any]:
-    """metav1.NewControllerRef: the owner reference a controller puts on what it creates."""
-    return {"apiVersion": api_version, "kind": kind, "name": name_of(owner), "uid": uid_of(owner),
-            "controller": True, "blockOwnerDeletion": True}
-
-
-def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:
-    for ref in _md(obj).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            return ref
-    return None
-
-
-def orphan_namespace(obj: Mapping[str, Any]) -> list[str]:
-    """Informer index: the namespace of an object no controller owns (adoption candidates),
-    so a controller finds orphans without walking every pod of the namespace."""
-    return [str(_md(obj).get("namespace") or "")] if controller_of(obj) is None else []
-
-
-def is_controlled_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
-    ref = controller_of(obj)
-    return ref is not None and str(ref.get("uid")) == owner_uid
+# Selecting
 
 
 def selector_matches(selector: Any, labels: Mapping[str, str]) -> bool:
-    """A LabelSelector (matchLabels/matchExpressions) against labels; empty or bad selects nothing."""
-    if not isinstance(selector, dict) or v.selector_is_empty(selector):
+    """A workload's LabelSelector against labels: an empty or bad selector selects nothing
+    (validation refuses both for StatefulSets and DaemonSets)."""
+    if not isinstance(selector, dict) or not (selector.get("matchLabels") or selector.get("matchExpressions")):
         return False
-    if v.validate_label_selector(selector, "selector"):
-        return False
-    return v.selector_matches(selector, dict(labels))
-
-
-def claim(owner: Mapping[str, Any], candidates: Iterable[dict[str, Any]],
-          matches: Callable[[dict[str, Any]], bool]) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                                          list[dict[str, Any]]]:
-    """ControllerRefManager.Claim: (owned, to_adopt, to_release) among `candidates`.
-
-    Owned objects that still match stay owned; owned ones that do not are to be
-    released; matching orphans are to be adopted (never while the owner is being
-    deleted, nor objects being deleted).  Objects controlled by someone else are
-    none of our business.
-    """
-    uid = uid_of(owner)
-    owned: list[dict[str, Any]] = []
-    adopt: list[dict[str, Any]] = []
-    release: list[dict[str, Any]] = []
-    deleting = is_terminating(owner)
-    for obj in candidates:
-        ref = controller_of(obj)
-        if ref is not None:
-            if str(ref.get("uid")) != uid:
-                continue
-            if matches(obj):
-                owned.append(obj)
-            elif not deleting:
-                release.append(obj)
-            else:
-                owned.append(obj)
-            continue
-        if deleting or is_terminating(obj) or not matches(obj):
-            continue
-        adopt.append(obj)
-    return owned, adopt, release
-
-
-def adopt_patch(obj: Mapping[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
-    """A merge patch making `ref` the controller of `obj`, conditional on its resourceVersion."""
-    refs = [r for r in _md(obj).get("ownerReferences") or []
-            if isinstance(r, dict) and r.get("uid") != ref.get("uid")]
-    return {"metadata": {"ownerReferences": [*refs, ref],
-                         "resourceVersion": _md(obj).get("resourceVersion")}}
-
-
-def release_patch(obj: Mapping[str, Any], owner_uid: str) -> dict[str, Any]:
-    """A merge patch removing the owner reference to `owner_uid`, conditional on resourceVersion."""
-    refs = [r for r in _md(obj).get("ownerReferences") or []
-            if not (isinstance(r, dict) and r.get("uid") == owner_uid)]
-    return {"metadata": {"ownerReferences": refs or None,
-                         "resourceVersion": _md(obj).get("resourceVersion")}}
+    return selector_dict_matches(selector, labels)
 
 
 def pod_from_template(template: Mapping[str, Any], namespace: str,

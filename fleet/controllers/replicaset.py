@@ -36,7 +36,6 @@ Why the pieces are shaped this way:
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import logging
 import math
@@ -47,8 +46,10 @@ from typing import Any
 
 import trio
 
-from fleet.api import meta
-from fleet.api.selectors import LabelSelector, label_selector_from_dict
+from fleet.api import meta, owners
+from fleet.api.conditions import find, is_pod_ready, pod_ready_condition
+from fleet.api.errors import BadRequest
+from fleet.api.selectors import LabelSelector, parsed_label_selector
 from fleet.client import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -64,7 +65,6 @@ from fleet.controllers.runtime import (
     QueueWorker,
     SharedInformer,
     by_controller_uid,
-    controller_ref,
     key_of,
 )
 
@@ -79,6 +79,7 @@ SLOW_START_INITIAL_BATCH = 1
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 # The API server cuts generateName bases to this length, leaving room for 5 random chars.
 MAX_GENERATED_BASE = 58
+API_VERSION, KIND = "apps/v1", "ReplicaSet"
 CONTROLLER_INDEX = "controller-uid"
 ORPHAN_INDEX = "orphans-by-namespace"
 FAILURE = "ReplicaFailure"
@@ -104,21 +105,9 @@ def pod_active(pod: Mapping[str, Any]) -> bool:
     return phase not in ("Succeeded", "Failed") and not meta(pod).get("deletionTimestamp")
 
 
-def _ready_condition(pod: Mapping[str, Any]) -> dict[str, Any] | None:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "Ready":
-            return c
-    return None
-
-
-def pod_ready(pod: Mapping[str, Any]) -> bool:
-    c = _ready_condition(pod)
-    return c is not None and c.get("status") == "True"
-
-
 def pod_ready_since(pod: Mapping[str, Any]) -> float | None:
     """When a ready pod last became ready (None if not ready or not recorded)."""
-    c = _ready_condition(pod)
+    c = pod_ready_condition(pod)
     if c is None or c.get("status") != "True":
         return None
     return parse_time(c.get("lastTransitionTime"))
@@ -126,7 +115,7 @@ def pod_ready_since(pod: Mapping[str, Any]) -> float | None:
 
 def pod_available(pod: Mapping[str, Any], min_ready_seconds: int, now: float) -> bool:
     """Ready for longer than minReadySeconds (ready is enough when it is 0)."""
-    if not pod_ready(pod):
+    if not is_pod_ready(pod):
         return False
     if min_ready_seconds <= 0:
         return True
@@ -140,64 +129,16 @@ def max_restarts(pod: Mapping[str, Any]) -> int:
                 if isinstance(c, dict)), default=0)
 
 
-@functools.lru_cache(maxsize=4096)
-def _selector(text: str) -> LabelSelector:
-    return label_selector_from_dict(json.loads(text))
-
-
 def selector_of(obj: Mapping[str, Any]) -> LabelSelector:
-    """The parsed `spec.selector` (cached: controllers test it on every pod event)."""
-    sel = (obj.get("spec") or {}).get("selector")
+    """The parsed `spec.selector` (memoized: controllers test it on every pod event)."""
     try:
-        return _selector(json.dumps(sel, sort_keys=True))
-    except Exception:  # noqa: BLE001 - an unparsable selector selects nothing
+        return parsed_label_selector((obj.get("spec") or {}).get("selector"))
+    except BadRequest:  # an unparsable selector selects nothing
         return LabelSelector(nothing=True)
 
 
 def selects(owner: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
     return selector_of(owner).matches(meta(obj).get("labels") or {})
-
-
-def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
-    """The controller reference an owner puts on what it creates or adopts."""
-    md = meta(owner)
-    return {"apiVersion": owner.get("apiVersion") or "apps/v1", "kind": owner.get("kind"),
-            "name": md.get("name"), "uid": md.get("uid"), "controller": True,
-            "blockOwnerDeletion": True}
-
-
-def owned_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
-    ref = controller_ref(dict(obj))
-    return ref is not None and ref.get("uid") == meta(owner).get("uid")
-
-
-def adopt_patch(obj: Mapping[str, Any], ref: dict[str, Any]) -> list[dict[str, Any]]:
-    """A JSON patch adding controller `ref` to `obj`, applied only if `obj` is still the
-    object we saw (uid) with the owners we saw — so two controllers racing to adopt
-    cannot both win, while unrelated changes (a binding, a status) do not get in the way."""
-    md = meta(obj)
-    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": md.get("uid")}]
-    refs = md.get("ownerReferences")
-    if refs:
-        ops += [{"op": "test", "path": "/metadata/ownerReferences", "value": refs},
-                {"op": "add", "path": "/metadata/ownerReferences/-", "value": ref}]
-    else:
-        ops.append({"op": "add", "path": "/metadata/ownerReferences", "value": [ref]})
-    return ops
-
-
-def release_patch(obj: Mapping[str, Any], owner_uid: str) -> list[dict[str, Any]]:
-    """A JSON patch dropping the reference to `owner_uid`, under the same conditions."""
-    md = meta(obj)
-    refs = md.get("ownerReferences") or []
-    rest = [r for r in refs if not (isinstance(r, dict) and r.get("uid") == owner_uid)]
-    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": md.get("uid")},
-                                 {"op": "test", "path": "/metadata/ownerReferences", "value": refs}]
-    if rest:
-        ops.append({"op": "replace", "path": "/metadata/ownerReferences", "value": rest})
-    else:
-        ops.append({"op": "remove", "path": "/metadata/ownerReferences"})
-    return ops
 
 
 def slow_start_batches(count: int, initial: int = SLOW_START_INITIAL_BATCH) -> list[int]:
@@ -251,7 +192,7 @@ def deletion_order(pods: Iterable[Mapping[str, Any]], related: Iterable[Mapping[
     def key(p: Mapping[str, Any]) -> tuple[Any, ...]:
         spec = p.get("spec") or {}
         node = spec.get("nodeName") or ""
-        ready = pod_ready(p)
+        ready = is_pod_ready(p)
         try:
             cost = int(str((meta(p).get("annotations") or {}).get(DELETION_COST, "0")))
         except ValueError:
@@ -277,13 +218,6 @@ def deletion_order(pods: Iterable[Mapping[str, Any]], related: Iterable[Mapping[
 # Status
 
 
-def _condition(status: Mapping[str, Any], ctype: str) -> dict[str, Any] | None:
-    for c in status.get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == ctype:
-            return c
-    return None
-
-
 def compute_status(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now: float,
                    failure: tuple[str, str] | None = None) -> dict[str, Any]:
     """What `pods` (the active pods the ReplicaSet owns) amount to.
@@ -301,13 +235,13 @@ def compute_status(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now
         labels = meta(p).get("labels") or {}
         if all(labels.get(k) == v for k, v in template_labels.items()):
             labeled += 1
-        if pod_ready(p):
+        if is_pod_ready(p):
             ready += 1
             if pod_available(p, min_ready, now):
                 available += 1
     old = dict(rs.get("status") or {})
     conditions = [c for c in old.get("conditions") or [] if isinstance(c, dict)]
-    current = _condition(old, FAILURE)
+    current = find(old.get("conditions"), FAILURE)
     if failure is not None and current is None:
         conditions.append({"type": FAILURE, "status": "True", "lastTransitionTime": rfc3339(now),
                            "reason": failure[0], "message": failure[1]})
@@ -368,21 +302,11 @@ def plan(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], *, now: float
     out = ReplicaSetPlan()
     deleting = bool(meta(rs).get("deletionTimestamp"))
     sel = selector_of(rs)
-    for p in pods:
-        if not pod_active(p):
-            continue
-        ref = controller_ref(dict(p))
-        matches = sel.matches(meta(p).get("labels") or {})
-        if ref is not None:
-            if ref.get("uid") != meta(rs).get("uid"):
-                continue
-            if matches:
-                out.owned.append(dict(p))
-            elif not deleting:
-                out.release.append(dict(p))
-        elif matches and not deleting:
-            out.adopt.append(dict(p))
-            out.owned.append(dict(p))
+    active = [dict(p) for p in pods if pod_active(p)]
+    owned, out.adopt, out.release = owners.claim(rs, active,
+                                                 lambda p: sel.matches(meta(p).get("labels") or {}))
+    taken = {id(p) for p in (*owned, *out.adopt)}
+    out.owned = [p for p in active if id(p) in taken]  # in the order the pods came
     want = int((rs.get("spec") or {}).get("replicas", 1) or 0)
     if expectations_satisfied and not deleting:
         diff = len(out.owned) - want
@@ -421,7 +345,8 @@ def pod_from_template(rs: Mapping[str, Any]) -> dict[str, Any]:
     tmd = template.get("metadata") or {}
     base = f"{md.get('name')}-"[:MAX_GENERATED_BASE]
     pod_md: dict[str, Any] = {"generateName": base, "namespace": md.get("namespace"),
-                              "ownerReferences": [owner_reference(rs)]}
+                              "ownerReferences": [
+                                  owners.controller_ref(rs, api_version=API_VERSION, kind=KIND)]}
     for k in ("labels", "annotations", "finalizers"):
         if tmd.get(k):
             pod_md[k] = tmd[k]
@@ -431,13 +356,6 @@ def pod_from_template(rs: Mapping[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------
 # The controller
-
-
-def pods_of_namespace_orphans(pod: dict[str, Any]) -> list[str]:
-    """Index: the namespace of a pod without a controller (adoption candidates)."""
-    if controller_ref(pod) is not None:
-        return []
-    return [str(meta(pod).get("namespace") or "")]
 
 
 class PodWriter:
@@ -513,7 +431,7 @@ class ReplicaSetController(QueueWorker):
         self.pods: SharedInformer = ctx.informers.informer("v1", "pods")
         self.replicasets.add_index(CONTROLLER_INDEX, by_controller_uid)
         self.pods.add_index(CONTROLLER_INDEX, by_controller_uid)
-        self.pods.add_index(ORPHAN_INDEX, pods_of_namespace_orphans)
+        self.pods.add_index(ORPHAN_INDEX, owners.orphan_namespace)
         self.replicasets.add_handler(self._on_replicaset)
         self.pods.add_handler(self._on_pod)
 
@@ -536,7 +454,7 @@ class ReplicaSetController(QueueWorker):
 
     def _owner_key(self, pod: Mapping[str, Any]) -> str | None:
         """The key of the ReplicaSet controlling `pod`, if it is one we know."""
-        ref = controller_ref(dict(pod))
+        ref = owners.controller_of(pod)
         if ref is None or ref.get("kind") != "ReplicaSet":
             return None
         key = f"{meta(pod).get('namespace') or ''}/{ref.get('name')}"
@@ -558,7 +476,7 @@ class ReplicaSetController(QueueWorker):
             if key is not None:
                 self.expectations.deletion_observed(key, str(meta(old).get("uid")))
                 self.queue.add(key)
-            elif controller_ref(old) is None:
+            elif owners.controller_of(old) is None:
                 self._enqueue_selecting(old)
             return
         assert new is not None
@@ -570,7 +488,7 @@ class ReplicaSetController(QueueWorker):
                 else:
                     self.expectations.creation_observed(key)
                 self.queue.add(key)
-            elif controller_ref(new) is None and pod_active(new):
+            elif owners.controller_of(new) is None and pod_active(new):
                 self._enqueue_selecting(new)
             return
         # MODIFIED
@@ -584,8 +502,8 @@ class ReplicaSetController(QueueWorker):
             self.queue.add(old_key)
         if key is not None:
             self.queue.add(key)
-        elif controller_ref(new) is None and (
-                meta(old).get("labels") != meta(new).get("labels") or controller_ref(old) is not None):
+        elif owners.controller_of(new) is None and (
+                meta(old).get("labels") != meta(new).get("labels") or owners.controller_of(old) is not None):
             self._enqueue_selecting(new)
 
     # -- one pass -------------------------------------------------------------------------
@@ -596,7 +514,7 @@ class ReplicaSetController(QueueWorker):
 
     def _related(self, rs: Mapping[str, Any], own: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The pods of every ReplicaSet sharing this one's controller (for ranking)."""
-        ref = controller_ref(dict(rs))
+        ref = owners.controller_of(rs)
         if ref is None or not ref.get("uid"):
             return own
         out: list[dict[str, Any]] = []
@@ -612,7 +530,7 @@ class ReplicaSetController(QueueWorker):
         now = time.time()
         satisfied = self.expectations.satisfied(key)
         p = plan(rs, self._candidates(rs), now=now, expectations_satisfied=satisfied)
-        if p.delete and controller_ref(rs) is not None:
+        if p.delete and owners.controller_of(rs) is not None:
             # Rank against the whole family (all ReplicaSets of the Deployment); only
             # worth gathering when something is to be deleted.
             p.delete = deletion_order(p.owned, self._related(rs, p.owned), now)[:len(p.delete)]
@@ -667,9 +585,9 @@ class ReplicaSetController(QueueWorker):
         kept = [p for p in owned if p not in orphans]
         for pod in orphans:
             pmd = meta(pod)
+            ops = owners.adopt_patch(pod, rs, api_version=API_VERSION, kind=KIND)
             try:
-                await self.ctx.client.patch("v1", "pods", pmd["name"],
-                                            adopt_patch(pod, owner_reference(rs)), JSON_PATCH,
+                await self.ctx.client.patch("v1", "pods", pmd["name"], ops, JSON_PATCH,
                                             pmd.get("namespace"))
             except ApiException as e:
                 if e.code in (404, 409, 422):
@@ -682,7 +600,7 @@ class ReplicaSetController(QueueWorker):
         pmd = meta(pod)
         try:
             await self.ctx.client.patch("v1", "pods", pmd["name"],
-                                        release_patch(pod, str(meta(rs).get("uid"))), JSON_PATCH,
+                                        owners.release_patch(pod, rs), JSON_PATCH,
                                         pmd.get("namespace"))
         except ApiException as e:
             if e.code not in (404, 409, 422):

@@ -168,13 +168,13 @@ class ResourceQuotaController(QueueWorker):
             api_version = await self._api_version(group, resource)
             if api_version is None:
                 return None
-            inf = SharedInformer(self.ctx.client, api_version, resource)
+            inf = SharedInformer(self.ctx.client, api_version, resource, component="controller-manager")
             inf.add_handler(self._on_counted(group, resource))
             self._counted[(group, resource)] = inf
             assert self._nursery is not None
             self._nursery.start_soon(inf.run)
         with trio.fail_after(INFORMER_SYNC_TIMEOUT):
-            await inf.synced.wait()
+            await inf.wait_synced()
         return inf.list(namespace)
 
     async def _api_version(self, group: str, resource: str) -> str | None:

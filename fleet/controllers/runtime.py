@@ -1,4 +1,4 @@
-"""The controller runtime: shared informers, work queues, expectations, the manager.
+"""The controller runtime: work queues, expectations, the manager (informers: fleet.client).
 
     API ──list+watch──▶ SharedInformer (cache + indexes) ──handlers──▶ enqueue(key)
                                                                          │
@@ -8,13 +8,12 @@
                           Controller.reconcile(key) — reads the caches, decides with a
                           pure plan(desired, observed), writes through the client
 
-* **SharedInformer** — one list+watch per resource however many controllers use it
-  (the `InformerFactory` hands out the same one), re-listing after a 410 or a lost
-  connection (`fleet.client.informer.Informer`).  The cache is keyed "ns/name"; named
-  indexes (by owner uid, by node, ...) answer "which objects does X own" without a scan.
-  An index function or handler raising on one object is logged with the object's key
-  and counted (`fleet_object_errors_total`); the other indexes, handlers and events
-  still run — one bad stored object never stops a controller.
+* **SharedInformer** — `fleet.client.informer.Informer`, the one informer every role
+  uses: one list+watch per resource however many controllers use it (the
+  `InformerFactory` hands out the same one), re-listing after a 410 or a lost
+  connection.  The cache is keyed "ns/name"; named indexes (by owner uid, by node,
+  ...) answer "which objects does X own" without a scan.  This module adds the index
+  functions controllers share (`by_controller_uid`, `by_owner_uid`, `by_node_name`).
 * **WorkQueue** — a key is queued at most once; a key added while it is being
   reconciled is queued again when that reconcile is done, so two workers never
   reconcile one key at once and no change is lost.  `add_rate_limited` backs off
@@ -27,6 +26,12 @@
   its informer has seen the first 3 (client-go's ControllerExpectations).  It records
   what it expects; informer events lower the counts; until they reach zero (or 5
   minutes pass) reconcile does not act on counts.
+* **Claiming** — `claim_owned` is ControllerRefManager's claim with its writes
+  (adopt matching orphans, release what no longer matches, each JSON patch
+  guarded by uid and resourceVersion) over an informer `index_claimable` indexed;
+  `controller_key` maps an owned object's event to its owner's key.  The
+  DaemonSet and StatefulSet controllers claim their pods and ControllerRevisions
+  with it (the ReplicaSet controller writes pods through its own `PodWriter`).
 * **Manager** — runs every controller in one nursery with one client and one
   informer factory; the whole manager is one task, ready to be started only while
   holding a leader lease once there are several servers.
@@ -43,7 +48,7 @@ import logging
 import math
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -51,13 +56,17 @@ from typing import Any, Protocol
 import trio
 
 from fleet._core.supervise import object_failed, supervise
-from fleet.client import Client, ClientConfig
-from fleet.client.informer import Informer, kind_of, object_key
+from fleet.api import owners
+from fleet.api.owners import controller_of
+from fleet.client import JSON_PATCH, ApiException, Client, ClientConfig
+
+# The informer lives in fleet.client (every role uses it); controllers import it from here too.
+from fleet.client.informer import InformerFactory as InformerFactory
+from fleet.client.informer import SharedInformer as SharedInformer
+from fleet.client.informer import by_namespace as by_namespace
+from fleet.client.informer import object_key
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]
-IndexFunc = Callable[[dict[str, Any]], Iterable[str]]
 
 
 def key_of(obj: dict[str, Any]) -> str:
@@ -70,17 +79,9 @@ def split_key(key: str) -> tuple[str, str]:
     return ns, name
 
 
-def controller_ref(obj: dict[str, Any]) -> dict[str, Any] | None:
-    """The ownerReference with controller: true, if any."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            return ref
-    return None
-
-
 def by_controller_uid(obj: dict[str, Any]) -> list[str]:
     """Index: the uid of the object's controller (Deployments find their ReplicaSets...)."""
-    ref = controller_ref(obj)
+    ref = controller_of(obj)
     return [str(ref.get("uid"))] if ref and ref.get("uid") else []
 
 
@@ -90,127 +91,71 @@ def by_owner_uid(obj: dict[str, Any]) -> list[str]:
             if isinstance(r, dict) and r.get("uid")]
 
 
-def by_namespace(obj: dict[str, Any]) -> list[str]:
-    return [str((obj.get("metadata") or {}).get("namespace") or "")]
-
-
 def by_node_name(obj: dict[str, Any]) -> list[str]:
     node = (obj.get("spec") or {}).get("nodeName")
     return [str(node)] if node else []
 
 
 # ---------------------------------------------------------------------------------------
-# Informers
+# Claiming owned objects (the DaemonSet and StatefulSet controllers' pods and revisions)
+
+OWNED_INDEX = "controller"  # by_controller_uid
+ORPHAN_INDEX = "orphan-namespace"  # owners.orphan_namespace
 
 
-class SharedInformer:
-    """A list+watch cache of one resource, with indexes and any number of handlers."""
+def index_claimable(informer: SharedInformer) -> None:
+    """The two indexes `claim_owned` reads: objects by their controller's uid, and
+    controller-less objects by namespace (the orphans an owner may adopt)."""
+    informer.add_index(OWNED_INDEX, by_controller_uid)
+    informer.add_index(ORPHAN_INDEX, owners.orphan_namespace)
 
-    def __init__(self, client: Client, api_version: str, plural: str, *,
-                 field_selector: str | None = None, component: str = "controller-manager") -> None:
-        self.api_version = api_version
-        self.plural = plural
-        self.component = component
-        self._handlers: list[Handler] = []
-        self._indexers: dict[str, IndexFunc] = {}
-        self._indexes: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
-        self._informer = Informer(client, api_version, plural, self._on_event,
-                                  field_selector=field_selector, component=component)
-        self.synced = trio.Event()
-        # Here, not in run(): handlers of *other* informers may call list(ns) on this
-        # one before it has started.
-        self.add_index("namespace", by_namespace)
 
-    # -- reading -----------------------------------------------------------------------
-    @property
-    def cache(self) -> dict[str, dict[str, Any]]:
-        return self._informer.items
+def controller_key(obj: Mapping[str, Any] | None, api_version: str, kind: str) -> str | None:
+    """The queue key of the `api_version`/`kind` object controlling `obj` (None: no such
+    controller) — how a pod's or a revision's event finds the workload to reconcile."""
+    if obj is None:
+        return None
+    ref = controller_of(obj)
+    if ref is None or ref.get("kind") != kind or ref.get("apiVersion") != api_version:
+        return None
+    return f"{(obj.get('metadata') or {}).get('namespace') or ''}/{ref.get('name')}"
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        return self._informer.items.get(key)
 
-    def list(self, namespace: str | None = None) -> list[dict[str, Any]]:
-        if namespace is None:
-            return list(self._informer.items.values())
-        return list(self.by_index("namespace", namespace))
-
-    def by_index(self, name: str, value: str) -> list[dict[str, Any]]:
-        return list(self._indexes[name].get(value, {}).values())
-
-    # -- wiring ----------------------------------------------------------------------------
-    def add_handler(self, handler: Handler) -> None:
-        self._handlers.append(handler)
-
-    def add_index(self, name: str, fn: IndexFunc) -> None:
-        if name in self._indexers:
-            return
-        self._indexers[name] = fn
-        idx: dict[str, dict[str, dict[str, Any]]] = {}
-        for key, obj in self._informer.items.items():
-            for v in self._index_values(name, fn, obj):
-                idx.setdefault(v, {})[key] = obj
-        self._indexes[name] = idx
-
-    def _index_values(self, name: str, fn: IndexFunc, obj: dict[str, Any]) -> list[str]:
-        """`fn(obj)`, or nothing if it raises: the object is missing from that one
-        index (logged and counted) instead of the informer stopping for everyone."""
+async def claim_owned(client: Client, informer: SharedInformer, owner: dict[str, Any], ns: str,
+                      matches: Callable[[dict[str, Any]], bool], *, api_version: str, kind: str,
+                      resource: tuple[str, str], release: bool = True) -> list[dict[str, Any]]:
+    """ControllerRefManager's claim, written: `owner`'s objects of `informer` (one
+    indexed by `index_claimable`) after adopting the orphans `matches` accepts and —
+    when `release` — releasing owned ones it no longer accepts.  `resource` is the
+    (apiVersion, plural) the patches go to.  Each patch is guarded by the uid and
+    resourceVersion it was computed from; one that finds the object gone or changed
+    is skipped (the informer's event brings a fresh pass)."""
+    res_version, plural = resource
+    uid = str((owner.get("metadata") or {}).get("uid") or "")
+    candidates = {str((o.get("metadata") or {}).get("uid") or ""): o
+                  for o in informer.by_index(OWNED_INDEX, uid)}
+    for o in informer.by_index(ORPHAN_INDEX, ns):
+        candidates.setdefault(str((o.get("metadata") or {}).get("uid") or ""), o)
+    owned, adopt, to_release = owners.claim(owner, candidates.values(), matches)
+    for obj in adopt:
+        ops = owners.adopt_patch(obj, owner, api_version=api_version, kind=kind)
         try:
-            return list(fn(obj))
-        except Exception as e:  # noqa: BLE001 - isolate one object
-            object_failed(self.component, kind_of(obj, self.plural), key_of(obj), e,
-                          action=f"left out of the {name!r} index", logger=log)
-            return []
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as n:
-            await n.start(self._informer.run)
-            self.synced.set()
-            task_status.started()
-
-    def _on_event(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        key = key_of(new if new is not None else old or {})
-        for name, fn in self._indexers.items():
-            idx = self._indexes[name]
-            if old is not None:
-                for v in self._index_values(name, fn, old):
-                    bucket = idx.get(v)
-                    if bucket is not None:
-                        bucket.pop(key, None)
-                        if not bucket:
-                            del idx[v]
-            if new is not None:
-                for v in self._index_values(name, fn, new):
-                    idx.setdefault(v, {})[key] = new
-        for h in self._handlers:
-            try:
-                h(etype, old, new)
-            except Exception as e:  # noqa: BLE001 - a handler failing on one object must not stop the others
-                object_failed(self.component, kind_of(new or old, self.plural), key, e,
-                              action=f"{etype} handler {getattr(h, '__qualname__', h)} failed", logger=log)
+            owned.append(await client.patch(res_version, plural, _name(obj), ops, JSON_PATCH, ns))
+        except ApiException as e:
+            if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
+                raise
+    for obj in to_release if release else ():
+        try:
+            await client.patch(res_version, plural, _name(obj), owners.release_patch(obj, owner),
+                               JSON_PATCH, ns)
+        except ApiException as e:
+            if e.code not in (404, 409, 422):  # gone, or not the copy we saw: the next pass re-reads
+                raise
+    return owned
 
 
-class InformerFactory:
-    """Hands out one SharedInformer per resource; `run` starts them all."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-        self._informers: dict[tuple[str, str, str | None], SharedInformer] = {}
-
-    def informer(self, api_version: str, plural: str, *,
-                 field_selector: str | None = None) -> SharedInformer:
-        k = (api_version, plural, field_selector)
-        inf = self._informers.get(k)
-        if inf is None:
-            inf = self._informers[k] = SharedInformer(self.client, api_version, plural,
-                                                      field_selector=field_selector)
-        return inf
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start every informer asked for so far; `started` when all have listed."""
-        async with trio.open_nursery() as n:
-            for inf in list(self._informers.values()):
-                await n.start(inf.run)
-            task_status.started()
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
 
 
 # ---------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleet.api import owners
 from fleet.client import MERGE_PATCH, ApiException
 from fleet.controllers import history, podstate
 from fleet.controllers.runtime import (
@@ -54,7 +55,9 @@ from fleet.controllers.runtime import (
     Expectations,
     QueueWorker,
     SharedInformer,
-    by_controller_uid,
+    claim_owned,
+    controller_key,
+    index_claimable,
     key_of,
     split_key,
 )
@@ -178,7 +181,7 @@ def new_pod(sts: Mapping[str, Any], template: Mapping[str, Any], revision: str, 
     """Pod `ordinal` from `template`, with its identity, storage and revision label."""
     md = sts.get("metadata") or {}
     pod = podstate.pod_from_template(template, str(md.get("namespace") or ""),
-                                     podstate.controller_ref(sts, API_VERSION, KIND))
+                                     owners.controller_ref(sts, api_version=API_VERSION, kind=KIND))
     name = pod_name(sts, ordinal)
     pod["metadata"]["name"] = name
     labels = pod["metadata"]["labels"]
@@ -253,9 +256,9 @@ def claim_owner_refs(claim: Mapping[str, Any], sts: Mapping[str, Any], pod: Mapp
     if retain_all or not any(r.get("controller") for r in others):
         in_range = settings.in_range(ordinal_of(pod))
         if settings.when_deleted == DELETE and (settings.when_scaled == RETAIN or in_range):
-            want.append(podstate.controller_ref(sts, API_VERSION, KIND))
+            want.append(owners.controller_ref(sts, api_version=API_VERSION, kind=KIND))
         if settings.when_scaled == DELETE and not in_range and pod_uid:
-            want.append(podstate.controller_ref(pod, "v1", "Pod"))
+            want.append(owners.controller_ref(pod, api_version="v1", kind="Pod"))
     return None if _ref_key(want) == _ref_key(refs) else want
 
 
@@ -503,8 +506,7 @@ class StatefulSetController(QueueWorker):
         self.claims: SharedInformer = ctx.informers.informer("v1", "persistentvolumeclaims")
         self.revisions: SharedInformer = ctx.informers.informer(API_VERSION, "controllerrevisions")
         for inf in (self.pods, self.revisions):
-            inf.add_index("controller", by_controller_uid)
-            inf.add_index("orphan-namespace", podstate.orphan_namespace)
+            index_claimable(inf)
         self.sets.add_handler(self._on_set)
         self.pods.add_handler(self._on_pod)
         self.claims.add_handler(self._on_claim)
@@ -521,12 +523,7 @@ class StatefulSetController(QueueWorker):
 
     @staticmethod
     def _owner_key(obj: Mapping[str, Any] | None) -> str | None:
-        if obj is None:
-            return None
-        ref = podstate.controller_of(obj)
-        if ref is None or ref.get("kind") != KIND or ref.get("apiVersion") != API_VERSION:
-            return None
-        return f"{(obj.get('metadata') or {}).get('namespace') or ''}/{ref.get('name')}"
+        return controller_key(obj, API_VERSION, KIND)
 
     def _sets_selecting(self, pod: Mapping[str, Any]) -> list[str]:
         ns = (pod.get("metadata") or {}).get("namespace") or ""
@@ -602,43 +599,15 @@ class StatefulSetController(QueueWorker):
         def matches(pod: dict[str, Any]) -> bool:
             return is_member(sts, pod) and podstate.selector_matches(_spec(sts).get("selector"),
                                                                      podstate.labels_of(pod))
-        candidates = {podstate.uid_of(p): p for p in self.pods.by_index("controller", podstate.uid_of(sts))}
-        for p in self.pods.by_index("orphan-namespace", ns):
-            candidates.setdefault(podstate.uid_of(p), p)
-        owned, adopt, release = podstate.claim(sts, candidates.values(), matches)
-        ref = podstate.controller_ref(sts, API_VERSION, KIND)
-        for pod in adopt:
-            try:
-                owned.append(await self.ctx.client.patch("v1", "pods", podstate.name_of(pod),
-                                                         podstate.adopt_patch(pod, ref), MERGE_PATCH, ns))
-            except ApiException as e:
-                if e.code not in (404, 409):
-                    raise
-        for pod in release:
-            try:
-                await self.ctx.client.patch("v1", "pods", podstate.name_of(pod),
-                                            podstate.release_patch(pod, podstate.uid_of(sts)), MERGE_PATCH, ns)
-            except ApiException as e:
-                if e.code not in (404, 409):
-                    raise
-        return owned
+        return await claim_owned(self.ctx.client, self.pods, sts, ns, matches,
+                                 api_version=API_VERSION, kind=KIND, resource=("v1", "pods"))
 
     async def _claim_revisions(self, sts: dict[str, Any], ns: str) -> list[dict[str, Any]]:
-        candidates = {podstate.uid_of(r): r for r in self.revisions.by_index("controller", podstate.uid_of(sts))}
-        for r in self.revisions.by_index("orphan-namespace", ns):
-            candidates.setdefault(podstate.uid_of(r), r)
-        owned, adopt, _ = podstate.claim(
-            sts, candidates.values(),
-            lambda r: podstate.selector_matches(_spec(sts).get("selector"), podstate.labels_of(r)))
-        ref = podstate.controller_ref(sts, API_VERSION, KIND)
-        for r in adopt:
-            try:
-                owned.append(await self.ctx.client.patch(API_VERSION, "controllerrevisions", podstate.name_of(r),
-                                                         podstate.adopt_patch(r, ref), MERGE_PATCH, ns))
-            except ApiException as e:
-                if e.code not in (404, 409):
-                    raise
-        return owned
+        return await claim_owned(
+            self.ctx.client, self.revisions, sts, ns,
+            lambda r: podstate.selector_matches(_spec(sts).get("selector"), podstate.labels_of(r)),
+            api_version=API_VERSION, kind=KIND, resource=(API_VERSION, "controllerrevisions"),
+            release=False)
 
     async def _update_revision(self, sts: dict[str, Any], revisions: list[dict[str, Any]],
                                collision: int) -> tuple[dict[str, Any], int]:
@@ -654,7 +623,7 @@ class StatefulSetController(QueueWorker):
         hash_ = history.hash_data(data, collision)
         template_labels = ((_spec(sts).get("template") or {}).get("metadata") or {}).get("labels") or {}
         body = history.build_revision(
-            sts, podstate.controller_ref(sts, API_VERSION, KIND), data, n,
+            sts, owners.controller_ref(sts, api_version=API_VERSION, kind=KIND), data, n,
             name=history.revision_name(podstate.name_of(sts), hash_),
             labels={**template_labels, history.REVISION_HASH_LABEL: hash_},
             annotations=(sts.get("metadata") or {}).get("annotations"))
@@ -665,7 +634,7 @@ class StatefulSetController(QueueWorker):
                 raise
         existing = await self.ctx.client.get_object(API_VERSION, "controllerrevisions",
                                                     body["metadata"]["name"], ns)
-        if history.same_data(existing, data) and podstate.is_controlled_by(existing, podstate.uid_of(sts)):
+        if history.same_data(existing, data) and owners.is_controlled_by(existing, podstate.uid_of(sts)):
             return existing, collision
         # Two templates hash alike: count the collision (it salts the next hash) and retry.
         await self.ctx.client.patch(API_VERSION, "statefulsets", podstate.name_of(sts),

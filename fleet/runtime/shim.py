@@ -11,7 +11,7 @@ reports the container started (or failed to).  The child:
   exact exit code and signal, no polling;
 - pipes the container's stdout/stderr (or its pty, for `tty`) into the log file in the
   Kubernetes CRI format, `<RFC3339Nano> <stdout|stderr> <F|P> <text>`, P marking a
-  partial line (split because it exceeded MAX_LINE);
+  partial line (split because it exceeded MAX_LINE; `fleet/runtime/crilog.py`);
 - connects a FIFO in the bundle (`stdin`) to the container's stdin, so attach can write
   to it later;
 - when the container exits, reads the cgroup's OOM-kill counter, writes `status.json`
@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.runtime import cgroups
+from fleet.runtime.crilog import CriLog, pump_to_log
 
 CONFIG_FILE = "shim.json"
 META_FILE = "meta.json"
@@ -68,9 +69,6 @@ RESIZE_FIFO = "resize"
 RUNTIME_LOG = "runtime.log"
 CONSOLE_SOCKET = "console.sock"
 
-# Longest log line written whole; longer ones are split into P(artial) records, as
-# containerd does (its default max container log line is 16 KiB).
-MAX_LINE = 16 * 1024
 # Exit code reported when the process never ran (containerd uses 128 for StartError).
 START_ERROR_CODE = 128
 PR_SET_CHILD_SUBREAPER = 36
@@ -232,72 +230,7 @@ def process_group_usage(pgid: int) -> GroupUsage | None:
 
 
 # ---------------------------------------------------------------------------------------
-# CRI log writer
-
-
-def cri_timestamp(ns: int) -> str:
-    sec, frac = divmod(ns, 1_000_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)) + f".{frac:09d}Z"
-
-
-class CriLog:
-    """Appends CRI-format records; shared by the stdout and stderr pump threads."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640)
-        self._lock = threading.Lock()
-
-    def write(self, stream: str, tag: str, content: bytes) -> None:
-        record = f"{cri_timestamp(time.time_ns())} {stream} {tag} ".encode() + content + b"\n"
-        with self._lock:
-            os.write(self._fd, record)
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-
-def split_lines(buf: bytearray, *, final: bool) -> list[tuple[str, bytes]]:
-    """Take complete records out of `buf`: ("F", line) per newline-terminated line,
-    ("P", chunk) for MAX_LINE pieces of an over-long line; at `final`, the rest as F
-    (containerd does the same for output that ends without a newline)."""
-    out: list[tuple[str, bytes]] = []
-    while True:
-        nl = buf.find(b"\n")
-        if nl == -1 or nl > MAX_LINE:
-            if len(buf) > MAX_LINE:
-                out.append(("P", bytes(buf[:MAX_LINE])))
-                del buf[:MAX_LINE]
-                continue
-            break
-        line = bytes(buf[:nl])
-        del buf[:nl + 1]
-        if line.endswith(b"\r"):  # ptys write \r\n; the log keeps plain lines
-            line = line[:-1]
-        out.append(("F", line))
-    if final and buf:
-        out.append(("F", bytes(buf)))
-        buf.clear()
-    return out
-
-
-def pump_to_log(fd: int, log: CriLog, stream: str) -> None:
-    buf = bytearray()
-    try:
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:  # EIO from a pty master whose slave closed = EOF
-                chunk = b""
-            if not chunk:
-                break
-            buf += chunk
-            for tag, content in split_lines(buf, final=False):
-                log.write(stream, tag, content)
-        for tag, content in split_lines(buf, final=True):
-            log.write(stream, tag, content)
-    finally:
-        os.close(fd)
+# stdin plumbing
 
 
 def _pump_bytes(src: int, dst: int) -> None:

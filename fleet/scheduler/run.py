@@ -55,8 +55,9 @@ from fleet.client.rest import ssl_context
 from fleet.scheduler.framework import FitError, Framework, Nomination, pod_priority
 from fleet.scheduler.plugins import default_plugins, default_weights
 from fleet.scheduler.plugins.default_preemption import DefaultPreemption
+from fleet.scheduler.podinfo import is_terminated, pod_key
 from fleet.scheduler.queue import SchedulingQueue
-from fleet.scheduler.snapshot import Snapshot, is_terminated, pod_key
+from fleet.scheduler.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 

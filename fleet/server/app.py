@@ -53,8 +53,10 @@ from fleet.server.proxy import (
     admin_token_from,
     reject_websocket,
 )
+from fleet.server.request_params import MAX_BODY
 from fleet.server.resource_metrics import ResourceMetrics
-from fleet.server.rest import MAX_BODY, SUBRESOURCE_VERBS, ResourceAPI, Route
+from fleet.server.rest import ResourceAPI
+from fleet.server.routes import SUBRESOURCE_VERBS, Route
 from fleet.server.watch import WatchCounter, watch
 from fleet.store import Store
 

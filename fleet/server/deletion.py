@@ -144,27 +144,6 @@ def gc_finalizers(info: KindInfo, finalizers: list[str], opts: dict[str, Any]) -
     return finalizers if set(out) == set(finalizers) else out
 
 
-def pod_grace_period(pod: dict[str, Any], requested: Any) -> int:
-    """Seconds a pod gets to terminate, per Kubernetes' pod deletion strategy.
-
-    A pod no node has taken (no nodeName) or one that already finished has
-    nothing to stop, so it goes at once; otherwise the DeleteOptions' period,
-    else the pod's terminationGracePeriodSeconds (default 30).
-    """
-    # A stored pod whose spec or status is not an object (written before validation
-    # existed) must still be deletable: with no readable node it has nothing to stop.
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
-    if not spec.get("nodeName"):
-        return 0
-    if status.get("phase") in ("Succeeded", "Failed"):
-        return 0
-    if isinstance(requested, int) and not isinstance(requested, bool):
-        return max(requested, 0)
-    g = spec.get("terminationGracePeriodSeconds", 30)
-    return g if isinstance(g, int) and g >= 0 else 30
-
-
 _stamp = meta.format_time
 
 
@@ -194,21 +173,22 @@ def plan_delete(info: KindInfo, old: dict[str, Any], opts: dict[str, Any], *,
     raw_fins = md.get("finalizers")
     # A stored object may predate typed validation: only a list of strings counts.
     old_fins = [f for f in raw_fins if isinstance(f, str)] if isinstance(raw_fins, list) else []
-    if info.kind == "Pod" and not info.group:
-        grace = pod_grace_period(old, opts.get("gracePeriodSeconds"))
-        if grace > 0:
-            if deleting:
-                # Graceful deletion is pending: the agent is on it.  Only a
-                # period of 0 (the non-graceful path below) shortens it.
-                return Step()
-            new = copy.deepcopy(old)
-            nmd = new["metadata"]
-            nmd["deletionTimestamp"] = _stamp(now + datetime.timedelta(seconds=grace))
-            nmd["deletionGracePeriodSeconds"] = grace
-            _set_finalizers(nmd, gc_finalizers(info, old_fins, opts))
-            if mark is not None:
-                mark(new)
-            return Step(update=new)
+    # The kind's graceful-deletion strategy (rest.RESTGracefulDeleteStrategy; Pods'
+    # CheckGracefulDelete): a period > 0 marks the object and leaves it to its node.
+    grace = info.delete_grace(old, opts.get("gracePeriodSeconds")) if info.delete_grace else 0
+    if grace > 0:
+        if deleting:
+            # Graceful deletion is pending: the agent is on it.  Only a
+            # period of 0 (the non-graceful path below) shortens it.
+            return Step()
+        new = copy.deepcopy(old)
+        nmd = new["metadata"]
+        nmd["deletionTimestamp"] = _stamp(now + datetime.timedelta(seconds=grace))
+        nmd["deletionGracePeriodSeconds"] = grace
+        _set_finalizers(nmd, gc_finalizers(info, old_fins, opts))
+        if mark is not None:
+            mark(new)
+        return Step(update=new)
     fins = gc_finalizers(info, old_fins, opts)
     changed = fins is not old_fins
     marking = mark is not None and not deleting
@@ -322,5 +302,5 @@ async def delete_stored(store: Store, info: KindInfo, key: str, opts: dict[str, 
 __all__ = [
     "BACKGROUND", "FOREGROUND", "FOREGROUND_FINALIZER", "ORPHAN", "ORPHAN_FINALIZER", "POLICIES",
     "PreconditionFailed", "Step", "TooManyConflicts", "default_policy", "delete_stored",
-    "gc_finalizers", "plan_delete", "pod_grace_period", "warnings_for",
+    "gc_finalizers", "plan_delete", "warnings_for",
 ]

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.api.registry import KindInfo, Registry
-from fleet.server.drain import DRAIN_KIND
+from fleet.server.drain_plan import DRAIN_KIND
 from fleet.server.proxy import STREAM_SUBRESOURCES
-from fleet.server.rest import SUBRESOURCE_VERBS as REST_SUBRESOURCE_VERBS
-from fleet.server.rest import SUPPORTED_SUBRESOURCES
+from fleet.server.routes import SUBRESOURCE_VERBS as REST_SUBRESOURCE_VERBS
+from fleet.server.routes import SUPPORTED_SUBRESOURCES
 
 SUBRESOURCE_VERBS = {
     **{sub: list(verbs) for sub, verbs in REST_SUBRESOURCE_VERBS.items()},

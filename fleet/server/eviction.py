@@ -26,8 +26,9 @@ import logging
 from typing import Any
 
 from fleet.api import errors, meta
+from fleet.api.conditions import is_pod_ready
 from fleet.api.registry import Registry
-from fleet.api.validation import selector_matches
+from fleet.api.selectors import selector_dict_matches
 from fleet.store import KeyNotFound, RevisionConflict, Store
 
 log = logging.getLogger(__name__)
@@ -53,14 +54,6 @@ def can_ignore_budgets(pod: dict[str, Any]) -> bool:
     away causes no new disruption, so its eviction is a plain delete."""
     phase = (pod.get("status") or {}).get("phase")
     return phase in ("Succeeded", "Failed", "Pending") or bool(pod["metadata"].get("deletionTimestamp"))
-
-
-def pod_ready(pod: dict[str, Any]) -> bool:
-    """podutil.IsPodReady: the Ready condition is True (what a budget counts as healthy)."""
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "Ready":
-            return c.get("status") == "True"
-    return False
 
 
 def add_disruption_target(pod: dict[str, Any]) -> None:
@@ -103,7 +96,7 @@ class DisruptionBudgets:
         for pdb in res.items:
             sel = (pdb.get("spec") or {}).get("selector")
             # policy/v1: a null selector selects nothing, an empty one everything.
-            if isinstance(sel, dict) and selector_matches(sel, labels):
+            if isinstance(sel, dict) and selector_dict_matches(sel, labels):
                 out.append(pdb)
         return out
 
@@ -123,7 +116,7 @@ class DisruptionBudgets:
                                        "eviction subresource does not support.")
         pdb = budgets[0]
         status = pdb.get("status") or {}
-        if not pod_ready(pod):
+        if not is_pod_ready(pod):
             if (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
                 return
             current, desired = status.get("currentHealthy", 0), status.get("desiredHealthy", 0)

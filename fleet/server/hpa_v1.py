@@ -29,14 +29,9 @@ from fleet.api import errors, patch
 from fleet.api.registry import Registry
 from fleet.auth import UserInfo
 from fleet.server.http import Req, Resp, dumps
-from fleet.server.rest import (
-    JSON_PATCH,
-    MERGE_PATCH,
-    STRATEGIC_PATCH,
-    ResourceAPI,
-    Route,
-    decode_body,
-)
+from fleet.server.request_params import JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, decode_body
+from fleet.server.rest import ResourceAPI
+from fleet.server.routes import Route
 from fleet.server.tables import wants_table
 from fleet.server.watch import WatchCounter, watch
 

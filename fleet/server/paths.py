@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from fleet.api import errors
 from fleet.server.http import split_raw_path
-from fleet.server.rest import Route, parse_route
+from fleet.server.routes import Route, parse_route
 
 __all__ = ["check_name", "node_proxy_route", "path_segment_errors", "resource_route", "route_segments",
            "split_raw_path"]

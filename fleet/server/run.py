@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from hypercorn.config import Config as HyperConfig
@@ -33,11 +33,11 @@ from fleet.api import meta
 from fleet.api.kinds.scheduling import system_priority_classes
 from fleet.api.registry import Registry, default_registry
 from fleet.auth import ADMIN, AllowAll, TokenAuthenticator, load_or_create_admin_token
-from fleet.auth.pki import ServingTLS, ensure_serving_tls
+from fleet.auth.pki import ServingTLS, ensure_serving_tls, write_private
 from fleet.client import ClientConfig
-from fleet.controllers import nodeipam, nodelifecycle
 from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
+from fleet.controllers.nodelifecycle import NodeLifecycleConfig
 from fleet.server import limits, nslifecycle
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
@@ -45,6 +45,9 @@ from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI
 from fleet.server.watch import WatchCounter
 from fleet.store import KeyExists, Store, open_store
+
+if TYPE_CHECKING:
+    from fleet.runtime.images.mirrors import RegistriesConfig
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,9 @@ class ServerConfig:
     # them in the host's network, as the process driver does anyway.
     agent_network: str | None = field(default_factory=lambda: "bridge" if os.geteuid() == 0 else None)
     agent_bridge: str | None = None  # bridge name (default: the driver's, fleet0)
+    # The built-in agent's registry mirrors / per-host auth and TLS (a parsed
+    # registries.yaml, fleet.runtime.images.mirrors); None: none.
+    agent_registries: RegistriesConfig | None = None
     scheduler: bool = True  # the built-in scheduler (off: `fleet scheduler` runs elsewhere)
     # Which controllers run (kube-controller-manager's --controllers): None = all.
     controllers: list[str] | None = None
@@ -87,7 +93,7 @@ class ServerConfig:
     # Node lifecycle controller (kube-controller-manager's flags of the same names):
     # a node not heard from for the grace period goes Unknown and gets the
     # unreachable NoExecute taint; nodes are tainted at most eviction_rate per
-    # second per zone (see fleet/controllers/nodelifecycle.py).
+    # second per zone (see fleet/controllers/nodelifecycle/).
     node_monitor_grace_period: float = 40.0
     node_startup_grace_period: float = 60.0
     node_monitor_period: float = 5.0
@@ -168,14 +174,6 @@ def kubeconfig_text(url: str, token: str, ca_pem: bytes) -> str:
         "  user:\n"
         f"    token: {token}\n"
     )
-
-
-def write_private(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 async def _serve(app: QuartTrio | FleetASGI, address: str, port: int, tls: ServingTLS | None = None, *,
@@ -271,17 +269,8 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             client_cfg = ClientConfig(server=url, token=token, ca_data=tls.ca_cert_pem)
             if cfg.scheduler:
                 nursery.start_soon(_supervised("scheduler", scheduler.run, client_cfg))
-            nursery.start_soon(_supervised("node-ipam", nodeipam.run, client_cfg,
-                                            NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr)))
+            # Node IPAM and node lifecycle are controllers of the manager, like the others.
             nursery.start_soon(_supervised("controller-manager", _run_controllers, cfg, client_cfg))
-            nursery.start_soon(_supervised(
-                "node-lifecycle", nodelifecycle.run, client_cfg, nodelifecycle.NodeLifecycleConfig(
-                    monitor_grace_period=cfg.node_monitor_grace_period,
-                    startup_grace_period=cfg.node_startup_grace_period,
-                    monitor_period=cfg.node_monitor_period, eviction_rate=cfg.node_eviction_rate,
-                    secondary_eviction_rate=cfg.secondary_node_eviction_rate,
-                    unhealthy_zone_threshold=cfg.unhealthy_zone_threshold,
-                    large_cluster_size_threshold=cfg.large_cluster_size_threshold)))
             if cfg.agent:
                 nursery.start_soon(_supervised("agent", _run_agent, cfg, url, token, tls.ca_cert_pem))
 
@@ -300,7 +289,16 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
     # A fresh manager per (re)start: controllers keep caches, expectations and
     # queues wired to the informers of the run that failed, and a restart should
     # begin from a clean list, as a restarted kube-controller-manager does.
-    manager = default_manager(cfg.controllers, hpa_sync_period=cfg.hpa_sync_period)
+    manager = default_manager(
+        cfg.controllers, hpa_sync_period=cfg.hpa_sync_period,
+        node_ipam=NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr),
+        node_lifecycle=NodeLifecycleConfig(
+            monitor_grace_period=cfg.node_monitor_grace_period,
+            startup_grace_period=cfg.node_startup_grace_period,
+            monitor_period=cfg.node_monitor_period, eviction_rate=cfg.node_eviction_rate,
+            secondary_eviction_rate=cfg.secondary_node_eviction_rate,
+            unhealthy_zone_threshold=cfg.unhealthy_zone_threshold,
+            large_cluster_size_threshold=cfg.large_cluster_size_threshold))
     await manager.run(client_cfg, task_status=task_status)
 
 
@@ -312,7 +310,7 @@ async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes, *,
     agent_cfg = AgentConfig(server_url=url, token=token, ca_data=ca_pem,
                             data_dir=Path(cfg.data_dir) / "agent", port=cfg.agent_port,
                             driver=cfg.agent_driver, network_driver=cfg.agent_network,
-                            bridge_name=cfg.agent_bridge,
+                            bridge_name=cfg.agent_bridge, registries=cfg.agent_registries,
                             cluster_cidr=cfg.cluster_cidr,
                             # The built-in agent's port drops slow clients as the API does.
                             keep_alive_timeout=cfg.keep_alive_timeout,

@@ -29,7 +29,9 @@ import trio
 from fleet.api import errors
 from fleet.api.registry import KindInfo
 from fleet.server.http import Req, Resp, dumps
-from fleet.server.rest import ResourceAPI, Route, parse_rv
+from fleet.server.request_params import parse_rv
+from fleet.server.rest import ResourceAPI
+from fleet.server.routes import Route
 from fleet.server.tables import table, wants_table
 from fleet.store import ADDED, DELETED, MODIFIED, RevisionCompacted, StoreError
 

@@ -29,13 +29,9 @@ from fleet.store.base import (
     StoreError,
     Watch,
 )
-from fleet.store.sqlite import (
-    SqliteStore,
-    SqliteWatch,
-    StoreClosed,
-    WatchOverflow,
-    integrity_check,
-)
+from fleet.store.sqlite import SqliteStore
+from fleet.store.sqlite_file import integrity_check
+from fleet.store.sqlite_watch import SqliteWatch, StoreClosed, WatchOverflow
 
 __all__ = [
     "ADDED",

@@ -1,8 +1,11 @@
 """The SQLite backend of the revision store (the default `Store`).
 
-This module owns the on-disk format and everything that keeps it honest:
-file validation at open, the single group-committing writer, the reader
-connection pool, watch fan-out, compaction and WAL checkpointing.
+This module and its three companions own the on-disk format and everything
+that keeps it honest: file validation at open and the format itself
+(`sqlite_file.py`), the single group-committing writer (this module's task,
+feeding the transactions of `sqlite_engine.py`), the reader connection pool,
+watch fan-out (here; the watches themselves are `sqlite_watch.py`),
+compaction and WAL checkpointing.
 
 On-disk format (schema version 1)::
 
@@ -57,47 +60,39 @@ import math
 import os
 import queue
 import sqlite3
-import struct
-from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
 
-from fleet.api import writes
-from fleet.api.meta import now_rfc3339
 from fleet.store.base import (
-    ADDED,
-    DELETED,
-    MODIFIED,
     Event,
-    KeyExists,
     KeyNotFound,
     ListResult,
     RevisionCompacted,
-    RevisionConflict,
     RevisionTooLarge,
     StoreCorrupt,
     StoreError,
 )
+from fleet.store.sqlite_engine import _Engine, _Request
+from fleet.store.sqlite_file import (
+    _MAX_INT64,
+    _SYNC_MODES,
+    _TYPE_OF_KIND,
+    MAGIC,
+    SCHEMA_VERSION,
+    _initialize,
+    _range_sql,
+    check_file,
+)
+from fleet.store.sqlite_watch import SqliteWatch, StoreClosed
 
 log = logging.getLogger(__name__)
-
-APPLICATION_ID = 0x464C4554  # b"FLET"
-SCHEMA_VERSION = 1
-MAGIC = "fleet-revision-store"
-_MAX_INT64 = 2**63 - 1  # the largest integer SQLite binds
-
-_SQLITE_HEADER = b"SQLite format 3\x00"
-_SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 # Upper bound of requests per transaction: keeps one commit (and so the WAL
 # growth between checkpoints and the latency of the first caller) bounded.
 MAX_BATCH = 1000
-# Revisions examined per compaction transaction.
-COMPACT_BATCH = 1000
 # Queue depth before writers feel back-pressure.
 WRITE_QUEUE = 10000
 # Concurrent reader threads (each owns one pooled connection).
@@ -105,516 +100,7 @@ READERS = 8
 # With no writes for this long, truncate a non-empty WAL.
 IDLE_CHECKPOINT_SECONDS = 1.0
 
-_TYPE_OF_KIND = {"created": ADDED, "updated": MODIFIED, "deleted": DELETED}
-
-_SCHEMA = """
-CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE log (
-    revision INTEGER PRIMARY KEY,
-    key TEXT NOT NULL,
-    type TEXT NOT NULL CHECK (type IN ('created', 'updated', 'deleted')),
-    prev_revision INTEGER,
-    value TEXT NOT NULL
-);
-CREATE INDEX log_key_revision ON log (key, revision);
-CREATE TABLE live (key TEXT PRIMARY KEY, revision INTEGER NOT NULL) WITHOUT ROWID;
-"""
-
 T = TypeVar("T")
-
-
-class WatchOverflow(StoreError):
-    """A watcher fell too far behind and was ended; re-watch from its last revision."""
-
-
-class StoreClosed(StoreError):
-    """The store is closed (or closing) and takes no more requests."""
-
-
-# --------------------------------------------------------------------------
-# Small helpers
-
-
-def _clone(obj: Any) -> Any:
-    """A deep copy through JSON: faster than copy.deepcopy for plain JSON
-    data, and it rejects what could not be stored anyway."""
-    return json.loads(json.dumps(obj))
-
-
-def _dump(obj: Any) -> str:
-    # ensure_ascii stays on: a lone surrogate would otherwise fail the UTF-8
-    # encode inside SQLite and take the whole batch down with it.
-    return json.dumps(obj, separators=(",", ":"))
-
-
-def prefix_range(prefix: str) -> tuple[str, str | None]:
-    """[low, high) bounds selecting exactly the keys that start with `prefix`.
-
-    Range bounds instead of LIKE: no wildcard escaping, and the (key, ...)
-    indexes are used directly.  SQLite's BINARY collation compares UTF-8
-    bytes, which orders like Python compares code points.
-    """
-    chars = list(prefix)
-    while chars:
-        nxt = ord(chars[-1]) + 1
-        if 0xD800 <= nxt <= 0xDFFF:  # surrogates cannot be encoded; skip them
-            nxt = 0xE000
-        if nxt <= 0x10FFFF:
-            chars[-1] = chr(nxt)
-            return prefix, "".join(chars)
-        chars.pop()
-    return prefix, None
-
-
-def _range_sql(column: str, prefix: str) -> tuple[str, list[Any]]:
-    low, high = prefix_range(prefix)
-    if high is None:
-        return f"{column} >= ?", [low]
-    return f"{column} >= ? AND {column} < ?", [low, high]
-
-
-def check_file(path: str | os.PathLike[str]) -> bool:
-    """Decide, without letting SQLite open it, whether `path` may be used.
-
-    Returns True when the file must be initialized (absent or empty), False
-    when it is an existing Fleet store; raises StoreCorrupt otherwise.
-    """
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-    except FileNotFoundError:
-        size = 0
-    if size == 0:
-        wal = Path(f"{p}-wal")
-        if wal.exists() and wal.stat().st_size > 0:
-            raise StoreCorrupt(
-                f"{p}: empty database file next to a non-empty {wal.name}; "
-                "refusing to guess whose log that is"
-            )
-        return True
-    with open(p, "rb") as f:
-        header = f.read(100)
-    if len(header) < 100 or not header.startswith(_SQLITE_HEADER):
-        raise StoreCorrupt(f"{p}: not a SQLite database (bad header); refusing to touch it")
-    (app_id,) = struct.unpack(">I", header[68:72])
-    if app_id != APPLICATION_ID:
-        raise StoreCorrupt(
-            f"{p}: a SQLite database but not a Fleet store "
-            f"(application_id {app_id:#x}, expected {APPLICATION_ID:#x}); refusing to touch it"
-        )
-    return False
-
-
-def _initialize(path: Path) -> None:
-    """Create a fresh store atomically: build it next to `path`, then rename.
-
-    The schema and application_id are written in rollback-journal mode so
-    they land in the main file (not in a WAL that a crash could lose) before
-    the switch to WAL; a crash during initialization leaves only the
-    temporary file behind, never a half-made store under the real name.
-    """
-    tmp = path.with_name(path.name + ".init-tmp")
-    for leftover in (tmp, Path(f"{tmp}-journal"), Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
-        leftover.unlink(missing_ok=True)
-    conn = sqlite3.connect(tmp, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode=DELETE")
-        conn.execute("PRAGMA synchronous=FULL")
-        # One script, one transaction (executescript would commit any
-        # transaction opened around it).
-        conn.executescript(
-            "BEGIN IMMEDIATE;"
-            f"PRAGMA application_id={APPLICATION_ID};"
-            + _SCHEMA
-            + "INSERT INTO meta (name, value) VALUES"
-            f" ('magic', '{MAGIC}'), ('schema_version', '{SCHEMA_VERSION}'),"
-            " ('compacted', '0'), ('compact_done', '1');"
-            "COMMIT;"
-        )
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if mode.lower() != "wal":
-            raise StoreError(f"{path}: cannot enable WAL mode (got {mode!r})")
-    finally:
-        conn.close()
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def _integrity_check_sync(path: str | os.PathLike[str]) -> str:
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        rows = conn.execute("PRAGMA integrity_check").fetchall()
-    finally:
-        conn.close()
-    return "\n".join(str(r[0]) for r in rows)
-
-
-async def integrity_check(path: str | os.PathLike[str]) -> str:
-    """Run `PRAGMA integrity_check` on a store file; "ok" when it is sound.
-
-    Refuses (StoreCorrupt) a file that is not a Fleet store, so pointing it
-    at the wrong file never modifies that file.
-    """
-
-    def run() -> str:
-        if check_file(path):
-            raise StoreCorrupt(f"{path}: no Fleet store here")
-        return _integrity_check_sync(path)
-
-    return await trio.to_thread.run_sync(run)
-
-
-# --------------------------------------------------------------------------
-# The write path
-
-
-@dataclass(slots=True, eq=False)
-class _Request:
-    op: str  # create | update | delete | compact
-    key: str = ""
-    obj: dict[str, Any] | None = None
-    expected_revision: int | None = None
-    expected_uid: str | None = None
-    done: trio.Event = field(default_factory=trio.Event)
-    result: Any = None
-    error: BaseException | None = None
-
-
-@dataclass(slots=True)
-class _Outcome:
-    """What one committed batch changed, handed back to the event loop."""
-
-    events: list[Event]
-    revision: int
-    live_delta: int
-
-
-class _Engine:
-    """The write connection and the revision counter.
-
-    Only ever used from worker threads, one call at a time: the writer task
-    serializes every call, so no locking is needed here.
-    """
-
-    def __init__(self, conn: sqlite3.Connection, revision: int, compact_done: int) -> None:
-        self.conn = conn
-        self.revision = revision
-        self.compact_done = compact_done
-
-    # ---- user writes
-
-    def apply(self, reqs: list[_Request]) -> _Outcome:
-        """Apply a batch in one transaction; per-request precondition errors
-        land on the request, anything else aborts (and rolls back) the batch."""
-        conn = self.conn
-        rev = self.revision
-        # key -> (revision, object) or None (deleted in this batch).  The
-        # transaction already sees its own earlier writes; the overlay saves
-        # re-reading and re-parsing them, and lets the next event's `prev`
-        # be the very object the previous event carries.
-        overlay: dict[str, tuple[int, dict[str, Any]] | None] = {}
-        events: list[Event] = []
-        live_delta = 0
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for req in reqs:
-                try:
-                    if req.op == "create":
-                        ev = self._create(req, rev + 1, overlay)
-                    elif req.op == "update":
-                        ev = self._update(req, rev + 1, overlay)
-                    elif req.op == "delete":
-                        ev = self._delete(req, rev + 1, overlay)
-                    else:
-                        raise AssertionError(f"unknown op {req.op}")
-                except (StoreError, TypeError, ValueError) as exc:
-                    # Raised before any SQL of this request ran, so the
-                    # transaction holds nothing of it.
-                    req.error = exc
-                    continue
-                if ev is None:
-                    continue
-                rev = ev.revision
-                events.append(ev)
-                if ev.type == ADDED:
-                    live_delta += 1
-                elif ev.type == DELETED:
-                    live_delta -= 1
-            self._commit()
-        except BaseException:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            raise
-        self.revision = rev
-        return _Outcome(events, rev, live_delta)
-
-    def _commit(self) -> None:
-        self.conn.execute("COMMIT")
-
-    def _current(
-        self, key: str, overlay: dict[str, tuple[int, dict[str, Any]] | None]
-    ) -> tuple[int, dict[str, Any]] | None:
-        if key in overlay:
-            return overlay[key]
-        row = self.conn.execute(
-            "SELECT l.revision, l.value FROM live v JOIN log l ON l.revision = v.revision"
-            " WHERE v.key = ?",
-            (key,),
-        ).fetchone()
-        return None if row is None else (row[0], json.loads(row[1]))
-
-    def _append(
-        self,
-        key: str,
-        kind: str,
-        rev: int,
-        prev_rev: int | None,
-        new: dict[str, Any],
-        prev: dict[str, Any] | None,
-        overlay: dict[str, tuple[int, dict[str, Any]] | None],
-    ) -> Event:
-        value = _dump(new)
-        conn = self.conn
-        conn.execute(
-            "INSERT INTO log (revision, key, type, prev_revision, value) VALUES (?, ?, ?, ?, ?)",
-            (rev, key, kind, prev_rev, value),
-        )
-        if kind == "created":
-            conn.execute("INSERT INTO live (key, revision) VALUES (?, ?)", (key, rev))
-        elif kind == "updated":
-            conn.execute("UPDATE live SET revision = ? WHERE key = ?", (rev, key))
-        else:
-            conn.execute("DELETE FROM live WHERE key = ?", (key,))
-        # Watchers get their own copy: the caller may mutate what we return.
-        ev = Event(_TYPE_OF_KIND[kind], key, rev, json.loads(value), prev)
-        overlay[key] = None if kind == "deleted" else (rev, ev.obj)
-        return ev
-
-    def _create(
-        self, req: _Request, rev: int, overlay: dict[str, tuple[int, dict[str, Any]] | None]
-    ) -> Event:
-        key = req.key
-        if key in overlay:
-            exists = overlay[key] is not None
-        else:
-            exists = (
-                self.conn.execute("SELECT 1 FROM live WHERE key = ?", (key,)).fetchone() is not None
-            )
-        if exists:
-            raise KeyExists(key)
-        new = _clone(req.obj)
-        if not isinstance(new, dict):
-            raise TypeError("a stored object must be a JSON object")
-        writes.prepare_create(new, rev, now_rfc3339())
-        ev = self._append(key, "created", rev, None, new, None, overlay)
-        req.result = new
-        return ev
-
-    def _update(
-        self, req: _Request, rev: int, overlay: dict[str, tuple[int, dict[str, Any]] | None]
-    ) -> Event:
-        cur = self._current(req.key, overlay)
-        if cur is None:
-            raise KeyNotFound(req.key)
-        old_rev, old = cur
-        if req.expected_revision is not None and req.expected_revision != old_rev:
-            raise RevisionConflict(
-                f"{req.key}: expected revision {req.expected_revision}, stored {old_rev}"
-            )
-        new = _clone(req.obj)
-        if not isinstance(new, dict):
-            raise TypeError("a stored object must be a JSON object")
-        removed = writes.prepare_update(new, old, rev)
-        ev = self._append(
-            req.key, "deleted" if removed else "updated", rev, old_rev, new, old, overlay
-        )
-        req.result = new
-        return ev
-
-    def _delete(
-        self, req: _Request, rev: int, overlay: dict[str, tuple[int, dict[str, Any]] | None]
-    ) -> Event | None:
-        cur = self._current(req.key, overlay)
-        if cur is None:
-            raise KeyNotFound(req.key)
-        old_rev, old = cur
-        if req.expected_revision is not None and req.expected_revision != old_rev:
-            raise RevisionConflict(
-                f"{req.key}: expected revision {req.expected_revision}, stored {old_rev}"
-            )
-        omd = old.get("metadata") or {}
-        if req.expected_uid is not None and omd.get("uid") != req.expected_uid:
-            raise RevisionConflict(
-                f"{req.key}: expected uid {req.expected_uid}, stored {omd.get('uid')}"
-            )
-        new = _clone(old)
-        step = writes.prepare_delete(new, rev, now_rfc3339())
-        req.result = (new, step.removed)
-        if not step.write:
-            return None  # already marked: nothing to write, nothing to tell watchers
-        return self._append(req.key, "deleted" if step.removed else "updated", rev, old_rev, new, old,
-                            overlay)
-
-    # ---- compaction and checkpoints
-
-    def compact_batch(self, target: int) -> bool:
-        """Process one window of history toward `target`; True when done.
-
-        Every row r in the window makes r.prev_revision obsolete (a newer row
-        of the same key exists at or below the target), and a tombstone at or
-        below the target is obsolete itself.  Rows above the target are never
-        touched, so reads at or after the compacted revision stay exact even
-        while a compaction is half done.
-        """
-        lo = self.compact_done
-        hi = min(target, lo + COMPACT_BATCH - 1)
-        conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            doomed: list[tuple[int]] = []
-            for rev, kind, prev in conn.execute(
-                "SELECT revision, type, prev_revision FROM log"
-                " WHERE revision >= ? AND revision <= ?",
-                (lo, hi),
-            ):
-                if prev is not None:
-                    doomed.append((prev,))
-                if kind == "deleted":
-                    doomed.append((rev,))
-            conn.executemany("DELETE FROM log WHERE revision = ?", doomed)
-            conn.execute(
-                "UPDATE meta SET value = CAST(MAX(CAST(value AS INTEGER), ?) AS TEXT)"
-                " WHERE name = 'compacted'",
-                (target,),
-            )
-            conn.execute("UPDATE meta SET value = ? WHERE name = 'compact_done'", (str(hi + 1),))
-            conn.execute("COMMIT")
-        except BaseException:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            raise
-        self.compact_done = hi + 1
-        return self.compact_done > target
-
-    def checkpoint(self, mode: str) -> tuple[int, int, int]:
-        busy, log_pages, done = self.conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
-        return busy, log_pages, done
-
-
-# --------------------------------------------------------------------------
-# Watches
-
-
-class SqliteWatch:
-    """One open watch: history first, then live events, from a bounded buffer."""
-
-    def __init__(self, store: SqliteStore, prefix: str, start: int, limit: int) -> None:
-        self._store = store
-        self.prefix = prefix
-        # Events at or below `start` are not ours (the caller has them).
-        self.start = start
-        self._limit = limit
-        self._history: deque[Event] = deque()
-        self._pending: deque[Event] = deque()
-        self._waiter: trio.Event | None = None
-        self._overflowed = False
-        self._closed = False
-        self._frozen_progress: int | None = None
-
-    @property
-    def progress(self) -> int:
-        """Highest revision accounted for.
-
-        Every published batch is offered to every watcher that matches, so a
-        live watcher has accounted for everything the store has published;
-        reading the store's counter keeps fan-out free of per-watcher work
-        for watchers no event concerns.
-        """
-        if self._frozen_progress is not None:
-            return self._frozen_progress
-        return max(self.start, self._store._published)
-
-    def _offer(self, ev: Event) -> None:
-        if ev.revision <= self.start or self._overflowed or self._closed:
-            return
-        if len(self._pending) >= self._limit:
-            # Drop everything now (the memory is the point) and tell the
-            # consumer on its next read.
-            self._overflowed = True
-            self._frozen_progress = self.progress
-            self._pending.clear()
-            self._history.clear()
-            self._store._unregister(self)
-        else:
-            self._pending.append(ev)
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._waiter is not None:
-            self._waiter.set()
-            self._waiter = None
-
-    def _end(self) -> None:
-        """The store is closing: let the consumer finish cleanly."""
-        if not self._closed:
-            self._frozen_progress = self.progress
-            self._closed = True
-            self._wake()
-
-    def __aiter__(self) -> SqliteWatch:
-        return self
-
-    async def __anext__(self) -> Event:
-        await trio.lowlevel.checkpoint_if_cancelled()
-        while True:
-            if self._overflowed:
-                raise WatchOverflow(
-                    f"watch on {self.prefix!r} fell more than {self._limit} events behind"
-                )
-            if self._history:
-                return self._history.popleft()
-            if self._pending:
-                return self._pending.popleft()
-            if self._closed:
-                raise StopAsyncIteration
-            waiter = self._waiter = trio.Event()
-            await waiter.wait()
-
-    def take_ready(self, limit: int) -> list[Event]:
-        """Up to `limit` more events that are already queued, without waiting.
-
-        A consumer that fell behind (a busy fan-out) uses this to send what
-        piled up in one write instead of one write per event.
-        """
-        out: list[Event] = []
-        while len(out) < limit and not self._overflowed:
-            if self._history:
-                out.append(self._history.popleft())
-            elif self._pending:
-                out.append(self._pending.popleft())
-            else:
-                break
-        return out
-
-    async def aclose(self) -> None:
-        self._store._unregister(self)
-        self._end()
-        self._history.clear()
-        self._pending.clear()
-        await trio.lowlevel.checkpoint()
 
 
 # --------------------------------------------------------------------------

@@ -12,9 +12,20 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from tests.conftest import FleetServer
 from tests.e2e.helpers import wait_until
-from tests.e2e.test_agent import Agent, _container_pid, cluster, create, pod, pod_status, pytestmark
+from tests.e2e.test_agent import (
+    Agent,
+    _container_pid,
+    cluster,
+    create,
+    get,
+    pod,
+    pod_status,
+    pytestmark,
+)
 
 __all__ = ["cluster", "pytestmark"]  # the fixture and the skip marks come from test_agent
 
@@ -56,3 +67,48 @@ def test_agent_catches_up_after_server_restart(cluster: tuple[FleetServer, Agent
     # The pod watch resumed: a pod created now runs.
     create(srv, ns, pod("after", agent.node, ["sh", "-c", "sleep 3600"]))
     wait_until(lambda: running("after"), timeout=60, what="a pod created after the restart to run")
+
+
+def _containers_of(agent: Agent, pod_name: str) -> list[str]:
+    import json
+    out = []
+    for d in (agent.data_dir / "runtime" / "containers").glob("*"):
+        try:
+            h = json.loads((d / "handle.json").read_text())
+        except (OSError, ValueError):
+            out.append(d.name)  # half-written or half-removed: still there
+            continue
+        if h["labels"].get("fleet.io/pod-name") == pod_name:
+            out.append(d.name)
+    return out
+
+
+@pytest.mark.parametrize("grace", [None, 0], ids=["graceful", "forced"])
+def test_pod_deleted_while_the_agent_is_down_is_gone_soon_after_it_returns(
+        cluster: tuple[FleetServer, Agent, str], grace: int | None) -> None:
+    """Kill the agent, delete a pod meanwhile, start the agent: within seconds the pod's
+    container is gone (a forced delete: the pod object is gone already, only the
+    agent's re-list can tell), and a gracefully deleted pod's object too."""
+    srv, agent, ns = cluster
+    create(srv, ns, pod("doomed", agent.node, ["sh", "-c", "sleep 3600"]))
+    create(srv, ns, pod("kept", agent.node, ["sh", "-c", "sleep 3600"]))
+
+    def running(name: str) -> bool:
+        cs = (pod_status(srv, ns, name).get("containerStatuses") or [{}])[0]
+        return "running" in (cs.get("state") or {})
+
+    wait_until(lambda: running("doomed") and running("kept"), timeout=60, what="both pods to run")
+    kept_pid = _container_pid(agent, "kept")
+    agent.kill()
+    with srv.client() as c:
+        body = {"gracePeriodSeconds": grace} if grace is not None else None
+        r = c.request("DELETE", f"/api/v1/namespaces/{ns}/pods/doomed", json=body)
+        assert r.status_code in (200, 202), r.text
+    agent.start()
+    t0 = time.monotonic()
+    wait_until(lambda: not _containers_of(agent, "doomed"), timeout=20,
+               what="the deleted pod's container to be removed after the agent returned")
+    wait_until(lambda: get(srv, f"/api/v1/namespaces/{ns}/pods/doomed")[0] == 404, timeout=20,
+               what="the deleted pod's object to be gone")
+    assert time.monotonic() - t0 < 20
+    assert _container_pid(agent, "kept") == kept_pid  # the other pod was adopted, not restarted

@@ -14,6 +14,7 @@ import base64
 import os
 import shutil
 import signal
+import ssl
 import stat
 import subprocess
 import tempfile
@@ -71,6 +72,13 @@ class Registry:
     base: Path
     port: int
     proc: subprocess.Popen[bytes] | None = None
+    # "info" logs every request served (tests that check which registry served a pull).
+    log_level: str = "warn"
+    # (certificate, key): serve HTTPS instead of plain HTTP.
+    tls: tuple[Path, Path] | None = None
+    # (client CA, a client certificate, its key): with `tls`, demand client certificates
+    # signed by that CA; the pair is what the readiness check presents.
+    client_auth: tuple[Path, Path, Path] | None = None
 
     @property
     def host(self) -> str:
@@ -78,7 +86,7 @@ class Registry:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}"
+        return f"{'https' if self.tls else 'http'}://{self.host}"
 
     def output(self) -> str:
         return (self.base / "registry.log").read_text(errors="replace")[-5000:]
@@ -91,10 +99,12 @@ class Registry:
         config = self.base / "config.yml"
         config.write_text(
             "version: 0.1\n"
-            "log:\n  level: warn\n"
+            f"log:\n  level: {self.log_level}\n"
             f"storage:\n  filesystem:\n    rootdirectory: {self.base / 'data'}\n"
             "  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.host}\n"
+            + (f"  tls:\n    certificate: {self.tls[0]}\n    key: {self.tls[1]}\n" if self.tls else "")
+            + (f"    clientcas:\n      - {self.client_auth[0]}\n" if self.tls and self.client_auth else "")
             + auth
         )
         log = open(self.base / "registry.log", "wb")  # noqa: SIM115 - the child keeps it
@@ -111,7 +121,7 @@ class Registry:
             if self.proc.poll() is not None:
                 raise AssertionError(f"docker-registry exited early:\n{self.output()}")
             try:
-                r = httpx.get(f"{self.url}/v2/", timeout=1.0)
+                r = httpx.get(f"{self.url}/v2/", timeout=1.0, verify=self._readiness_verify())
                 if r.status_code in (200, 401):
                     return self
             except httpx.TransportError:
@@ -119,6 +129,17 @@ class Registry:
             time.sleep(0.05)
         self.stop()
         raise AssertionError(f"docker-registry not ready in {START_TIMEOUT}s:\n{self.output()}")
+
+    def _readiness_verify(self) -> ssl.SSLContext | bool:
+        if not self.tls:
+            return True
+        # Readiness only (no certificate check): the tests check certificates themselves.
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        if self.client_auth:
+            ctx.load_cert_chain(self.client_auth[1], self.client_auth[2])
+        return ctx
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -23,7 +23,7 @@ import pytest
 import trio
 import trio.testing
 
-from fleet.runtime import cgroups, shim
+from fleet.runtime import cgroups, crilog, shim
 from fleet.runtime.driver import (
     ContainerHandle,
     ContainerSpec,
@@ -594,24 +594,24 @@ async def test_shim_refuses_wrong_id(base_dir: Path) -> None:
     ([b"crlf\r\n"], [("F", b"crlf")]),
     ([b"\n"], [("F", b"")]),
     ([b"end"], [("F", b"end")]),
-    ([b"x" * (shim.MAX_LINE + 5) + b"\n"],
-     [("P", b"x" * shim.MAX_LINE), ("F", b"x" * 5)]),
+    ([b"x" * (crilog.MAX_LINE + 5) + b"\n"],
+     [("P", b"x" * crilog.MAX_LINE), ("F", b"x" * 5)]),
     # the end of the output finishes the line
-    ([b"y" * (2 * shim.MAX_LINE)], [("P", b"y" * shim.MAX_LINE), ("F", b"y" * shim.MAX_LINE)]),
+    ([b"y" * (2 * crilog.MAX_LINE)], [("P", b"y" * crilog.MAX_LINE), ("F", b"y" * crilog.MAX_LINE)]),
 ])
 def test_split_lines(chunks: list[bytes], expected: list[tuple[str, bytes]]) -> None:
     buf = bytearray()
     got = []
     for c in chunks:
         buf += c
-        got += shim.split_lines(buf, final=False)
-    got += shim.split_lines(buf, final=True)
+        got += crilog.split_lines(buf, final=False)
+    got += crilog.split_lines(buf, final=True)
     assert got == expected
 
 
 def test_cri_timestamp() -> None:
-    assert shim.cri_timestamp(1_795_968_000_123_456_789) == "2026-11-29T16:00:00.123456789Z"
-    assert shim.cri_timestamp(5) == "1970-01-01T00:00:00.000000005Z"
+    assert crilog.cri_timestamp(1_795_968_000_123_456_789) == "2026-11-29T16:00:00.123456789Z"
+    assert crilog.cri_timestamp(5) == "1970-01-01T00:00:00.000000005Z"
 
 
 def test_status_file_roundtrip(tmp_path: Path) -> None:

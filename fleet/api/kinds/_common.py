@@ -12,7 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from fleet.api import meta
+from fleet.api.errors import BadRequest
 from fleet.api.registry import AGE_COLUMN, NAME_COLUMN, Column
+from fleet.api.selectors import label_selector_to_string
 
 NONE = "<none>"
 
@@ -77,24 +79,14 @@ def format_labels(labels: Any) -> str:
 
 
 def selector_string(sel: Any) -> str:
-    """labels.Selector.String() of a LabelSelector ("" for an empty or missing one)."""
+    """labels.Selector.String() of a LabelSelector ("" for an empty or missing one,
+    `<error>` for one that does not parse, as metav1.FormatLabelSelector prints it)."""
     if not isinstance(sel, dict):
         return ""
-    reqs: list[tuple[str, str]] = []
-    for k, v in d(sel, "matchLabels").items():
-        reqs.append((k, f"{k}={v}"))
-    for e in dicts(lst(sel, "matchExpressions")):
-        k, op = str(e.get("key", "")), e.get("operator")
-        vals = ",".join(sorted(str(v) for v in lst(e, "values")))
-        if op == "In":
-            reqs.append((k, f"{k} in ({vals})"))
-        elif op == "NotIn":
-            reqs.append((k, f"{k} notin ({vals})"))
-        elif op == "Exists":
-            reqs.append((k, k))
-        elif op == "DoesNotExist":
-            reqs.append((k, f"!{k}"))
-    return ",".join(r for _, r in sorted(reqs, key=lambda kr: kr[0]))
+    try:
+        return label_selector_to_string(sel)
+    except BadRequest:
+        return "<error>"
 
 
 def format_label_selector(sel: Any) -> str:

@@ -28,6 +28,7 @@ from fleet.api.kinds._common import (
     template_spec,
     wide_container_columns,
 )
+from fleet.api.kinds.pod_validation import validate_pod_template
 from fleet.api.registry import KindInfo, ScaleInfo
 
 Cause = dict[str, str]
@@ -83,7 +84,7 @@ def validate_workload(obj: dict[str, Any], old: dict[str, Any] | None, *, what: 
     v.nonnegative(spec, "replicas", "spec.replicas", out)
     v.nonnegative(spec, "minReadySeconds", "spec.minReadySeconds", out)
     v.nonnegative(spec, "revisionHistoryLimit", "spec.revisionHistoryLimit", out)
-    out += v.validate_pod_template(spec.get("template"), "spec.template", selector=selector,
+    out += validate_pod_template(spec.get("template"), "spec.template", selector=selector,
                                    restart_policies=("Always",))
     if old is not None:
         out += v.immutable(sel, d(old, "spec").get("selector"), "spec.selector")

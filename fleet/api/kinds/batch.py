@@ -15,6 +15,8 @@ from typing import Any
 
 from fleet.api import meta
 from fleet.api import validation as v
+from fleet.api.conditions import is_true
+from fleet.api.cron import CronError, parse_cron
 from fleet.api.kinds import pods
 from fleet.api.kinds._common import (
     NONE,
@@ -30,8 +32,9 @@ from fleet.api.kinds._common import (
     table,
     wide_container_columns,
 )
-from fleet.api.kinds.cron import CronError, parse_cron
+from fleet.api.kinds.pod_validation import validate_pod_template
 from fleet.api.registry import KindInfo
+from fleet.api.selectors import selector_dict_matches
 
 Cause = dict[str, str]
 
@@ -259,7 +262,7 @@ def validate_job_spec(spec: Any, path: str) -> list[Cause]:
         selector = None if errs else sel
     elif spec.get("manualSelector") is True:
         out.append(v.required(f"{path}.selector"))
-    out += v.validate_pod_template(
+    out += validate_pod_template(
         spec.get("template"), f"{path}.template", selector=selector,
         restart_policies=JOB_RESTART_POLICIES,
         restart_policy_required_detail='valid values: "OnFailure", "Never"')
@@ -289,7 +292,7 @@ def _validate_generated_selector(obj: dict[str, Any]) -> list[Cause]:
     if sel is None:
         return out + [v.required("spec.selector")]
     if isinstance(sel, dict) and not v.validate_label_selector(sel, "spec.selector") and \
-            not v.selector_matches(sel, {CONTROLLER_UID_LABEL: uid}):
+            not selector_dict_matches(sel, {CONTROLLER_UID_LABEL: uid}):
         out.append(v.invalid("spec.selector", sel, "`selector` not auto-generated"))
     return out
 
@@ -319,25 +322,18 @@ def validate_job(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]
     return out
 
 
-def _condition(o: dict[str, Any], ctype: str) -> bool:
-    for c in dicts(lst(o, "status", "conditions")):
-        if c.get("type") == ctype:
-            return c.get("status") == "True"
-    return False
-
-
 def job_status(o: dict[str, Any]) -> str:
-    if _condition(o, "Complete"):
+    if is_true(o, "Complete"):
         return "Complete"
-    if _condition(o, "Failed"):
+    if is_true(o, "Failed"):
         return "Failed"
     if d(o, "metadata").get("deletionTimestamp"):
         return "Terminating"
-    if _condition(o, "Suspended"):
+    if is_true(o, "Suspended"):
         return "Suspended"
-    if _condition(o, "FailureTarget"):
+    if is_true(o, "FailureTarget"):
         return "FailureTarget"
-    if _condition(o, "SuccessCriteriaMet"):
+    if is_true(o, "SuccessCriteriaMet"):
         return "SuccessCriteriaMet"
     return "Running"
 

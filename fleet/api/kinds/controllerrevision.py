@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.api import validation as v
-from fleet.api.kinds._common import col, d, num
+from fleet.api.kinds._common import col, num
+from fleet.api.owners import controller_of
 from fleet.api.registry import KindInfo
 
 Cause = dict[str, str]
@@ -36,13 +37,13 @@ def validate_controller_revision(obj: dict[str, Any], old: dict[str, Any] | None
 
 def controller_cell(obj: dict[str, Any]) -> str:
     """`statefulset.apps/web`: kubectl's formatResourceName of the controller reference."""
-    for ref in d(obj, "metadata").get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            group = str(ref.get("apiVersion") or "").rpartition("/")[0]
-            kind = str(ref.get("kind") or "")
-            qualified = f"{kind}.{group}" if group else kind
-            return f"{qualified.lower()}/{ref.get('name', '')}" if kind else str(ref.get("name", ""))
-    return "<none>"
+    ref = controller_of(obj)
+    if ref is None:
+        return "<none>"
+    group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+    kind = str(ref.get("kind") or "")
+    qualified = f"{kind}.{group}" if group else kind
+    return f"{qualified.lower()}/{ref.get('name', '')}" if kind else str(ref.get("name", ""))
 
 
 CONTROLLER_REVISION = KindInfo(

@@ -88,7 +88,7 @@ POD = KindInfo(
     short_names=("po",), categories=("all",),
     subresources=("status", "binding", "log", "exec", "attach", "eviction"),
     columns_override=table(*pods.POD_COLUMNS, wide=pods.POD_WIDE_COLUMNS),
-    default=pods.default_pod, validate=pods.validate_pod,
+    default=pods.default_pod, validate=pods.validate_pod, delete_grace=pods.pod_delete_grace,
     selectable_fields=("spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
                        "spec.serviceAccountName", "status.phase", "status.podIP",
                        "status.nominatedNodeName"),

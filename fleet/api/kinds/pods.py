@@ -13,7 +13,9 @@ import copy
 from typing import Any
 
 from fleet.api import validation as v
+from fleet.api.conditions import condition_status
 from fleet.api.kinds._common import NONE, col, d, dicts, lst, num, set_default, since
+from fleet.api.kinds.pod_validation import validate_pod_spec
 
 # ---------------------------------------------------------------------------
 # Defaulting (k8s.io/kubernetes/pkg/apis/core/v1/defaults.go).
@@ -168,7 +170,7 @@ def _mutable_masked(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
 
 def validate_pod(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict[str, str]]:
     out = v.validate_object_meta(obj.get("metadata"), namespaced=True)
-    out += v.validate_pod_spec(obj.get("spec"))
+    out += validate_pod_spec(obj.get("spec"))
     if old is not None and isinstance(obj.get("spec"), dict):
         new_spec, old_spec = obj["spec"], d(old, "spec")
         if _mutable_masked(new_spec, old_spec) != old_spec:
@@ -183,13 +185,6 @@ def validate_pod(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict[s
 
 def _is_restartable_init(c: dict[str, Any] | None) -> bool:
     return bool(c) and c.get("restartPolicy") == "Always"  # type: ignore[union-attr]
-
-
-def _condition_true(status: dict[str, Any], ctype: str) -> bool:
-    for c in dicts(lst(status, "conditions")):
-        if c.get("type") == ctype:
-            return c.get("status") == "True"
-    return False
 
 
 def _later(a: str, b: Any) -> str:
@@ -248,7 +243,7 @@ def pod_summary(pod: dict[str, Any]) -> tuple[str, str, str]:
         initializing = True
         break
 
-    if not initializing or _condition_true(status, "Initialized"):
+    if not initializing or condition_status(status.get("conditions"), "Initialized") == "True":
         restarts = sidecar_restarts
         last_restart = last_sidecar_restart
         has_running = False
@@ -271,7 +266,7 @@ def pod_summary(pod: dict[str, Any]) -> tuple[str, str, str]:
                 ready += 1
         # A "Completed" container next to a running one is not a completed pod.
         if reason == "Completed" and has_running:
-            reason = "Running" if _condition_true(status, "Ready") else "NotReady"
+            reason = "Running" if condition_status(status.get("conditions"), "Ready") == "True" else "NotReady"
 
     deleting = bool(d(pod, "metadata").get("deletionTimestamp"))
     if deleting and status.get("reason") == "NodeLost":
@@ -356,3 +351,24 @@ def qos_class(spec: dict[str, Any]) -> str:
     if guaranteed and cs:
         return "Guaranteed"
     return "Burstable"
+
+
+def pod_delete_grace(pod: dict[str, Any], requested: Any) -> int:
+    """Seconds a pod gets to terminate, per Kubernetes' pod deletion strategy.
+
+    A pod no node has taken (no nodeName) or one that already finished has
+    nothing to stop, so it goes at once; otherwise the DeleteOptions' period,
+    else the pod's terminationGracePeriodSeconds (default 30).
+    """
+    # A stored pod whose spec or status is not an object (written before validation
+    # existed) must still be deletable: with no readable node it has nothing to stop.
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    if not spec.get("nodeName"):
+        return 0
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return 0
+    if isinstance(requested, int) and not isinstance(requested, bool):
+        return max(requested, 0)
+    g = spec.get("terminationGracePeriodSeconds", 30)
+    return g if isinstance(g, int) and g >= 0 else 30

@@ -39,17 +39,24 @@ _TOKEN_MARGIN = 10.0
 
 @dataclass(frozen=True)
 class Credentials:
-    """A username and password (or an access token used as the password)."""
+    """A username and password (or an access token used as the password).
+
+    `identity_token` is an OAuth2 refresh token (Docker's `identitytoken`,
+    registries.yaml's `auth.identity_token`): with one, bearer tokens are fetched
+    by POSTing it to the token realm instead of sending Basic credentials.
+    """
 
     username: str
     password: str
+    identity_token: str = ""
 
     def basic_header(self) -> str:
         raw = f"{self.username}:{self.password}".encode()
         return "Basic " + base64.b64encode(raw).decode()
 
     def __repr__(self) -> str:  # never print secrets into logs or test output
-        return f"Credentials(username={self.username!r}, password=***)"
+        return (f"Credentials(username={self.username!r}, password=***"
+                + (", identity_token=***)" if self.identity_token else ")"))
 
 
 @dataclass(frozen=True)
@@ -206,7 +213,9 @@ class RegistryAuth:
         chosen = next((c for c in challenges if c.scheme == "bearer"), None) or next(
             (c for c in challenges if c.scheme == "basic"), None
         )
-        if chosen is None or (chosen.scheme == "basic" and self.credentials is None):
+        basic_ok = self.credentials is not None and bool(
+            self.credentials.username or self.credentials.password)
+        if chosen is None or (chosen.scheme == "basic" and not basic_ok):
             return resp  # nothing we can answer with: the caller reports the 401
         if known is not None and known == chosen and chosen.scheme == "basic":
             return resp  # we already sent these credentials and they were refused
@@ -251,10 +260,17 @@ class RegistryAuth:
         if cached is not None and not fresh and cached[1] > trio.current_time():
             return cached[0]
         params = {k: v for k, v in (("service", service), ("scope", wanted)) if v}
-        headers = {}
-        if self.credentials is not None:
-            headers["Authorization"] = self.credentials.basic_header()
-        resp = await client.get(realm, params=params, headers=headers)
+        if self.credentials is not None and self.credentials.identity_token:
+            # The OAuth2 refresh-token grant of the distribution token spec
+            # (what docker and containerd do with an identity token).
+            form = {"grant_type": "refresh_token", "client_id": "fleet",
+                    "refresh_token": self.credentials.identity_token, **params}
+            resp = await client.post(realm, data=form)
+        else:
+            headers = {}
+            if self.credentials is not None:
+                headers["Authorization"] = self.credentials.basic_header()
+            resp = await client.get(realm, params=params, headers=headers)
         if resp.status_code != 200:
             raise ImagePullError(
                 ERR_IMAGE_PULL,

@@ -7,9 +7,13 @@ its digest and size while it streams to disk; unpack the layers; record the imag
 Nothing is recorded until every blob is verified and every layer unpacked, so a
 failed or cancelled pull leaves at most some reusable blobs behind.
 
-Transport follows Docker's rules: HTTPS always, except for registries on loopback
-or listed as insecure, where HTTPS is tried without certificate checks and plain
-HTTP is the fallback.  `docker.io` is served by `registry-1.docker.io`.
+Where from: `mirrors.endpoints_for` lists an image's endpoints — the node's
+registry mirrors (registries.yaml) in order, then the registry itself — and a
+pull tries them in turn until one delivers the whole image.  Transport follows
+Docker's rules for a registry's own endpoint: HTTPS always, except for registries
+on loopback or listed as insecure, where HTTPS is tried without certificate
+checks and plain HTTP is the fallback; a mirror uses the scheme its URL says.
+`docker.io` is served by `registry-1.docker.io`.
 
 Every failure surfaces as `ImagePullError` whose message carries the registry's
 own error text (`manifest unknown`, `unauthorized: authentication required`), for
@@ -21,14 +25,18 @@ The HTTP client is httpx's AsyncClient, which runs on Trio through anyio.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
+import logging
+import ssl
 from collections.abc import Iterable
 from typing import Any
 
 import httpx
 import trio
+from prometheus_client import Counter
 
+from fleet._core.supervise import REGISTRY
+from fleet.client.errors import explain
 from fleet.runtime.images.auth import Credentials, RegistryAuth, registry_error_message
 from fleet.runtime.images.errors import (
     ERR_IMAGE_PULL,
@@ -46,49 +54,30 @@ from fleet.runtime.images.manifest import (
     parse_manifest,
     select_platform,
 )
+from fleet.runtime.images.mirrors import (
+    Endpoint,
+    RegistriesConfig,
+    TLSConfig,
+    endpoints_for,
+)
 from fleet.runtime.images.policy import should_pull
 from fleet.runtime.images.reference import Reference, parse_reference
 from fleet.runtime.images.store import ImageRecord, ImageStore, LayerRecord
 
+log = logging.getLogger(__name__)
+
+_TLS_HINT = ("the certificate of {host} is not signed by a CA this node trusts: name its CA in "
+             "the registries file's configs.\"{host}\".tls.ca_file")
+
+# Fall-backs from one endpoint of an image to the next (mirror or the registry's own).
+ENDPOINT_FAILURES = Counter(
+    "fleet_image_pull_endpoint_failures",
+    "Image pull attempts that failed at one of an image's several endpoints (a mirror, or "
+    "the registry itself); the next one is tried.", ["endpoint"], registry=REGISTRY)
+
 # Manifests are small; refuse anything that is clearly not one.
 MAX_MANIFEST_BYTES = 4 << 20
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for `localhost`, 127.0.0.0/8 and ::1 (with or without a port)."""
-    h = host
-    if h.startswith("["):
-        h = h[1:].split("]", 1)[0]
-    elif h.count(":") == 1:
-        h = h.split(":", 1)[0]
-    if h.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(h).is_loopback
-    except ValueError:
-        return False
-
-
-def is_insecure(host: str, insecure_registries: Iterable[str]) -> bool:
-    """Whether plain HTTP may be used for `host` (loopback, or listed: `host[:port]` or a CIDR)."""
-    if is_loopback_host(host):
-        return True
-    bare = host.split(":", 1)[0] if host.count(":") == 1 else host.strip("[]")
-    for entry in insecure_registries:
-        entry = entry.strip().lower()
-        if "://" in entry:
-            entry = entry.split("://", 1)[1]
-        entry = entry.rstrip("/")
-        if entry in (host.lower(), bare.lower()):
-            return True
-        if "/" in entry:
-            try:
-                if ipaddress.ip_address(bare) in ipaddress.ip_network(entry, strict=False):
-                    return True
-            except ValueError:
-                continue
-    return False
 
 
 class RegistryClient:
@@ -100,6 +89,7 @@ class RegistryClient:
         *,
         platform: Platform | str | tuple[str, ...] | None = None,
         insecure_registries: Iterable[str] = (),
+        registries: RegistriesConfig | None = None,
         timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
         max_concurrent_blobs: int = 3,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -107,11 +97,16 @@ class RegistryClient:
         self.store = store
         self.platform = Platform.parse(platform) if platform is not None else Platform.host()
         self.insecure_registries = tuple(insecure_registries)
+        self.registries = registries
         self._blob_limit = trio.CapacityLimiter(max_concurrent_blobs)
-        common: dict[str, Any] = {"timeout": timeout, "follow_redirects": True}
-        self._secure = httpx.AsyncClient(transport=transport, **common)
+        self._common: dict[str, Any] = {
+            "timeout": timeout, "follow_redirects": True, "transport": transport,
+        }
+        self._secure = httpx.AsyncClient(**self._common)
         # Insecure registries get TLS without certificate checks (Docker's behaviour).
-        self._unverified = httpx.AsyncClient(transport=transport, verify=False, **common)
+        self._unverified = httpx.AsyncClient(verify=False, **self._common)
+        # One client per distinct TLS setting of registries.yaml (CA, client cert).
+        self._tls_clients: dict[TLSConfig, httpx.AsyncClient] = {}
         self._endpoints: dict[str, tuple[str, httpx.AsyncClient]] = {}
 
     async def __aenter__(self) -> RegistryClient:
@@ -124,34 +119,85 @@ class RegistryClient:
         with trio.CancelScope(shield=True):
             await self._secure.aclose()
             await self._unverified.aclose()
+            for c in self._tls_clients.values():
+                await c.aclose()
 
     # -- endpoints -----------------------------------------------------------
-    async def _endpoint(self, host: str) -> tuple[str, httpx.AsyncClient]:
-        """The base URL and client for `host`, probing https → http for insecure registries."""
-        if host in self._endpoints:
-            return self._endpoints[host]
-        if not is_insecure(host, self.insecure_registries):
-            chosen = (f"https://{host}", self._secure)
-        else:
-            chosen = (f"http://{host}", self._secure)
+    def _client_for(self, tls: TLSConfig | None) -> httpx.AsyncClient:
+        """The client verifying TLS as `tls` says (the default client without settings)."""
+        if tls is None or tls == TLSConfig():
+            return self._secure
+        if tls.insecure_skip_verify and not tls.cert_file:
+            return self._unverified
+        client = self._tls_clients.get(tls)
+        if client is None:
+            client = httpx.AsyncClient(verify=_ssl_context(tls), **self._common)
+            self._tls_clients[tls] = client
+        return client
+
+    async def _endpoint(self, ep: Endpoint) -> tuple[str, httpx.AsyncClient]:
+        """The API root URL and client for `ep`, probing https → http for insecure hosts."""
+        if ep.url in self._endpoints:
+            return self._endpoints[ep.url]
+        client = self._client_for(ep.tls)
+        chosen = (ep.url, client)
+        if ep.plain_http_fallback:
+            plain = "http://" + ep.url.split("://", 1)[1]
+            chosen = (plain, client)
             try:
                 # Any HTTP answer (200, 401, 404) proves the registry speaks TLS here.
-                await self._unverified.get(f"https://{host}/v2/", timeout=5.0)
-                chosen = (f"https://{host}", self._unverified)
+                await self._unverified.get(f"{ep.url}/", timeout=5.0)
+                chosen = (ep.url, self._unverified if ep.tls is None else client)
             except httpx.TransportError:
                 pass  # no TLS listener: plain HTTP is allowed for this registry
-        self._endpoints[host] = chosen
+        self._endpoints[ep.url] = chosen
         return chosen
 
     # -- pull -----------------------------------------------------------------
     async def pull(self, image: str, *, auth: Credentials | None = None) -> ImageRecord:
-        """Pull `image` for this client's platform; returns the stored record."""
+        """Pull `image` for this client's platform; returns the stored record.
+
+        The image's endpoints (`mirrors.endpoints_for`) are tried in order until one
+        delivers the whole image; `auth` (from the pod's pull secrets, matched to the
+        image's registry) applies to the registry's own endpoint, the registries
+        file's credentials to the rest.  Content already verified into the store
+        is kept when an endpoint fails half-way, so the next one fetches only the rest.
+        """
         ref = parse_reference(image)
+        endpoints = endpoints_for(ref, self.registries,
+                                  insecure_registries=self.insecure_registries)
+        errors: list[ImagePullError] = []
+        for ep in endpoints:
+            creds = ep.credentials if ep.mirror else (auth or ep.credentials)
+            try:
+                return await self._pull_from(ref, ep, creds)
+            except ImagePullError as e:
+                if len(endpoints) > 1:
+                    # Not the last word: the next endpoint may serve it.  Logged and
+                    # counted here; the final error carries every endpoint's reason.
+                    log.warning("%s: %s", ep.describe(), e.message)
+                    ENDPOINT_FAILURES.labels("mirror" if ep.mirror else "default").inc()
+                errors.append(e)
+        if len(errors) == 1:
+            raise errors[0]
+        status = next((e.status for e in errors if e.status is not None), None)
+        raise ImagePullError(
+            ERR_IMAGE_PULL,
+            f'pulling "{ref}": every endpoint failed: '
+            + "; ".join(_reason(ep, e.message, ref)
+                        for ep, e in zip(endpoints, errors, strict=True)),
+            status=status,
+        )
+
+    async def _pull_from(self, ref: Reference, ep: Endpoint,
+                         creds: Credentials | None) -> ImageRecord:
         try:
-            return await self._pull(ref, RegistryAuth(auth))
+            return await self._pull(ref, ep, RegistryAuth(creds))
         except httpx.TransportError as e:
+            # httpx's own text is empty for TLS failures; explain() finds the cause.
+            why = str(e) or explain(e, tls_hint=_TLS_HINT.format(host=ep.host))
             raise ImagePullError(
-                ERR_IMAGE_PULL, f'pulling "{ref}": registry {ref.registry_host} unreachable: {e}'
+                ERR_IMAGE_PULL, f'pulling "{ref}": {ep.describe()} unreachable: {why}'
             ) from e
         except DigestMismatchError as e:
             raise ImagePullError(ERR_IMAGE_PULL, f'pulling "{ref}": {e}') from e
@@ -160,10 +206,10 @@ class RegistryClient:
         except ImageError as e:
             raise ImagePullError(ERR_IMAGE_PULL, f'pulling "{ref}": {e}') from e
 
-    async def _pull(self, ref: Reference, auth: RegistryAuth) -> ImageRecord:
-        base, client = await self._endpoint(ref.registry_host)
-        repo_url = f"{base}/v2/{ref.path}"
-        scope = f"repository:{ref.path}:pull"
+    async def _pull(self, ref: Reference, ep: Endpoint, auth: RegistryAuth) -> ImageRecord:
+        base, client = await self._endpoint(ep)
+        repo_url = f"{base}/{ep.repository}"
+        scope = f"repository:{ep.repository}:pull"
 
         body, media_type, top_digest = await self._manifest(
             client, auth, repo_url, scope, ref, ref.target
@@ -288,6 +334,29 @@ class RegistryClient:
                 await resp.aclose()
 
 
+def _reason(ep: Endpoint, message: str, ref: Reference) -> str:
+    """One endpoint's part of the combined error: named once, without the `pulling "<ref>": `
+    the combined message already starts with."""
+    reason = message.removeprefix(f'pulling "{ref}": ')
+    return reason if reason.startswith(ep.describe()) else f"{ep.describe()}: {reason}"
+
+
+def _ssl_context(tls: TLSConfig) -> ssl.SSLContext:
+    """An SSL context for registries.yaml's tls settings (CA, client cert, skip-verify)."""
+    try:
+        ctx = ssl.create_default_context(cafile=tls.ca_file or None)
+        if tls.cert_file:
+            ctx.load_cert_chain(tls.cert_file, tls.key_file or None)
+    except (OSError, ssl.SSLError) as e:
+        raise ImagePullError(
+            ERR_IMAGE_PULL, f"registry TLS settings (ca_file {tls.ca_file or '-'}, cert_file "
+            f"{tls.cert_file or '-'}, key_file {tls.key_file or '-'}): {e}") from e
+    if tls.insecure_skip_verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
 def _http_error(ref: Reference, what: str, resp: httpx.Response) -> ImagePullError:
     return ImagePullError(
         ERR_IMAGE_PULL,
@@ -304,6 +373,7 @@ async def pull(
     platform: Platform | str | tuple[str, ...] | None = None,
     auth: Credentials | None = None,
     insecure_registries: Iterable[str] = (),
+    registries: RegistriesConfig | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> ImageRecord:
     """Make `image` present according to `policy` (`imagePullPolicy`); returns its record.
@@ -316,6 +386,7 @@ async def pull(
         assert existing is not None
         return existing
     async with RegistryClient(
-        store, platform=platform, insecure_registries=insecure_registries, transport=transport
+        store, platform=platform, insecure_registries=insecure_registries,
+        registries=registries, transport=transport,
     ) as client:
         return await client.pull(image, auth=auth)

@@ -15,13 +15,13 @@ from __future__ import annotations
 from fleet.scheduler.framework import Plugin
 from fleet.scheduler.plugins.image_locality import ImageLocality
 from fleet.scheduler.plugins.inter_pod_affinity import InterPodAffinity
+from fleet.scheduler.plugins.node_affinity import NodeAffinity
 from fleet.scheduler.plugins.node_name import NodeName
 from fleet.scheduler.plugins.node_ports import NodePorts
 from fleet.scheduler.plugins.node_resources_balanced_allocation import (
     NodeResourcesBalancedAllocation,
 )
 from fleet.scheduler.plugins.node_resources_fit import NodeResourcesFit
-from fleet.scheduler.plugins.node_selector import NodeAffinity
 from fleet.scheduler.plugins.node_unschedulable import NodeUnschedulable
 from fleet.scheduler.plugins.pod_topology_spread import PodTopologySpread
 from fleet.scheduler.plugins.taint_toleration import TaintToleration

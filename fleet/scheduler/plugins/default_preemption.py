@@ -30,14 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fleet.scheduler.framework import (
-    Code,
-    Diagnosis,
-    Nomination,
-    Status,
-    pod_priority,
-)
-from fleet.scheduler.snapshot import NodeInfo, Snapshot, pod_key
+from fleet.scheduler.framework import Code, Diagnosis, Nomination, Status, pod_priority
+from fleet.scheduler.podinfo import pod_key
+from fleet.scheduler.snapshot import NodeInfo, Snapshot
 
 if TYPE_CHECKING:
     from fleet.scheduler.framework import Framework

@@ -21,7 +21,8 @@ from typing import Any
 
 from fleet.scheduler.framework import MAX_NODE_SCORE, Code, CycleState, Status
 from fleet.scheduler.plugins._cycle import cycle_snapshot
-from fleet.scheduler.snapshot import NodeInfo, normalize_image_name
+from fleet.scheduler.podinfo import normalize_image_name
+from fleet.scheduler.snapshot import NodeInfo
 
 MB = 1024 * 1024
 MIN_THRESHOLD = 23 * MB

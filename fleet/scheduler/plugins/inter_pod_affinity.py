@@ -46,21 +46,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fleet.scheduler.framework import MAX_NODE_SCORE, Code, CycleState, Status
-from fleet.scheduler.plugins._cycle import DEFERRED, cycle_snapshot
-from fleet.scheduler.snapshot import (
+from fleet.scheduler.affinity import (
     PREFERRED_AFFINITY,
     PREFERRED_ANTI_AFFINITY,
     REQUIRED_AFFINITY,
     REQUIRED_ANTI_AFFINITY,
     AffinityTerm,
-    Clause,
-    NodeInfo,
     PodAffinity,
-    Snapshot,
     pod_affinity,
-    pod_labels,
 )
+from fleet.scheduler.framework import MAX_NODE_SCORE, Code, CycleState, Status
+from fleet.scheduler.plugins._cycle import DEFERRED, cycle_snapshot
+from fleet.scheduler.podinfo import pod_labels
+from fleet.scheduler.snapshot import Clause, NodeInfo, Snapshot
 
 ERR_REASON_AFFINITY_RULES_NOT_MATCH = "node(s) didn't match pod affinity rules"
 ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH = "node(s) didn't match pod anti-affinity rules"

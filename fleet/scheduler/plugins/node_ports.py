@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.scheduler.framework import Code, CycleState, Status
-from fleet.scheduler.snapshot import WILDCARD_HOST_IP, HostPort, NodeInfo, pod_host_ports
+from fleet.scheduler.podinfo import WILDCARD_HOST_IP, HostPort, pod_host_ports
+from fleet.scheduler.snapshot import NodeInfo
 
 ERR_REASON = "node(s) didn't have free ports for the requested pod ports"
 _CONFLICT = Status.unschedulable(ERR_REASON)

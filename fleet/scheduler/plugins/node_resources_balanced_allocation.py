@@ -25,7 +25,8 @@ from fleet.scheduler.plugins.node_resources_fit import (
     is_scalar_resource,
     parse_resources,
 )
-from fleet.scheduler.snapshot import NodeInfo, pod_requests
+from fleet.scheduler.podinfo import pod_requests
+from fleet.scheduler.snapshot import NodeInfo
 
 
 def balanced_score(requested: Sequence[int], allocatable: Sequence[int]) -> int:

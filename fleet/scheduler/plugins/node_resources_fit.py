@@ -37,7 +37,8 @@ from typing import Any
 
 from fleet.scheduler.framework import MAX_NODE_SCORE, CycleState, Status
 from fleet.scheduler.plugins._scoring import go_div, go_round
-from fleet.scheduler.snapshot import NodeInfo, Resources, pod_requests
+from fleet.scheduler.podinfo import Resources, pod_requests
+from fleet.scheduler.snapshot import NodeInfo
 
 TOO_MANY_PODS = "Too many pods"
 LEAST_ALLOCATED = "LeastAllocated"

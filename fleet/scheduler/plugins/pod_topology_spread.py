@@ -48,22 +48,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fleet.api.nodeaffinity import RequiredNodeAffinity, required_node_affinity
+from fleet.api.owners import controller_of
 from fleet.api.selectors import EQUALS, LabelSelector, Requirement
+from fleet.scheduler.affinity import merge_label_keys, parse_selector
 from fleet.scheduler.framework import MAX_NODE_SCORE, Code, CycleState, Status
 from fleet.scheduler.plugins._cycle import DEFERRED, cycle_snapshot
 from fleet.scheduler.plugins._scoring import go_round
-from fleet.scheduler.plugins.node_selector import RequiredNodeAffinity, required_node_affinity
 from fleet.scheduler.plugins.taint_toleration import pod_tolerations, untolerated_hard_taint
-from fleet.scheduler.snapshot import (
-    HOSTNAME_LABEL,
-    ZONE_LABEL,
-    MatchCount,
-    NodeInfo,
-    Snapshot,
-    merge_label_keys,
-    parse_selector,
-    pod_labels,
-)
+from fleet.scheduler.podinfo import pod_labels
+from fleet.scheduler.snapshot import HOSTNAME_LABEL, ZONE_LABEL, MatchCount, NodeInfo, Snapshot
 
 ERR_REASON_CONSTRAINTS_NOT_MATCH = "node(s) didn't match pod topology spread constraints"
 ERR_REASON_NODE_LABEL_NOT_MATCH = ERR_REASON_CONSTRAINTS_NOT_MATCH + " (missing required label)"
@@ -133,8 +127,8 @@ def parse_constraint(raw: Any, labels: Mapping[str, str], selector: LabelSelecto
 def default_selector(pod: dict[str, Any]) -> LabelSelector | None:
     """The selector cluster defaults spread a controlled pod by (see the module docstring)."""
     md = pod.get("metadata") or {}
-    controlled = any(isinstance(ref, dict) and ref.get("controller") and ref.get("kind") in DEFAULT_SELECTOR_OWNERS
-                     for ref in md.get("ownerReferences") or [])
+    controller = controller_of(pod)
+    controlled = controller is not None and controller.get("kind") in DEFAULT_SELECTOR_OWNERS
     labels = {k: v for k, v in (md.get("labels") or {}).items() if k not in PER_POD_LABELS}
     if not controlled or not labels:
         return None
@@ -254,7 +248,7 @@ class PodTopologySpread:
     def _node_filters(pod: dict[str, Any], cs: list[SpreadConstraint],
                       snap: Snapshot) -> tuple[RequiredNodeAffinity | None, bool]:
         """(node affinity to honour, whether taints must be honoured) for eligibility."""
-        required = required_node_affinity(pod) if any(c.honor_node_affinity for c in cs) else None
+        required = required_node_affinity(pod.get("spec") or {}) if any(c.honor_node_affinity for c in cs) else None
         taints = any(c.honor_taints for c in cs) and snap.has_hard_taints
         return required, taints
 
@@ -263,7 +257,7 @@ class PodTopologySpread:
                   tolerations: list[Any] | None, memo: dict[str, bool]) -> bool:
         if c.honor_node_affinity and required is not None:
             if "affinity" not in memo:
-                memo["affinity"] = required.matches(info)
+                memo["affinity"] = required.matches(info.labels, info.name)
             if not memo["affinity"]:
                 return False
         if c.honor_taints and tolerations is not None:

@@ -26,7 +26,8 @@ from fleet.api.tolerations import tolerates, toleration_matches  # noqa: F401 - 
 from fleet.scheduler.framework import Code, CycleState, Status
 from fleet.scheduler.plugins._cycle import cycle_snapshot
 from fleet.scheduler.plugins._scoring import default_normalize_score
-from fleet.scheduler.snapshot import HARD_TAINT_EFFECTS, NodeInfo
+from fleet.scheduler.podinfo import HARD_TAINT_EFFECTS
+from fleet.scheduler.snapshot import NodeInfo
 
 PREFER_NO_SCHEDULE = "PreferNoSchedule"
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleet.api.owners import is_controlled_by
 from fleet.scheduler.framework import Code, CycleState, Status
 from fleet.scheduler.plugins._cycle import cycle_snapshot
 from fleet.scheduler.snapshot import NodeInfo, Snapshot
@@ -79,9 +80,7 @@ def delays_binding(pvc: dict[str, Any], snap: Snapshot) -> bool:
 
 
 def _owned_by(pvc: dict[str, Any], pod: dict[str, Any]) -> bool:
-    uid = (pod.get("metadata") or {}).get("uid")
-    return any(isinstance(ref, dict) and ref.get("controller") and ref.get("uid") == uid
-               for ref in (pvc.get("metadata") or {}).get("ownerReferences") or [])
+    return is_controlled_by(pvc, str((pod.get("metadata") or {}).get("uid")))
 
 
 def claim_problem(pod: dict[str, Any], snap: Snapshot) -> str | None:

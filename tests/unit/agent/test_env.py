@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fleet.agent.env import EnvError, expand_vars, field_value, resolve_env, resource_value
+from fleet.agent.env import EnvError, field_value, resolve_env, resource_value
 
 
 def b64(s: str) -> str:
@@ -46,23 +46,6 @@ POD: dict[str, Any] = {
                "hostIP": "192.168.1.10"},
 }
 ALLOCATABLE = {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "100Gi"}
-
-
-@pytest.mark.parametrize(("text", "env", "want"), [
-    ("plain", {}, "plain"),
-    ("$(A)-$(B)", {"A": "1", "B": "2"}, "1-2"),
-    ("$(MISSING)", {}, "$(MISSING)"),
-    ("$$(A)", {"A": "1"}, "$(A)"),
-    ("$$$(A)", {"A": "1"}, "$1"),
-    ("a$$b", {}, "a$b"),
-    ("$(A", {"A": "1"}, "$(A"),
-    ("$A", {"A": "1"}, "$A"),
-    ("end$", {}, "end$"),
-    ("$()", {}, "$()"),
-    ("x$(A)y$(A)z", {"A": "-"}, "x-y-z"),
-])
-def test_expand_vars_matches_kubernetes(text: str, env: dict[str, str], want: str) -> None:
-    assert expand_vars(text, env) == want
 
 
 async def test_order_envfrom_then_env_with_expansion() -> None:

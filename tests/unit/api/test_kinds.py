@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from fleet.api.cron import CronError, parse_cron
 from fleet.api.kinds import BUILTIN_KINDS, register_builtin
-from fleet.api.kinds.cron import CronError, parse_cron
 from fleet.api.kinds.pods import image_tag, qos_class
 from fleet.api.registry import Registry, default_registry
 

@@ -16,7 +16,7 @@ import pytest
 
 from fleet.api import errors, protobuf
 from fleet.server.http import Req
-from fleet.server.rest import decode_body as rest_decode_body
+from fleet.server.request_params import decode_body as rest_decode_body
 
 
 def b64(*lines: str) -> bytes:

@@ -23,6 +23,8 @@ from fleet.api.selectors import (
     label_selector_to_string,
     parse_field_selector,
     parse_label_selector,
+    parsed_label_selector,
+    selector_dict_matches,
     validate_label_key,
     validate_label_value,
 )
@@ -297,3 +299,52 @@ def test_match_labels_dict_agrees_with_string(match: dict[str, str],
     expected = all(labels.get(k) == v and k in labels for k, v in match.items())
     assert label_selector_from_dict(sel).matches(labels) is expected
     assert parse_label_selector(label_selector_to_string(sel)).matches(labels) is expected
+
+
+# --------------------------------------------------------------------------
+# API selectors in objects: selector_dict_matches, the one matcher that
+# validation, controllers, eviction and disruption budgets use
+# --------------------------------------------------------------------------
+
+_WEB = {"app": "web", "tier": "a"}
+
+
+@pytest.mark.parametrize(("desc", "sel", "labels", "expected"), [
+    ("null selects nothing", None, _WEB, False),
+    ("empty selects everything", {}, _WEB, True),
+    ("empty selects even no labels", {}, None, True),
+    ("matchLabels equal", {"matchLabels": {"app": "web"}}, _WEB, True),
+    ("matchLabels differ", {"matchLabels": {"app": "db"}}, _WEB, False),
+    ("matchLabels key absent", {"matchLabels": {"zone": "z"}}, _WEB, False),
+    ("In", {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]}, _WEB, True),
+    ("In, absent key", {"matchExpressions": [{"key": "x", "operator": "In", "values": ["a"]}]}, _WEB, False),
+    ("NotIn", {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a"]}]}, _WEB, False),
+    ("NotIn, absent key matches", {"matchExpressions": [{"key": "x", "operator": "NotIn", "values": ["a"]}]},
+     _WEB, True),
+    ("Exists", {"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, _WEB, True),
+    ("DoesNotExist", {"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, _WEB, False),
+    ("labels and expressions are ANDed",
+     {"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}]},
+     {**_WEB, "canary": "1"}, False),
+    # A selector LabelSelectorAsSelector refuses selects nothing (controllers skip it).
+    ("unknown operator", {"matchExpressions": [{"key": "tier", "operator": "Near", "values": ["a"]}]},
+     _WEB, False),
+    ("In without values", {"matchExpressions": [{"key": "tier", "operator": "In"}]}, _WEB, False),
+    ("bad key", {"matchLabels": {"bad key": "web"}}, {"bad key": "web"}, False),
+    ("values not a list", {"matchExpressions": [{"key": "tier", "operator": "In", "values": "a"}]},
+     _WEB, False),
+    ("matchLabels not a map", {"matchLabels": ["app"]}, _WEB, False),
+    ("operator not a string", {"matchExpressions": [{"key": "tier", "operator": ["In"], "values": ["a"]}]},
+     _WEB, False),
+    ("not an object", "app=web", _WEB, False),
+])
+def test_selector_dict_matches(desc: str, sel: Any, labels: dict[str, str] | None, expected: bool) -> None:
+    assert selector_dict_matches(sel, labels) is expected, desc
+
+
+def test_parsed_label_selector_is_memoized_and_refuses_bad_selectors() -> None:
+    sel = {"matchLabels": {"app": "web"}}
+    assert parsed_label_selector(sel) is parsed_label_selector({"matchLabels": {"app": "web"}})
+    assert parsed_label_selector(None).nothing
+    with pytest.raises(BadRequest):
+        parsed_label_selector({"matchExpressions": [{"key": "k", "operator": "Gt", "values": ["1"]}]})

@@ -15,6 +15,7 @@ import pytest
 
 from fleet.api import validation as v
 from fleet.api.registry import default_registry
+from fleet.api.selectors import selector_dict_matches
 
 REG = default_registry()
 
@@ -120,9 +121,9 @@ def test_selector_matching():
     sel = {"matchLabels": {"app": "web"},
            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]},
                                 {"key": "canary", "operator": "DoesNotExist"}]}
-    assert v.selector_matches(sel, {"app": "web", "tier": "a"})
-    assert not v.selector_matches(sel, {"app": "web", "tier": "c"})
-    assert not v.selector_matches(sel, {"app": "web", "tier": "a", "canary": "1"})
+    assert selector_dict_matches(sel, {"app": "web", "tier": "a"})
+    assert not selector_dict_matches(sel, {"app": "web", "tier": "c"})
+    assert not selector_dict_matches(sel, {"app": "web", "tier": "a", "canary": "1"})
     bad = {"matchExpressions": [{"key": "x", "operator": "In"}, {"key": "y", "operator": "Near"}]}
     assert [(c["field"], c["reason"]) for c in v.validate_label_selector(bad, "s")] == [
         ("s.matchExpressions[0].values", "FieldValueRequired"),

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from fleet.api import validation as v
+from fleet.api.kinds.pod_validation import validate_pod_spec
 from fleet.api.kinds.scheduling import PRIORITY_CLASS, system_priority_classes
 from fleet.api.registry import default_registry
 from fleet.server.tables import table
@@ -26,7 +27,7 @@ def spec(**fields: Any) -> dict[str, Any]:
 
 def msgs(s: dict[str, Any]) -> list[str]:
     """`field: message` lines, as they appear in the 422's message."""
-    return [f"{c['field']}: {c['message']}" for c in v.validate_pod_spec(s)]
+    return [f"{c['field']}: {c['message']}" for c in validate_pod_spec(s)]
 
 
 def node_affinity(**na: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from fleet.cli import kfleet
+from fleet.cli.kfleet import base, nodes, resources
 
 
 @pytest.mark.parametrize(
@@ -19,12 +20,12 @@ from fleet.cli import kfleet
     ],
 )
 def test_split_type_args(args: list[str], pairs: list) -> None:
-    assert kfleet._split_type_args(args) == (pairs, None)
+    assert resources._split_type_args(args) == (pairs, None)
 
 
 @pytest.mark.parametrize("args", [[], ["pod/a", "b"], ["pod/"]])
 def test_split_type_args_errors(args: list[str]) -> None:
-    pairs, problem = kfleet._split_type_args(args)
+    pairs, problem = resources._split_type_args(args)
     assert pairs == [] and problem
 
 
@@ -41,9 +42,9 @@ def test_leading_globals_are_merged(tmp_path: Path, capsys: pytest.CaptureFixtur
 
     def fake_load(path: str | None, context: str | None) -> None:
         seen.update(path=path, context=context)
-        raise kfleet.KubeconfigError("stop here")
+        raise base.KubeconfigError("stop here")
 
-    monkeypatch.setattr(kfleet, "load_kubeconfig", fake_load)
+    monkeypatch.setattr(base, "load_kubeconfig", fake_load)
     assert kfleet.run(["--kubeconfig", "/k", "--context", "c1", "get", "pods"]) == 1
     assert seen == {"path": "/k", "context": "c1"}
     # an option after the command wins over the same option before it
@@ -75,7 +76,7 @@ def test_drain_status_lines() -> None:
            "startTime": "2026-01-01T00:00:00Z", "completionTime": None, "evicted": ["a/p", "a/q"],
            "remaining": ["a/q"], "blockedByBudget": [], "skipped": ["a/ds"],
            "warnings": ["ignoring DaemonSet-managed Pods: a/ds"], "errors": []}
-    lines = kfleet._drain_lines(doc)
+    lines = nodes._drain_lines(doc)
     assert lines[:9] == [
         "Node:              n1",
         "Phase:             Running",

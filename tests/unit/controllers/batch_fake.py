@@ -22,9 +22,10 @@ from typing import Any
 
 import trio
 
-from fleet.api.patch import json_merge_patch, strategic_merge_patch
+from fleet.api.errors import Invalid
+from fleet.api.patch import json_merge_patch, json_patch, strategic_merge_patch
 from fleet.api.registry import default_registry
-from fleet.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiException
+from fleet.client import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiException
 from fleet.controllers.runtime import Context, InformerFactory, by_namespace
 
 EPOCH = dt.datetime(2025, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -78,13 +79,13 @@ class FakeCluster:
         for (api_version, plural, _), inf in self.informers._informers.items():
             inf.add_index("namespace", by_namespace)
             for obj in self.objects.get((api_version, plural), {}).values():
-                inf._informer._apply("ADDED", copy.deepcopy(obj))
+                inf._apply("ADDED", copy.deepcopy(obj))
             inf.synced.set()
 
     def _publish(self, api_version: str, plural: str, etype: str, obj: dict[str, Any]) -> None:
         for (av, pl, _), inf in self.informers._informers.items():
             if (av, pl) == (api_version, plural):
-                inf._informer._apply(etype, copy.deepcopy(obj))
+                inf._apply(etype, copy.deepcopy(obj))
 
     # -- helpers ----------------------------------------------------------------------------
     def _info(self, api_version: str, plural: str) -> Any:
@@ -196,6 +197,11 @@ class FakeCluster:
             raise _status(404, f'{plural} "{name}" not found')
         if content_type == STRATEGIC_MERGE_PATCH:
             new = strategic_merge_patch(cur, patch, self._info(api_version, plural).strategic_schema())
+        elif content_type == JSON_PATCH:
+            try:
+                new = json_patch(copy.deepcopy(cur), patch)
+            except Invalid as e:  # a failed `test`: the API server's 422
+                raise _status(422, str(e)) from None
         else:
             new = json_merge_patch(copy.deepcopy(cur), patch)
         if subresource != "status":

@@ -19,7 +19,7 @@ import pytest
 import trio
 import trio.testing
 
-from fleet.api.kinds.cron import parse_cron
+from fleet.api.cron import parse_cron
 from fleet.controllers.cronjob import (
     LOCAL,
     SCHEDULED_TIMESTAMP,

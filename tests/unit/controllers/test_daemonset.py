@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import trio
 
-from fleet.controllers.daemonset import (
+from fleet.controllers.daemonset import slow_start
+from fleet.controllers.daemonset_plan import (
     HASH_LABEL,
     add_daemon_tolerations,
     daemon_pod,
@@ -16,7 +17,6 @@ from fleet.controllers.daemonset import (
     node_should_run,
     plan_daemonset,
     scaled,
-    slow_start,
     target_node,
 )
 

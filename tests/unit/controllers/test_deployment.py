@@ -14,17 +14,16 @@ from typing import Any
 
 import pytest
 
-from fleet.controllers.deployment import (
+from fleet.controllers.deployment_plan import failed_create_status, plan
+from fleet.controllers.deployment_util import (
     DESIRED_REPLICAS,
     HASH_LABEL,
     MAX_REPLICAS,
     REVISION,
     REVISION_HISTORY,
     equal_ignore_hash,
-    failed_create_status,
     max_surge,
     max_unavailable,
-    plan,
     resolve_fenceposts,
     scaled_value,
     template_hash,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from fleet.controllers.garbagecollector import (
+from fleet.controllers.garbagecollector_graph import (
     BACKGROUND,
     DANGLING,
     FOREGROUND,

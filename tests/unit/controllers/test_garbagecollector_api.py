@@ -20,7 +20,8 @@ import trio
 from fleet.api.registry import default_registry
 from fleet.client import ApiException, APIResource
 from fleet.client.discovery import resource_path
-from fleet.controllers.garbagecollector import FOREGROUND_FINALIZER, GarbageCollector
+from fleet.controllers.garbagecollector import GarbageCollector
+from fleet.controllers.garbagecollector_graph import FOREGROUND_FINALIZER
 from fleet.controllers.runtime import Context
 from fleet.store import DELETED
 from fleet.testing.apiserver import InProcessAPI, open_api

@@ -17,16 +17,14 @@ import pytest
 import trio
 import trio.testing
 
-from fleet.controllers.job import (
+from fleet.controllers.job import JobController
+from fleet.controllers.job_plan import IOResult, Observed, assess, settle, track, ttl_remaining
+from fleet.controllers.job_rules import (
     COMPLETION_INDEX,
     INDEX_FAILURE_COUNT,
     MAX_POD_FAILURE_BACKOFF,
     TRACKING_FINALIZER,
     Backoff,
-    IOResult,
-    JobController,
-    Observed,
-    assess,
     backoff_delay,
     build_pod,
     first_pending_indexes,
@@ -35,9 +33,6 @@ from fleet.controllers.job import (
     parse_indexes,
     pod_failed,
     pods_for_removal,
-    settle,
-    track,
-    ttl_remaining,
 )
 
 from .batch_fake import EPOCH, FakeCluster, ts, wall
@@ -630,3 +625,41 @@ def test_default_now_is_wall_clock():
     assert JobController().now().tzinfo is not None
     assert EPOCH.tzinfo is dt.UTC
     assert copy.deepcopy(job()) == job()
+
+
+async def test_manual_selector_adopts_matching_orphans_with_the_tracking_finalizer(autojump_clock):
+    fake = FakeCluster()
+    labels = {"team": "x"}
+
+    def stray(name: str, **md: Any) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default", "labels": dict(labels), **md},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]},
+                "status": {"phase": "Running"}}
+
+    other = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "uid-rs", "controller": True}
+    fake.add("v1", "pods", stray("orphan"))
+    fake.add("v1", "pods", stray("taken", ownerReferences=[other]))
+    fake.add("batch/v1", "jobs", new_job("manual", completions=1, parallelism=1, manualSelector=True,
+                                         selector={"matchLabels": labels},
+                                         template={"metadata": {"labels": labels},
+                                                   "spec": {"restartPolicy": "Never", "containers": [
+                                                       {"name": "main", "image": "busybox"}]}}))
+    job_uid = fake.job("manual")["metadata"]["uid"]
+
+    def adopted() -> dict[str, Any] | None:
+        p = fake.get("v1", "pods", "default", "orphan")
+        refs = p["metadata"].get("ownerReferences") or []
+        return p if any(r.get("uid") == job_uid and r.get("controller") for r in refs) else None
+
+    async with controller(fake):
+        p = await until("the orphan adopted", adopted)
+        assert p["metadata"]["ownerReferences"] == [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "manual", "uid": job_uid,
+             "controller": True, "blockOwnerDeletion": True}]
+        assert TRACKING_FINALIZER in p["metadata"]["finalizers"]
+        fake.set_pod_phase("default", "orphan", "Succeeded")
+        await until("complete", lambda: condition(fake, "manual", "Complete"))
+    # The adopted pod was the Job's one pod; the other controller's pod was left alone.
+    assert sorted(p["metadata"]["name"] for p in fake.pods()) == ["orphan", "taken"]
+    assert fake.get("v1", "pods", "default", "taken")["metadata"]["ownerReferences"] == [other]

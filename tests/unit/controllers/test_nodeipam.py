@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import trio
 
 from fleet.controllers.nodeipam import CIDRAllocator, CIDRExhausted, plan
 
@@ -62,3 +63,58 @@ def test_occupy_only_our_ranges(cidr, ours):
 def test_bad_configuration(cluster, mask):
     with pytest.raises(ValueError):
         CIDRAllocator(cluster, mask)
+
+
+# -- the controller, fed by the manager's informer ----------------------------------------
+
+class _FakeNodes:
+    """The client calls NodeIPAM makes (patch), writing into the nodes informer at once."""
+
+    def __init__(self) -> None:
+        from fleet.controllers.runtime import Context, InformerFactory
+
+        self.informers = InformerFactory(self)  # type: ignore[arg-type]
+        self.ctx = Context(client=self, informers=self.informers)  # type: ignore[arg-type]
+        self.rv = 0
+        self.nodes: dict[str, dict] = {}
+
+    def node(self, name: str, cidr: str = "") -> dict:
+        self.rv += 1
+        n = {"kind": "Node", "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": str(self.rv)},
+             "spec": {"podCIDR": cidr} if cidr else {}}
+        self.nodes[name] = n
+        return n
+
+    async def patch(self, api_version: str, plural: str, name: str, patch: dict) -> dict:
+        n = self.node(name, patch["spec"]["podCIDR"])
+        self.informers.informer("v1", "nodes")._apply("MODIFIED", n)
+        return n
+
+
+async def test_controller_assigns_in_name_order_and_frees_ranges_of_nodes_deleted_while_disconnected() -> None:
+    from fleet.controllers.nodeipam import NodeIPAM, NodeIPAMConfig
+
+    fake = _FakeNodes()
+    ipam = NodeIPAM(NodeIPAMConfig(cluster_cidr="10.42.0.0/16"))
+    ipam.setup(fake.ctx)
+    inf = fake.informers.informer("v1", "nodes")
+    inf._replace([fake.node("a", "10.42.0.0/24"), fake.node("c"), fake.node("b")])
+    inf.synced.set()
+
+    def cidrs() -> dict[str, str]:
+        return {k: v["spec"].get("podCIDR", "") for k, v in sorted(fake.nodes.items())}
+
+    async with trio.open_nursery() as n:
+        n.start_soon(ipam.run, fake.ctx)
+        await trio.sleep(0.1)
+        assert cidrs() == {"a": "10.42.0.0/24", "b": "10.42.1.0/24", "c": "10.42.2.0/24"}
+        inf._apply("ADDED", fake.node("d"))
+        await trio.sleep(0.1)
+        assert cidrs()["d"] == "10.42.3.0/24"
+        # The watch was lost; c was deleted meanwhile and e created.  The re-list says
+        # so (c DELETED), so c's range is free again and the lowest free goes to e.
+        del fake.nodes["c"]
+        inf._replace([fake.nodes["a"], fake.nodes["b"], fake.nodes["d"], fake.node("e")])
+        await trio.sleep(0.1)
+        assert cidrs() == {"a": "10.42.0.0/24", "b": "10.42.1.0/24", "d": "10.42.3.0/24", "e": "10.42.2.0/24"}
+        n.cancel_scope.cancel()

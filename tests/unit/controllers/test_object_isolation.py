@@ -15,7 +15,7 @@ import trio.testing
 from fleet._core.supervise import object_errors
 from fleet.api.meta import malformed
 from fleet.client.informer import Informer
-from fleet.controllers.garbagecollector import Graph, owner_ref_problem
+from fleet.controllers.garbagecollector_graph import Graph, owner_ref_problem
 from fleet.controllers.runtime import QueueWorker, SharedInformer
 from fleet.scheduler.run import Scheduler, SchedulerConfig
 
@@ -121,8 +121,8 @@ def test_shared_informer_index_failure_spares_the_other_objects() -> None:
     good = {"kind": "Deployment", "metadata": {"name": "ok", "namespace": "d"}, "spec": {"replicas": 2}}
     bad = {"kind": "Deployment", "metadata": {"name": "bad", "namespace": "d"},
            "spec": {"replicas": "abc", "template": 7}}
-    inf._informer._apply("ADDED", bad)
-    inf._informer._apply("ADDED", good)
+    inf._apply("ADDED", bad)
+    inf._apply("ADDED", good)
     assert [o["metadata"]["name"] for o in inf.by_index("replicas", "2")] == ["ok"]
     assert handled == ["bad", "ok"]  # the bad one still reaches the handlers (and its controller)
     assert sorted(o["metadata"]["name"] for o in inf.list("d")) == ["bad", "ok"]

@@ -54,7 +54,7 @@ class FakeAPI:
 
     def flush(self) -> None:
         for plural, etype, obj in self.pending:
-            self.informers[plural]._informer._apply(etype, obj)
+            self.informers[plural]._apply(etype, obj)
         self.pending.clear()
 
     def put(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -232,3 +232,26 @@ async def test_adopts_orphans_and_releases_strays(autojump_clock: Any) -> None:
     api.flush()
     assert "ownerReferences" not in api.objects[("pods", "ns", "orphan")]["metadata"]
     assert len([p for p in active_pods(api) if p["metadata"]["labels"] == {"app": "web"}]) == 2
+
+
+async def test_adoption_of_a_pod_changed_meanwhile_waits_for_a_fresh_read(autojump_clock: Any) -> None:
+    api, ctl, _ = await setup()
+    await api.create("apps/v1", "replicasets", replicaset(1), "ns")
+    orphan = {"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": "orphan", "labels": {"app": "web"}}, "spec": {}}
+    await api.create("v1", "pods", orphan, "ns")
+    api.flush()
+    # Another controller takes the pod after our informer saw it as an orphan.
+    taken = api.objects[("pods", "ns", "orphan")]
+    taken["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rival",
+                                             "uid": "uid-rival", "controller": True}]
+    api.put("pods", taken)  # not flushed: the cache still has the orphan
+    await ctl.reconcile("ns/web")
+    refs = api.objects[("pods", "ns", "orphan")]["metadata"]["ownerReferences"]
+    assert [r["uid"] for r in refs] == ["uid-rival"]  # the guarded patch failed: still the rival's
+    assert len(active_pods(api)) == 1  # and nothing was created on counts that were wrong
+    api.flush()
+    await ctl.reconcile("ns/web")
+    api.flush()
+    ours = [p for p in active_pods(api) if p["metadata"]["name"] != "orphan"]
+    assert len(ours) == 1 and ours[0]["metadata"]["ownerReferences"][0]["name"] == "web"

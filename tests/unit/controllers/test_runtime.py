@@ -8,13 +8,13 @@ import pytest
 import trio
 import trio.testing
 
+from fleet.api.owners import controller_of
 from fleet.controllers.runtime import (
     Expectations,
     QueueWorker,
     SharedInformer,
     WorkQueue,
     by_controller_uid,
-    controller_ref,
 )
 
 
@@ -100,18 +100,18 @@ def test_informer_indexes_follow_events():
     inf.add_index("namespace", lambda o: [o["metadata"]["namespace"]])
     seen = []
     inf.add_handler(lambda t, old, new: seen.append(t))
-    inf._informer._apply("ADDED", obj("a", "rs1"))
-    inf._informer._apply("ADDED", obj("b", "rs1"))
-    inf._informer._apply("ADDED", obj("c", "rs2", ns="e"))
+    inf._apply("ADDED", obj("a", "rs1"))
+    inf._apply("ADDED", obj("b", "rs1"))
+    inf._apply("ADDED", obj("c", "rs2", ns="e"))
     assert sorted(o["metadata"]["name"] for o in inf.by_index("owner", "uid-rs1")) == ["a", "b"]
-    inf._informer._apply("MODIFIED", obj("b", "rs2"))  # adopted by another owner
+    inf._apply("MODIFIED", obj("b", "rs2"))  # adopted by another owner
     assert [o["metadata"]["name"] for o in inf.by_index("owner", "uid-rs1")] == ["a"]
     assert sorted(o["metadata"]["name"] for o in inf.by_index("owner", "uid-rs2")) == ["b", "c"]
-    inf._informer._apply("DELETED", obj("a", "rs1"))
+    inf._apply("DELETED", obj("a", "rs1"))
     assert inf.by_index("owner", "uid-rs1") == []
     assert [o["metadata"]["name"] for o in inf.by_index("namespace", "e")] == ["c"]
     assert seen == ["ADDED", "ADDED", "ADDED", "MODIFIED", "DELETED"]
-    assert controller_ref(obj("x", "rs9"))["uid"] == "uid-rs9"  # type: ignore[index]
+    assert controller_of(obj("x", "rs9"))["uid"] == "uid-rs9"  # type: ignore[index]
 
 
 async def test_queue_worker_retries_failures_and_requeues(autojump_clock):

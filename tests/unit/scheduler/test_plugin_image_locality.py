@@ -8,7 +8,8 @@ import pytest
 
 from fleet.scheduler.plugins import ImageLocality
 from fleet.scheduler.plugins.image_locality import calculate_priority
-from fleet.scheduler.snapshot import Snapshot, normalize_image_name
+from fleet.scheduler.podinfo import normalize_image_name
+from fleet.scheduler.snapshot import Snapshot
 from tests.unit.scheduler.factories import node, pod, score_nodes
 
 DIGEST = "sha256:abababababababababababababababababababababababababababababababab"

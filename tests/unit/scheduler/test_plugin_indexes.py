@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from fleet.scheduler import snapshot as snapshot_module
+from fleet.scheduler.affinity import parse_selector
 from fleet.scheduler.plugins import InterPodAffinity, PodTopologySpread
-from fleet.scheduler.snapshot import Snapshot, parse_selector
+from fleet.scheduler.snapshot import Snapshot
 from tests.unit.scheduler.factories import (
     HOSTNAME,
     ZONE,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.scheduler.snapshot import Snapshot, pod_requests
+from fleet.scheduler.podinfo import pod_requests
+from fleet.scheduler.snapshot import Snapshot
 from tests.unit.scheduler.factories import container, node, pod
 
 MI = 1024 * 1024

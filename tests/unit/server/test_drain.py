@@ -10,8 +10,8 @@ import pytest
 import trio
 
 from fleet.api import meta
-from fleet.server import drain
-from fleet.server.drain import DrainOptions, parse_options, plan_drain
+from fleet.server import drain_plan
+from fleet.server.drain_plan import DrainOptions, parse_options, plan_drain
 from fleet.testing.apiserver import open_api
 
 NODES = "/api/v1/nodes"
@@ -26,7 +26,7 @@ def pod(name: str, *, owner: str | None = None, phase: str = "Running", emptydir
         md["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": kind, "name": oname, "uid": "x",
                                   "controller": True}]
     if mirror:
-        md["annotations"] = {drain.MIRROR_ANNOTATION: "hash"}
+        md["annotations"] = {drain_plan.MIRROR_ANNOTATION: "hash"}
     if deleting:
         md["deletionTimestamp"] = "2020-01-01T00:00:00Z"
     spec: dict[str, Any] = {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}
@@ -161,7 +161,7 @@ async def test_drain_cordons_evicts_and_completes(api):
     assert done["evicted"] == ["default/a", "default/b"] and done["remaining"] == [] and done["completionTime"]
     _, n = await api.json("GET", f"{NODES}/n1")
     assert n["spec"]["unschedulable"] is True
-    assert json.loads(n["metadata"]["annotations"][drain.DRAIN_ANNOTATION])["phase"] == "Complete"
+    assert json.loads(n["metadata"]["annotations"][drain_plan.DRAIN_ANNOTATION])["phase"] == "Complete"
     assert (await api.json("GET", f"{PODS}/elsewhere"))[0] == 200
 
 
@@ -207,7 +207,7 @@ async def test_second_drain_while_running_is_409_and_uncordon_cancels(api):
     code, n = await api.json("POST", f"{NODES}/n1/schedulable", {"schedulable": True})
     assert code == 200 and "unschedulable" not in n["spec"]
     done = await wait_phase(api)
-    assert done["phase"] == "Failed" and done["errors"] == [drain.CANCELLED]
+    assert done["phase"] == "Failed" and done["errors"] == [drain_plan.CANCELLED]
     # Finished drains can be started again.
     assert (await api.json("POST", f"{NODES}/n1/drain", {"gracePeriodSeconds": 0}))[0] == 202
     assert (await wait_phase(api))["phase"] == "Complete"

@@ -10,7 +10,7 @@ from hypercorn.config import Config as HyperConfig
 
 from fleet.server.app import _read_body
 from fleet.server.limits import BodyIdleTimeout, ClientTimeouts
-from fleet.server.rest import MAX_BODY
+from fleet.server.request_params import MAX_BODY
 
 
 def receiver(*msgs: dict, then_block: bool = True):

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from fleet.server.rest import decode_continue, encode_continue
+from fleet.server.request_params import decode_continue, encode_continue
 from fleet.testing.apiserver import open_api
 
 CM = "/api/v1/namespaces/default/configmaps"

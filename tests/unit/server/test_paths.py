@@ -11,7 +11,7 @@ import pytest
 from fleet.api.errors import BadRequest
 from fleet.server.http import Req, split_raw_path
 from fleet.server.paths import node_proxy_route, resource_route, route_segments
-from fleet.server.rest import Route
+from fleet.server.routes import Route
 from fleet.testing.apiserver import open_api
 
 CM = "/api/v1/namespaces/default/configmaps"

@@ -13,7 +13,7 @@ import trio
 from fleet.agent.api import LocatedContainer, resource_metrics
 from fleet.api.kinds.metrics import SIMULATE_CPU_ANNOTATION, SIMULATE_MEMORY_ANNOTATION
 from fleet.runtime.driver import ContainerStats
-from fleet.server.resource_metrics import (
+from fleet.server.metrics_scraper import (
     ContainerSample,
     NodeScrape,
     Usage,

@@ -2,7 +2,8 @@
 
 import pytest
 
-from fleet.server.rest import Route, decode_continue, encode_continue, parse_route
+from fleet.server.request_params import decode_continue, encode_continue
+from fleet.server.routes import Route, parse_route
 
 
 @pytest.mark.parametrize("path,expected", [

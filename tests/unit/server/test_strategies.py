@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fleet.server.http import Resp
@@ -58,3 +60,32 @@ async def test_resource_handler_table_serves_special_resources(api) -> None:
     assert ("metrics.k8s.io", "v1beta1", "pods", "") in table
     code, body = await api.json("GET", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods")
     assert code == 200 and body["kind"] == "PodMetricsList"
+
+
+async def test_graceful_delete_is_the_kinds_strategy(api) -> None:
+    """KindInfo.delete_grace decides a graceful DELETE: a bound pod is only marked
+    (its node finishes it); a kind given the same strategy behaves the same way."""
+    assert (await api.json("POST", "/api/v1/nodes", {"metadata": {"name": "n1"}}))[0] == 201
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                                                "terminationGracePeriodSeconds": 7}}
+    assert (await api.json("POST", "/api/v1/namespaces/default/pods", pod))[0] == 201
+    code, _ = await api.json("POST", "/api/v1/namespaces/default/pods/p/binding", {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}})
+    assert code == 201
+    assert (await api.json("DELETE", "/api/v1/namespaces/default/pods/p"))[0] == 200
+    code, marked = await api.json("GET", "/api/v1/namespaces/default/pods/p")
+    assert code == 200 and marked["metadata"]["deletionGracePeriodSeconds"] == 7
+
+    # A ConfigMap has no such strategy: deleted at once.  Given one, it is marked.
+    info = api.server.registry.get("", "v1", "configmaps")
+    assert info.delete_grace is None
+    for name in ("a", "b"):
+        assert (await api.json("POST", "/api/v1/namespaces/default/configmaps",
+                               {"metadata": {"name": name}}))[0] == 201
+    assert (await api.json("DELETE", "/api/v1/namespaces/default/configmaps/a"))[0] == 200
+    assert (await api.json("GET", "/api/v1/namespaces/default/configmaps/a"))[0] == 404
+    api.server.registry.register(dataclasses.replace(info, delete_grace=lambda obj, requested: 5))
+    assert (await api.json("DELETE", "/api/v1/namespaces/default/configmaps/b"))[0] == 200
+    code, cm = await api.json("GET", "/api/v1/namespaces/default/configmaps/b")
+    assert code == 200 and cm["metadata"]["deletionGracePeriodSeconds"] == 5

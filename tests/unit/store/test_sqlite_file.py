@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from fleet.store import StoreClosed, StoreCorrupt, integrity_check, open_store
-from fleet.store.sqlite import APPLICATION_ID
+from fleet.store.sqlite_file import APPLICATION_ID
 
 from .helpers import key, pod
 

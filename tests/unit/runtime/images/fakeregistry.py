@@ -33,6 +33,8 @@ class FakeRegistry:
     username: str = "alice"
     password: str = "secret"
     anonymous_tokens: bool = False
+    # An OAuth2 refresh token the token endpoint accepts (POST, grant_type=refresh_token).
+    identity_token: str = ""
     manifests: dict[tuple[str, str], tuple[bytes, str]] = field(default_factory=dict)
     blobs: dict[str, bytes] = field(default_factory=dict)
     requests: list[httpx.Request] = field(default_factory=list)
@@ -91,6 +93,8 @@ class FakeRegistry:
                       {"WWW-Authenticate": challenge})
 
     def _token(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            return self._oauth_token(request)
         header = request.headers.get("authorization", "")
         if not self._basic_ok(header) and not (self.anonymous_tokens and not header):
             return httpx.Response(401, json={"details": "incorrect username or password"})
@@ -99,6 +103,17 @@ class FakeRegistry:
             return httpx.Response(400, json={"details": "wrong service"})
         self.tokens_issued += 1
         return httpx.Response(200, json={"token": self._token_for(scope), "expires_in": 300})
+
+    def _oauth_token(self, request: httpx.Request) -> httpx.Response:
+        form = dict(httpx.QueryParams(request.content.decode()))
+        if (form.get("grant_type") != "refresh_token" or not self.identity_token
+                or form.get("refresh_token") != self.identity_token):
+            return httpx.Response(401, json={"details": "invalid refresh token"})
+        if form.get("service") != self.host:
+            return httpx.Response(400, json={"details": "wrong service"})
+        self.tokens_issued += 1
+        return httpx.Response(200, json={"access_token": self._token_for(form.get("scope", "")),
+                                         "expires_in": 300})
 
     # -- routes ----------------------------------------------------------------
     def handle(self, request: httpx.Request) -> httpx.Response:

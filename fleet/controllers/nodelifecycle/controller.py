@@ -1,677 +1,76 @@
-"""Node lifecycle: notice dead nodes, taint them, and evict their pods.
+"""The node lifecycle controller's I/O: informer handlers in, node and pod writes out.
 
-This is kube-controller-manager's node lifecycle controller together with its
-taint-based eviction (the NoExecuteTaintManager, now `taint-eviction-controller`)
-and the orphan part of the pod garbage collector, in one module:
-
-    informers (nodes, kube-node-lease leases, pods)
-        │ on_node / on_lease: note *when we saw* a heartbeat (NodeHealth.probe)
-        │ on_pod / NoExecute taint changes: (re)schedule evictions
-        ▼
-    monitor pass (at the next staleness deadline, at least every monitor_period)
-        1. judge every node: stale = no heartbeat seen for the grace period   (plan_node)
-        2. zone states → full/partial disruption → tainting rates          (plan_disruption)
-        3. per node: conditions → Unknown, TaintNodesByCondition NoSchedule taints,
-           unreachable / not-ready NoExecute taint (added through the rate-limited
-           per-zone queue, swapped or removed at once)                     (plan_taints)
-           pods on a stale node → Ready=False (MarkPodsNotReady)
-        4. pods bound to a node that is gone for a quarantine period → Failed + deleted
-    tainter: per-zone token buckets drain the NoExecute queue
-    evictor: deletes each pod when its eviction time comes                 (eviction_deadline)
-
-**Liveness is judged by observation time, as Kubernetes does.**  A node is
-alive while we keep *seeing changes* in its Lease's `renewTime` or its Ready
-condition's `lastHeartbeatTime`; the time of the last change we saw
-(`trio.current_time()`, monotonic) plus the grace period is its deadline.  The
-node's own timestamps are never compared with our clock, so clock skew between a
-node and the server cannot make a healthy node look dead.  The same rule gives
-every node one full grace period after the controller (re)starts: the first
-sighting counts as a heartbeat, so stale leases left over while the server was
-down are not held against anybody.  A node that never posted a Ready condition
-gets the (longer) startup grace period.
-
-**Taint eviction counts from the taint's `timeAdded`** (wall clock): a pod
-tolerating a NoExecute taint for `tolerationSeconds` stays that long after the
-taint was added, and no longer, even across controller restarts.  (Kubernetes'
-taint manager counts from when *it* first saw the taint, so its timer restarts
-with the controller.)  `timeAdded` has one-second precision, so for taints we
-added ourselves — or saw appear in the same second — our own precise
-observation is used instead.  A taint without `timeAdded` counts from when we
-first saw it.  Untolerated NoExecute taints, or `tolerationSeconds <= 0`,
-evict at once; an infinite toleration keeps the pod.
-
-**Rate limits and disruption, as Kubernetes.**  Evictions are throttled where
-Kubernetes throttles them: adding the NoExecute taint to a node goes through a
-per-zone token bucket (`eviction_rate` nodes per second, burst 1 — the first
-dead node is tainted at once, the next after 1/rate seconds).  Deleting the pods
-of a tainted node is not rate limited (a small worker pool does it).  Zones come
-from the `topology.kubernetes.io/region`/`zone` labels.  A zone where at least
-`unhealthy_zone_threshold` (55%) of the nodes — and more than two — are not
-Ready is *partially disrupted*: tainting slows to `secondary_eviction_rate` if
-the zone is larger than `large_cluster_size_threshold`, and stops otherwise.
-When *every* zone is fully disrupted (no Ready node anywhere — typically the
-network or the control plane was at fault, not the nodes), the controller
-removes its NoExecute taints everywhere and evicts nothing until some node is
-Ready again; then every node gets a fresh grace period.  Note the consequence
-Kubernetes shares: a single-node cluster never evicts on node failure.
-
-Deviations from Kubernetes, on purpose:
-
-- the NoExecute `unreachable` taint follows our staleness judgment, not the
-  Ready condition alone: a node whose Lease is renewed again loses it at once,
-  even before its agent re-posts Ready=True (Fleet's agent re-posts status only
-  every 20 s); the NoSchedule `unreachable` taint stays until Ready is posted;
-- the monitor wakes at the earliest staleness deadline instead of polling every
-  `--node-monitor-period` only, and taints in the same pass it marks a node
-  Unknown (Kubernetes taints one pass later);
-- per taint, the toleration's deadline is counted from that taint's
-  `timeAdded`, and the earliest deadline wins (Kubernetes takes the smallest
-  `tolerationSeconds` and counts it from its first sighting);
-- the orphan quarantine of the pod GC is the monitor grace period (Kubernetes:
-  a fixed 40 s, the same as the default grace period);
-- a node that has not posted Ready yet and is within its startup grace does
-  not count in its zone's health (Kubernetes counts it as not Ready; Fleet's
-  agent creates its Node before posting status, so a one-node server would
-  enter and leave full disruption mode at every start).
-
-`plan_node`, `plan_taints`, `plan_disruption`, `eviction_deadline`,
-`observe_node`, `observe_lease`, `TokenBucket` and friends are pure and tested
-table-driven; `NodeLifecycleController` is the I/O around them, written so
-that its loops run under Trio's MockClock against a fake `ClusterAPI`.
+`NodeLifecycleController` keeps what the informers showed (nodes, node Leases, pods
+bound to nodes) and runs four loops (`run_loops`): the monitor (one pass judges every
+node with `health.plan_node`, the zones with `zones.plan_disruption`, and writes
+conditions and taints from `taints.plan_taints`), the tainter (per-zone token buckets
+drain the NoExecute queue), the evictor (deletes each pod when
+`eviction.eviction_deadline` says so) and the pod GC of pods whose node is gone.
+Every decision is one of those pure functions; this module only remembers, schedules
+and writes.  See the package docstring for the rules.
 """
 
 from __future__ import annotations
 
-import copy
-import datetime as _dt
 import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-import httpx
 import trio
 
 from fleet._core.supervise import object_failed
-from fleet.api import meta
-from fleet.api.tolerations import toleration_matches
-from fleet.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiException, Client, ClientConfig
+from fleet.client import ApiException
 from fleet.client.events import EventRecorder
-from fleet.client.informer import Informer, object_key
+from fleet.controllers.nodelifecycle.cluster import RETRYABLE, ClusterAPI, _EventSink
+from fleet.controllers.nodelifecycle.common import (
+    CONTROLLER_NO_EXECUTE,
+    EXCLUDE_DISRUPTION_LABEL,
+    LEASE_NAMESPACE,
+    NO_EXECUTE,
+    NODE_CONTROLLER,
+    TAINT_EVICTION_CONTROLLER,
+    NodeLifecycleConfig,
+    _name,
+    _rv,
+    _rv_int,
+    excluded_from_disruption,
+    no_execute_taints,
+    node_taints,
+    parse_time,
+    pod_key,
+    pod_node,
+    pod_tolerations,
+    ready_status,
+    rfc3339,
+    zone_key,
+)
+from fleet.controllers.nodelifecycle.eviction import (
+    eviction_deadline,
+    pod_not_ready_patch,
+)
+from fleet.controllers.nodelifecycle.health import (
+    NodeHealth,
+    NodePlan,
+    grace_period,
+    observe_lease,
+    observe_node,
+    plan_node,
+)
+from fleet.controllers.nodelifecycle.taints import (
+    plan_taints,
+    with_no_execute,
+)
+from fleet.controllers.nodelifecycle.zones import (
+    DisruptionPlan,
+    TokenBucket,
+    plan_disruption,
+)
 
 log = logging.getLogger(__name__)
-
-LEASE_NAMESPACE = "kube-node-lease"
-
-TAINT_UNREACHABLE = "node.kubernetes.io/unreachable"
-TAINT_NOT_READY = "node.kubernetes.io/not-ready"
-TAINT_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
-NO_EXECUTE = "NoExecute"
-NO_SCHEDULE = "NoSchedule"
-# The NoExecute taints this controller owns (and may remove).
-CONTROLLER_NO_EXECUTE = (TAINT_UNREACHABLE, TAINT_NOT_READY)
-
-# TaintNodesByCondition: condition type -> status -> NoSchedule taint key.
-CONDITION_TAINTS: dict[str, dict[str, str]] = {
-    "Ready": {"False": TAINT_NOT_READY, "Unknown": TAINT_UNREACHABLE},
-    "MemoryPressure": {"True": "node.kubernetes.io/memory-pressure"},
-    "DiskPressure": {"True": "node.kubernetes.io/disk-pressure"},
-    "NetworkUnavailable": {"True": "node.kubernetes.io/network-unavailable"},
-    "PIDPressure": {"True": "node.kubernetes.io/pid-pressure"},
-}
-MANAGED_NO_SCHEDULE = frozenset({TAINT_UNSCHEDULABLE} | {k for m in CONDITION_TAINTS.values()
-                                                         for k in m.values()})
-
-# The conditions set to Unknown when a node goes silent (NetworkUnavailable is
-# the network plugin's, not the kubelet's, so it is left alone — as in k8s).
-KUBELET_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
-
-ZONE_LABEL = "topology.kubernetes.io/zone"
-REGION_LABEL = "topology.kubernetes.io/region"
-LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
-LEGACY_REGION_LABEL = "failure-domain.beta.kubernetes.io/region"
-EXCLUDE_DISRUPTION_LABEL = "node.kubernetes.io/exclude-disruption"
-
-STATE_INITIAL = "Initial"
-STATE_NORMAL = "Normal"
-STATE_PARTIAL = "PartialDisruption"
-STATE_FULL = "FullDisruption"
-
-NODE_CONTROLLER = "node-controller"
-TAINT_EVICTION_CONTROLLER = "taint-eviction-controller"
-POD_GC = "pod-garbage-collector"
-
-# eviction_deadline's answer for "now": an untolerated taint.
-EVICT_NOW = -math.inf
-
-
-@dataclass
-class NodeLifecycleConfig:
-    """Kubernetes' kube-controller-manager flags of the same names (seconds, nodes/s)."""
-
-    monitor_grace_period: float = 40.0
-    startup_grace_period: float = 60.0
-    # The longest the monitor sleeps without a reason (retries, periodic re-checks).
-    monitor_period: float = 5.0
-    eviction_rate: float = 0.1
-    secondary_eviction_rate: float = 0.01
-    unhealthy_zone_threshold: float = 0.55
-    large_cluster_size_threshold: int = 50
-    # Pods bound to a missing node are deleted after this long (default: the grace period).
-    orphan_quarantine: float | None = None
-    eviction_workers: int = 8
-    write_concurrency: int = 16
-    # After an informer event wakes the monitor, wait this long so a burst is one pass.
-    coalesce: float = 0.05
-    retry_backoff: float = 1.0
-
-    @property
-    def quarantine(self) -> float:
-        return self.monitor_grace_period if self.orphan_quarantine is None else self.orphan_quarantine
-
-
-# ---------------------------------------------------------------------------
-# Small pure helpers
-# ---------------------------------------------------------------------------
-
-rfc3339 = meta.format_time  # metav1.Time of a wall-clock time
-
-
-def parse_time(value: Any) -> float | None:
-    """An RFC 3339 timestamp (with or without fraction) as a Unix time; None if unparsable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        t = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=_dt.UTC)
-    return t.timestamp()
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")
-
-
-def _rv(obj: Mapping[str, Any]) -> str | None:
-    rv = (obj.get("metadata") or {}).get("resourceVersion")
-    return str(rv) if rv is not None else None
-
-
-def _rv_int(obj: Mapping[str, Any]) -> int:
-    try:
-        return int(_rv(obj) or -1)
-    except ValueError:
-        return -1
-
-
-def get_condition(obj: Mapping[str, Any], ctype: str) -> dict[str, Any] | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == ctype:
-            return c
-    return None
-
-
-def ready_status(node: Mapping[str, Any]) -> str | None:
-    """"True", "False", "Unknown", or None when the node never posted Ready."""
-    c = get_condition(node, "Ready")
-    return str(c.get("status")) if c is not None else None
-
-
-def node_taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
-
-
-def no_execute_taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in node_taints(node) if t.get("effect") == NO_EXECUTE]
-
-
-def zone_key(node: Mapping[str, Any]) -> str:
-    """Kubernetes' GetZoneKey: region and zone joined, "" when the node has neither."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    region = labels.get(REGION_LABEL) or labels.get(LEGACY_REGION_LABEL) or ""
-    zone = labels.get(ZONE_LABEL) or labels.get(LEGACY_ZONE_LABEL) or ""
-    if not region and not zone:
-        return ""
-    return f"{region}:\x00:{zone}"
-
-
-def excluded_from_disruption(node: Mapping[str, Any]) -> bool:
-    return EXCLUDE_DISRUPTION_LABEL in ((node.get("metadata") or {}).get("labels") or {})
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    return object_key(dict(pod))
-
-
-def pod_node(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("spec") or {}).get("nodeName") or "")
-
-
-def pod_tolerations(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in (pod.get("spec") or {}).get("tolerations") or [] if isinstance(t, dict)]
-
-
-# ---------------------------------------------------------------------------
-# Node health: when did we last see a sign of life?
-# ---------------------------------------------------------------------------
-
-@dataclass
-class NodeHealth:
-    """What the controller remembers about a node between passes.
-
-    `probe` is *our* (trio, monotonic) time of the last heartbeat we saw —
-    a change of the Lease's renewTime or of Ready's lastHeartbeatTime — never
-    the node's own timestamp.
-    """
-
-    probe: float
-    heartbeat: str | None = None  # Ready.lastHeartbeatTime as last seen
-    renew: str | None = None  # Lease spec.renewTime as last seen
-    stale: bool = False  # the last monitor pass judged the node silent
-    judged: bool = False  # the monitor has passed judgment once (start-up reset done)
-
-
-def _heartbeat(node: Mapping[str, Any]) -> str | None:
-    c = get_condition(node, "Ready")
-    hb = c.get("lastHeartbeatTime") if c is not None else None
-    return str(hb) if hb else None
-
-
-def observe_node(health: NodeHealth | None, node: Mapping[str, Any], now: float, *,
-                 renew: str | None = None) -> NodeHealth:
-    """The node's health after seeing `node` at `now` (k8s tryUpdateNodeHealth's bookkeeping).
-
-    The first sighting counts as a heartbeat: that is what gives every node one
-    grace period after the controller starts.  `renew` is the node's Lease
-    renewTime if the Lease was seen before the node.
-    """
-    hb = _heartbeat(node)
-    if health is None:
-        return NodeHealth(probe=now, heartbeat=hb, renew=renew)
-    if hb is not None and hb != health.heartbeat:
-        return replace(health, probe=now, heartbeat=hb)
-    return health
-
-
-def observe_lease(health: NodeHealth, renew_time: str | None, now: float) -> NodeHealth:
-    """A Lease renewal is a heartbeat.  Any *change* counts (not only a later
-    time), so a node whose clock stepped back is not declared dead for it."""
-    if renew_time and renew_time != health.renew:
-        return replace(health, probe=now, renew=renew_time)
-    return health
-
-
-def grace_period(node: Mapping[str, Any], cfg: NodeLifecycleConfig) -> float:
-    """A node that never posted Ready is still starting: it gets the startup grace."""
-    return cfg.monitor_grace_period if get_condition(node, "Ready") is not None else cfg.startup_grace_period
-
-
-def is_stale(health: NodeHealth, node: Mapping[str, Any], now: float, cfg: NodeLifecycleConfig) -> bool:
-    return now - health.probe >= grace_period(node, cfg)
-
-
-def unknown_conditions(node: Mapping[str, Any], stamp: str) -> list[dict[str, Any]] | None:
-    """The node's conditions with the kubelet's ones set to Unknown; None if already so.
-
-    Kubernetes' wording and reasons: NodeStatusUnknown / "Kubelet stopped
-    posting node status." for a condition the node had, NodeStatusNeverUpdated
-    for one it never posted (with lastHeartbeatTime = the node's creation).
-    """
-    conds = copy.deepcopy([c for c in (node.get("status") or {}).get("conditions") or []
-                           if isinstance(c, dict)])
-    by_type = {c.get("type"): c for c in conds}
-    changed = False
-    for ctype in KUBELET_CONDITIONS:
-        c = by_type.get(ctype)
-        if c is None:
-            conds.append({"type": ctype, "status": "Unknown", "reason": "NodeStatusNeverUpdated",
-                          "message": "Kubelet never posted node status.",
-                          "lastHeartbeatTime": (node.get("metadata") or {}).get("creationTimestamp"),
-                          "lastTransitionTime": stamp})
-            changed = True
-        elif c.get("status") != "Unknown":
-            c.update({"status": "Unknown", "reason": "NodeStatusUnknown",
-                      "message": "Kubelet stopped posting node status.", "lastTransitionTime": stamp})
-            changed = True
-    return conds if changed else None
-
-
-@dataclass(frozen=True)
-class NodePlan:
-    """The monitor's judgment of one node at one instant."""
-
-    stale: bool
-    ready: str | None  # Ready's status after the judgment ("Unknown" when stale)
-    conditions: list[dict[str, Any]] | None  # new conditions to write, or None
-    no_execute: str | None  # the controller NoExecute taint the node should carry, if any
-
-
-def plan_node(node: Mapping[str, Any], health: NodeHealth, now: float, stamp: str,
-              cfg: NodeLifecycleConfig, *, all_disrupted: bool = False) -> NodePlan:
-    """Judge one node: silent for its grace period → Unknown and unreachable;
-    reporting Ready=False → not-ready; otherwise no NoExecute taint.  While
-    every zone is fully disrupted no NoExecute taint is wanted anywhere."""
-    stale = is_stale(health, node, now, cfg)
-    conditions = unknown_conditions(node, stamp) if stale else None
-    ready = "Unknown" if stale else ready_status(node)
-    if all_disrupted:
-        target = None
-    elif stale:
-        target = TAINT_UNREACHABLE
-    elif ready == "False":
-        target = TAINT_NOT_READY
-    else:
-        target = None
-    return NodePlan(stale=stale, ready=ready, conditions=conditions, no_execute=target)
-
-
-# ---------------------------------------------------------------------------
-# Taints
-# ---------------------------------------------------------------------------
-
-def condition_taint_keys(node: Mapping[str, Any]) -> list[str]:
-    """The NoSchedule taints the node's conditions and spec.unschedulable call for (TaintNodesByCondition)."""
-    keys: list[str] = []
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if not isinstance(c, dict):
-            continue
-        key = CONDITION_TAINTS.get(str(c.get("type")), {}).get(str(c.get("status")))
-        if key and key not in keys:
-            keys.append(key)
-    if (node.get("spec") or {}).get("unschedulable") is True:
-        keys.append(TAINT_UNSCHEDULABLE)
-    return keys
-
-
-@dataclass(frozen=True)
-class TaintPlan:
-    taints: list[dict[str, Any]] | None  # the node's new spec.taints, or None if unchanged
-    queue_no_execute: bool  # the NoExecute taint must be added through the rate-limited queue
-
-
-def plan_taints(node: Mapping[str, Any], target: str | None, stamp: str, *,
-                reset: bool = False) -> TaintPlan:
-    """The node's taints after TaintNodesByCondition and the NoExecute decision.
-
-    `node` carries the conditions as they will be after this pass.  Taints
-    someone else owns are kept as they are, in order.  The NoExecute taint is
-    *removed* at once, *swapped* (unreachable ↔ not-ready) at once, but
-    *added* only through the rate-limited queue, as in Kubernetes.  `reset`
-    drops our NoExecute taints left from before the controller started
-    (Kubernetes' markNodeAsReachable for newly seen nodes): they are re-added,
-    with a fresh timeAdded, only once the node is judged again.
-    """
-    current = node_taints(node)
-    wanted_ns = condition_taint_keys(node)
-    out: list[dict[str, Any]] = []
-    have_ns: set[str] = set()
-    for t in current:
-        key, effect = t.get("key"), t.get("effect")
-        if effect == NO_SCHEDULE and key in MANAGED_NO_SCHEDULE:
-            if key in wanted_ns and key not in have_ns:
-                out.append(t)
-                have_ns.add(str(key))
-            continue
-        if effect == NO_EXECUTE and key in CONTROLLER_NO_EXECUTE:
-            continue  # decided below
-        out.append(t)
-    out.extend({"key": k, "effect": NO_SCHEDULE} for k in wanted_ns if k not in have_ns)
-
-    present = [t for t in current if t.get("effect") == NO_EXECUTE and t.get("key") in CONTROLLER_NO_EXECUTE]
-    if reset:
-        present = []
-    queue = False
-    if target is not None:
-        if present and all(t.get("key") == target for t in present):
-            out.append(present[0])  # already right: keep its timeAdded
-        elif present:
-            out.append({"key": target, "effect": NO_EXECUTE, "timeAdded": stamp})  # swap at once
-        else:
-            queue = True
-    return TaintPlan(taints=None if out == current else out, queue_no_execute=queue)
-
-
-def with_no_execute(node: Mapping[str, Any], target: str, stamp: str) -> list[dict[str, Any]] | None:
-    """The node's taints with `target` as the only controller NoExecute taint (None if so already)."""
-    current = node_taints(node)
-    out = [t for t in current if not (t.get("effect") == NO_EXECUTE and t.get("key") in CONTROLLER_NO_EXECUTE)]
-    kept = [t for t in current if t.get("effect") == NO_EXECUTE and t.get("key") == target]
-    out.append(kept[0] if kept else {"key": target, "effect": NO_EXECUTE, "timeAdded": stamp})
-    return None if out == current else out
-
-
-# ---------------------------------------------------------------------------
-# Taint eviction
-# ---------------------------------------------------------------------------
-
-def eviction_deadline(tolerations: Iterable[Mapping[str, Any]], taints: Iterable[Mapping[str, Any]],
-                      since: Callable[[Mapping[str, Any]], float]) -> float | None:
-    """When a pod with `tolerations` must leave a node with NoExecute `taints`.
-
-    Returns EVICT_NOW if some taint is not tolerated, None if every taint is
-    tolerated forever, else the wall-clock time: for each taint, the first
-    matching toleration's `tolerationSeconds` (<= 0 meaning at once, absent
-    meaning forever) counted from `since(taint)`; the earliest wins.  "First
-    matching" is Kubernetes' GetMatchingTolerations.
-    """
-    tols = [dict(t) for t in tolerations]
-    deadline: float | None = None
-    for taint in taints:
-        if taint.get("effect") != NO_EXECUTE:
-            continue
-        used = next((t for t in tols if toleration_matches(t, dict(taint))), None)
-        if used is None:
-            return EVICT_NOW
-        secs = used.get("tolerationSeconds")
-        if isinstance(secs, bool) or not isinstance(secs, int | float):
-            continue  # tolerated forever
-        at = since(taint) + max(float(secs), 0.0)
-        deadline = at if deadline is None else min(deadline, at)
-    return deadline
-
-
-def pod_not_ready_patch(pod: Mapping[str, Any], stamp: str) -> dict[str, Any] | None:
-    """MarkPodsNotReady: Ready=False for a pod whose Ready condition is not False already.
-
-    A pod without a Ready condition is left alone, as in Kubernetes.  The
-    patch carries the pod's resourceVersion, so it never overwrites a status
-    the node wrote after we looked.
-    """
-    c = get_condition(pod, "Ready")
-    if c is None or c.get("status") == "False":
-        return None
-    return {"metadata": {"resourceVersion": _rv(pod)},
-            "status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": stamp}]}}
-
-
-# ---------------------------------------------------------------------------
-# Zones, disruption and rate limits
-# ---------------------------------------------------------------------------
-
-def compute_zone_state(statuses: Iterable[str | None], threshold: float) -> tuple[int, str]:
-    """Kubernetes' ComputeZoneState: (not-ready count, state) for a zone's Ready statuses."""
-    ready = not_ready = 0
-    for s in statuses:
-        if s == "True":
-            ready += 1
-        else:
-            not_ready += 1
-    if ready == 0 and not_ready > 0:
-        return not_ready, STATE_FULL
-    if not_ready > 2 and not_ready / (not_ready + ready) >= threshold:
-        return not_ready, STATE_PARTIAL
-    return not_ready, STATE_NORMAL
-
-
-def zone_rate(state: str, size: int, cfg: NodeLifecycleConfig) -> float:
-    """How fast nodes of a zone in `state` may be tainted NoExecute (nodes per second)."""
-    if state == STATE_PARTIAL:
-        return cfg.secondary_eviction_rate if size > cfg.large_cluster_size_threshold else 0.0
-    # Normal, a fresh zone, and a fully disrupted zone while others are healthy
-    # (that zone is what failed: move its pods elsewhere) all use the normal rate.
-    return cfg.eviction_rate
-
-
-@dataclass(frozen=True)
-class DisruptionPlan:
-    states: dict[str, str]
-    rates: dict[str, float]
-    all_disrupted: bool
-    entered: bool  # every zone just became fully disrupted: remove NoExecute taints everywhere
-    exited: bool  # some node is Ready again after that: give every node a fresh grace period
-
-
-def plan_disruption(zone_statuses: Mapping[str, list[str | None]], previous: Mapping[str, str],
-                    cfg: NodeLifecycleConfig) -> DisruptionPlan:
-    """Kubernetes' handleDisruption over one pass's Ready statuses, per zone."""
-    if not zone_statuses:
-        # No node counts (none at all, or only excluded and registering ones): no
-        # disruption to speak of, and nothing to stop.
-        return DisruptionPlan({}, {}, False, False, False)
-    new = {z: compute_zone_state(s, cfg.unhealthy_zone_threshold)[1] for z, s in zone_statuses.items()}
-    all_are = all(s == STATE_FULL for s in new.values())
-    # Zones seen for the first time start Initial, so they count as "not fully
-    # disrupted before" (a cluster's first node coming up NotReady enters the mode).
-    prev = {z: previous.get(z, STATE_INITIAL) for z in zone_statuses}
-    all_were = all(s == STATE_FULL for s in prev.values())
-    sizes = {z: len(s) for z, s in zone_statuses.items()}
-    if all_are and all_were:
-        return DisruptionPlan(dict(prev), {z: 0.0 for z in new}, True, False, False)
-    if all_are:
-        return DisruptionPlan({z: STATE_FULL for z in new}, {z: 0.0 for z in new}, True, True, False)
-    rates = {z: zone_rate(s, sizes[z], cfg) for z, s in new.items()}
-    return DisruptionPlan(new, rates, False, False, all_were)
-
-
-class TokenBucket:
-    """client-go's token bucket rate limiter: `rate` tokens a second, `burst` at most, starts full.
-
-    A rate of 0 never grants (Kubernetes swaps in a "never" limiter to stop evictions).
-    """
-
-    def __init__(self, rate: float, now: float, burst: int = 1) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.tokens = float(burst)
-        self.stamp = now
-
-    def _refill(self, now: float) -> None:
-        if self.rate > 0 and now > self.stamp:
-            self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = max(self.stamp, now)
-
-    def try_take(self, now: float) -> bool:
-        self._refill(now)
-        if self.rate <= 0 or self.tokens < 1.0 - 1e-9:
-            return False
-        self.tokens = max(0.0, self.tokens - 1.0)
-        return True
-
-    def next_time(self, now: float) -> float | None:
-        """When the next token is there (None: never, at rate 0)."""
-        self._refill(now)
-        if self.rate <= 0:
-            return None
-        if self.tokens >= 1.0 - 1e-9:
-            return now
-        return now + (1.0 - self.tokens) / self.rate
-
-    def refund(self) -> None:
-        """Return a token whose work did not happen (a failed write)."""
-        self.tokens = min(float(self.burst), self.tokens + 1.0)
-
-    def set_rate(self, rate: float, now: float) -> None:
-        if rate == self.rate:
-            return
-        self._refill(now)
-        if self.rate <= 0 < rate:
-            self.tokens = float(self.burst)  # as k8s' SwapLimiter: a fresh, full bucket
-        self.rate = rate
-
-
-# ---------------------------------------------------------------------------
-# I/O
-# ---------------------------------------------------------------------------
-
-class ClusterAPI(Protocol):
-    """The writes the controller makes (ApiException 404/409 on failure)."""
-
-    async def get_node(self, name: str) -> dict[str, Any] | None: ...
-
-    async def patch_node(self, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]: ...
-
-    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
-
-    async def delete_pod(self, namespace: str, name: str, uid: str | None, *,
-                         grace_period: int | None = None) -> None: ...
-
-    async def create_event(self, namespace: str, event: dict[str, Any]) -> None: ...
-
-
-class ApiCluster:
-    """`ClusterAPI` over the real API client."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-
-    async def get_node(self, name: str) -> dict[str, Any] | None:
-        try:
-            return await self.client.get_object("v1", "nodes", name)
-        except ApiException as e:
-            if e.code == 404:
-                return None
-            raise
-
-    async def patch_node(self, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
-        return await self.client.patch("v1", "nodes", name, patch, MERGE_PATCH,
-                                       subresource="status" if status else None)
-
-    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return await self.client.patch("v1", "pods", name, patch, STRATEGIC_MERGE_PATCH, namespace,
-                                       subresource="status")
-
-    async def delete_pod(self, namespace: str, name: str, uid: str | None, *,
-                         grace_period: int | None = None) -> None:
-        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
-        if uid:
-            body["preconditions"] = {"uid": uid}
-        if grace_period is not None:
-            body["gracePeriodSeconds"] = grace_period
-        await self.client.delete("v1", "pods", name, namespace, body=body)
-
-    async def create_event(self, namespace: str, event: dict[str, Any]) -> None:
-        await self.client.create("v1", "events", event, namespace)
-
-    async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        await self.client.patch("v1", "events", name, patch, MERGE_PATCH, namespace)
-
-
-RETRYABLE = (ApiException, httpx.HTTPError, OSError)
-
-
-class _EventSink:
-    """What the shared event recorder writes through: the controller's `ClusterAPI`.
-
-    Repeats are bumped with `patch_event` where the API offers it; without it a
-    repeat is written as a new event (the recorder's answer to a 404)."""
-
-    def __init__(self, api: ClusterAPI) -> None:
-        self.api = api
-
-    async def create(self, api_version: str, plural: str, body: dict[str, Any], namespace: str) -> None:
-        await self.api.create_event(namespace, body)
-
-    async def patch(self, api_version: str, plural: str, name: str, body: dict[str, Any], ctype: str,
-                    namespace: str | None = None) -> None:
-        patch_event = getattr(self.api, "patch_event", None)
-        if patch_event is None:
-            raise ApiException({"reason": "NotFound", "message": "no event patches here"}, 404)
-        await patch_event(namespace or "default", name, body)
 
 
 @dataclass
@@ -908,7 +307,12 @@ class NodeLifecycleController:
 
     # -- the loops -----------------------------------------------------------------------
     async def run_loops(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Monitor, tainter, evictor and event writer, until cancelled (caches filled first)."""
+        """Monitor, tainter, evictor and event writer, until cancelled (caches filled first).
+
+        Run again after a crash (the manager supervises it) with the state the
+        informer handlers kept: evictions a cancelled worker held are free again."""
+        for ev in self.evictions.values():
+            ev.in_flight = False
         async with trio.open_nursery() as nursery:
             for recorder in self._recorders.values():
                 await nursery.start(recorder.run)
@@ -1351,24 +755,3 @@ def _fingerprint(node: Mapping[str, Any]) -> Any:
                          for c in (node.get("status") or {}).get("conditions") or [] if isinstance(c, dict)))
     return (conds, node_taints(node), (node.get("spec") or {}).get("unschedulable"), zone_key(node),
             EXCLUDE_DISRUPTION_LABEL in labels)
-
-
-async def run(config: ClientConfig, cfg: NodeLifecycleConfig | None = None, *,
-              task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Run the node lifecycle controller against the API at `config` until cancelled.
-
-    `started` fires once nodes, leases and pods are listed and the first
-    monitor pass is done.  The client is owned (and closed) here.
-    """
-    async with Client(config, user_agent="fleet-node-lifecycle") as client:
-        ctl = NodeLifecycleController(ApiCluster(client), cfg)
-        async with trio.open_nursery() as nursery:
-            # Nodes, then leases, then pods: every pod handler already sees its node.
-            me = "node-lifecycle"
-            await nursery.start(Informer(client, "v1", "nodes", ctl.on_node, component=me).run)
-            await nursery.start(Informer(client, "coordination.k8s.io/v1", "leases", ctl.on_lease,
-                                         field_selector=f"metadata.namespace={LEASE_NAMESPACE}",
-                                         component=me).run)
-            await nursery.start(Informer(client, "v1", "pods", ctl.on_pod, component=me).run)
-            await nursery.start(ctl.run_loops)
-            task_status.started()

@@ -1,0 +1,5 @@
+"""`python -m fleet.cli.kfleet`: the kfleet console script."""
+
+from fleet.cli.kfleet import main
+
+main()
