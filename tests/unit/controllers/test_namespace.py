@@ -315,3 +315,36 @@ async def test_leftovers_of_a_vanished_namespace_are_deleted(api):
     await poll(late_gone)
     code, held = await api.json("GET", f"{base}/held")
     assert code == 200 and held["metadata"].get("deletionTimestamp")
+
+
+async def test_a_failing_deletecollection_is_reported_and_retried(api):
+    from fleet.api import errors
+
+    await create_ns(api, "stuck")
+    code, out = await api.json("POST", "/api/v1/namespaces/stuck/configmaps",
+                               {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})
+    assert code == 201, out
+    strategies = api.server.resources.delete_strategies
+
+    async def refuse(info, route, old, opts, *, dry_run):  # type: ignore[no-untyped-def]
+        raise errors.InternalError("storage says no")
+
+    strategies[("", "configmaps")] = refuse
+    assert (await api.json("DELETE", "/api/v1/namespaces/stuck"))[0] == 200
+
+    async def failed() -> dict[str, Any] | None:
+        code, ns = await api.json("GET", "/api/v1/namespaces/stuck")
+        conds = {c["type"]: c for c in ns["status"].get("conditions") or []}
+        c = conds.get(CONTENT_FAILURE)
+        return conds if c and c["status"] == "True" else None
+    conds = await poll(failed)
+    assert conds[CONTENT_FAILURE]["reason"] == "ContentDeletionFailed"
+    assert conds[CONTENT_FAILURE]["message"] == (
+        "Failed to delete all resource types, 1 remaining: failed to delete configmaps.: storage says no")
+    assert conds[CONTENT_REMAINING]["message"] == "Some resources are remaining: configmaps. has 1 resource instances"
+    # The store recovers: the next pass empties and removes the namespace.
+    del strategies[("", "configmaps")]
+
+    async def gone() -> bool:
+        return (await api.json("GET", "/api/v1/namespaces/stuck"))[0] == 404
+    await poll(gone)
