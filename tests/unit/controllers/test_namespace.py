@@ -19,6 +19,7 @@ from fleet.controllers.namespace import (
     DISCOVERY_FAILURE,
     FINALIZERS_REMAINING,
     ContentTotals,
+    NamespaceController,
     count_remaining,
     deletable,
     failure_conditions,
@@ -96,6 +97,19 @@ def test_count_remaining_totals_items_and_their_finalizers():
     count_remaining(totals, "jobs.batch", [{"metadata": {"name": "c", "finalizers": ["x/y"]}}])
     assert totals.remaining == Counter({"pods.": 2, "jobs.batch": 1})
     assert totals.finalizers == Counter({"x/y": 2, "z/w": 1})
+
+
+@pytest.mark.parametrize(("etype", "old", "new", "queued"), [
+    ("ADDED", None, ns(deleting=False), []),
+    ("ADDED", None, ns(), ["/n"]),  # left Terminating by a restart: resumed
+    ("MODIFIED", ns(deleting=False), ns(), ["/n"]),
+    ("MODIFIED", ns(), ns(spec_fins=[], md_fins=[FG]), ["/n"]),
+    ("DELETED", ns(), None, ["/n"]),  # gone: its leftovers go too
+])
+async def test_namespace_events_queue_what_is_being_deleted(etype, old, new, queued):
+    c = NamespaceController()
+    c.on_namespace(etype, old, new)
+    assert [await c.queue.get() for _ in range(len(c.queue))] == queued
 
 
 LEFT = ContentTotals(remaining=Counter({"pods.": 1}))
