@@ -131,7 +131,7 @@ def namespace_not_finalized(obj: dict[str, Any]) -> bool:
     Removing the last metadata finalizer deletes an object; Kubernetes keeps a
     namespace until its `spec.finalizers` are empty as well, and Fleet's store
     does not know about spec.finalizers, so the collector holds its own
-    finalizer back until the namespace lifecycle has emptied the namespace
+    finalizer back until the namespace controller has emptied the namespace
     (it clears spec.finalizers then)."""
     if obj.get("kind") != "Namespace" or str(obj.get("apiVersion")) != "v1":
         return False

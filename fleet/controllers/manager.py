@@ -1,9 +1,9 @@
 """The controller manager: which controllers `fleet server` runs (in one nursery).
 
 Each controller is a class following `fleet.controllers.runtime.Controller`; the
-list below is the whole set — node lifecycle (`nodelifecycle`) and node IPAM
-(`nodeipam`) included: they share the manager's informers and are supervised by it
-like the others.  The manager is one task of the server; with several servers it is
+list below is the whole set — node lifecycle (`nodelifecycle`), node IPAM
+(`nodeipam`) and namespace finalization (`namespace`) included: they share the
+manager's informers and are supervised by it like the others.  The manager is one task of the server; with several servers it is
 the part that will run only on the lease holder.
 """
 
@@ -28,6 +28,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
     from fleet.controllers.garbagecollector import GarbageCollector
     from fleet.controllers.hpa import HorizontalPodAutoscalerController
     from fleet.controllers.job import JobController
+    from fleet.controllers.namespace import NamespaceController
     from fleet.controllers.nodeipam import NodeIPAM
     from fleet.controllers.nodelifecycle import NodeLifecycle
     from fleet.controllers.replicaset import ReplicaSetController
@@ -37,7 +38,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
 
     return [
         NodeIPAM(node_ipam), NodeLifecycle(node_lifecycle),
-        ServiceAccountController(),
+        NamespaceController(), ServiceAccountController(),
         GarbageCollector(),
         ReplicaSetController(), DeploymentController(),
         StatefulSetController(),

@@ -2,7 +2,9 @@
 
 Kubernetes splits cascading deletion between the API server and the garbage
 collector (fleet/controllers/garbagecollector.py).  The API server's half lives
-here, so the REST handler and the namespace lifecycle share one definition:
+here, so every DELETE path (one object, deletecollection — the namespace
+controller's Background sweep of a Terminating namespace — and eviction)
+shares one definition:
 
 * **Background** (the default for almost every kind): the owner goes now; the
   collector later deletes the dependents whose owners are all gone.

@@ -4,10 +4,11 @@ A request path is parsed into a `Route` (group, version, namespace, plural,
 name, subresource); the kind's `KindInfo` then drives everything: defaulting,
 validation, tables, scale, status.  What differs per kind is a strategy, never
 a branch on a kind's name: fields of the `KindInfo` (`status_on_create`,
-`delete_grace` — the Pod's graceful deletion),
-and two tables on `ResourceAPI` — the POSTed subresources (`pods/binding`,
-`pods/eviction`) and the kinds whose DELETE is their own (a namespace starts
-finalization instead of being removed at once).  Resources served by a handler of their own
+`delete_grace` — the Pod's graceful deletion), and three tables on
+`ResourceAPI` — the POSTed subresources (`pods/binding`, `pods/eviction`), the
+PUT ones (`namespaces/finalize`) and the kinds whose DELETE is their own (a
+namespace starts finalization instead of being removed at once).  Resources
+served by a handler of their own
 (nodes' `drain`/`schedulable`, metrics.k8s.io, autoscaling/v1) are a table in
 app.py.
 
@@ -54,22 +55,23 @@ class ResourceAPI(WriteVerbs, SubresourceVerbs):
     """The generic handlers.  One instance per server."""
 
     def __init__(self, store: Store, registry: Registry, admission: AdmissionChain,
-                 namespace_finalizer: trio.MemorySendChannel | None = None,
                  namespaces: NamespaceCache | None = None) -> None:
         self.store = store
         self.namespaces = namespaces
         self.registry = registry
         self.admission = admission
-        self._ns_finalizer = namespace_finalizer
         # The disruption-budget seam of the eviction subresource (see eviction.py).
         self.budgets = eviction.DisruptionBudgets(store, registry)
         # Per-kind strategies as tables (Kubernetes' rest.Storage per resource), so
         # the generic handlers below never branch on a kind's name: the POSTed
-        # subresources by (group, plural, subresource), and the kinds whose
+        # and PUT subresources by (group, plural, subresource), and the kinds whose
         # DELETE is not the generic one (a namespace starts finalization).
         self.create_subresources: dict[tuple[str, str, str], Any] = {
             ("", "pods", "binding"): self.bind,
             ("", "pods", "eviction"): self.evict,
+        }
+        self.update_subresources: dict[tuple[str, str, str], Any] = {
+            ("", "namespaces", "finalize"): self._finalize_namespace,
         }
         self.delete_strategies: dict[tuple[str, str], Any] = {
             ("", "namespaces"): self._delete_namespace,

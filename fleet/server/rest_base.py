@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
-
 from fleet.admission import AdmissionChain
 from fleet.api import errors, meta, schema, typecheck
 from fleet.api.registry import KindInfo, Registry
@@ -33,9 +31,9 @@ class ResourceBase:
     namespaces: NamespaceCache | None
     registry: Registry
     admission: AdmissionChain
-    _ns_finalizer: trio.MemorySendChannel | None
     budgets: eviction.DisruptionBudgets
     create_subresources: dict[tuple[str, str, str], Any]
+    update_subresources: dict[tuple[str, str, str], Any]
     delete_strategies: dict[tuple[str, str], Any]
 
     # ----------------------------------------------------------------- helpers

@@ -1,7 +1,9 @@
 """The writing verbs of the generic REST handlers: create, update, patch (JSON,
 merge, strategic merge and apply patches) through one optimistic-concurrency
 write loop, and delete / deletecollection with their per-kind strategies
-(graceful pods in deletion.py, a namespace's finalization here).
+(graceful pods in deletion.py, a namespace's finalization here), and the
+namespace's `finalize` subresource through which the namespace controller
+(fleet/controllers/namespace.py) hands a namespace it has emptied back.
 """
 
 from __future__ import annotations
@@ -99,6 +101,9 @@ class WriteVerbs(ResourceBase):
 
     async def update(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
         assert route.name is not None
+        handler = self.update_subresources.get((info.group, info.plural, route.subresource))
+        if handler is not None:
+            return await handler(info, route, req, user)
         decoded = decode_request(req)
         body = decoded.value
         if route.subresource == "scale":
@@ -274,8 +279,9 @@ class WriteVerbs(ResourceBase):
                                 *, dry_run: bool) -> Resp:
         """Start a namespace's finalization: deletionTimestamp, phase Terminating and
         the GC finalizers the options ask for, in one write; the namespace
-        lifecycle task (nslifecycle.py) then empties it and removes it.  A repeated
-        DELETE only rewrites the GC finalizers, as for any object."""
+        controller (fleet/controllers/namespace.py) then empties it and hands it
+        back through `finalize`.  A repeated DELETE only rewrites the GC
+        finalizers, as for any object."""
         assert route.name is not None
         if route.name in PROTECTED_NAMESPACES:
             raise errors.Forbidden(f'namespaces "{route.name}" is forbidden: this namespace may not be deleted',
@@ -309,9 +315,50 @@ class WriteVerbs(ResourceBase):
             raise conflict(info, route.name) from None
         except KeyNotFound:
             raise not_found(info, route.name) from None
-        if self._ns_finalizer is not None:
-            self._ns_finalizer.send_nowait(route.name)
         return Resp.json(code, stored)
+
+    async def _finalize_namespace(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
+        """PUT namespaces/{name}/finalize: kube-apiserver's FinalizeREST.
+
+        Only `spec.finalizers` is taken from the body (everything else stays as
+        stored; the body's resourceVersion, if any, is a precondition).  As
+        kube-apiserver's ShouldDeleteNamespaceDuringUpdate: a namespace being
+        deleted whose update leaves it with neither spec nor metadata finalizers
+        is removed — the namespace controller's last finalize ends the namespace;
+        with metadata finalizers left (`foregroundDeletion`) their owner's final
+        update does (the store's rule for removing a last finalizer)."""
+        assert route.name is not None
+        obj = self.check_type(info, decode_request(req).value)
+        md = obj["metadata"]
+        if md.get("name") and md["name"] != route.name:
+            raise errors.BadRequest(f"the name of the object ({md['name']}) does not match the name on "
+                                    f"the URL ({route.name})")
+        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+        finalizers = spec.get("finalizers")
+        if finalizers is not None and not (isinstance(finalizers, list)
+                                           and all(isinstance(f, str) for f in finalizers)):
+            raise errors.BadRequest("spec.finalizers must be a list of strings")
+
+        def build(old: dict[str, Any]) -> dict[str, Any]:
+            old.setdefault("spec", {})["finalizers"] = list(finalizers or [])
+            return old
+
+        resp = await self._write(info, route, req, user, build, parse_rv(md.get("resourceVersion")), None,
+                                 verb="update")
+        if is_dry_run(req):
+            return resp
+        stored = json.loads(resp.body)  # type: ignore[arg-type]
+        smd = stored["metadata"]
+        if smd.get("deletionTimestamp") and not smd.get("finalizers") and \
+                not (stored.get("spec") or {}).get("finalizers"):
+            try:
+                stored, _ = await self.store.delete(info.key(None, route.name), expected_uid=smd.get("uid"),
+                                                    expected_revision=int(smd["resourceVersion"]))
+            except (KeyNotFound, RevisionConflict):
+                # Gone already, or written since: that writer's namespace is the
+                # current one, and the controller finalizes again on its event.
+                pass
+        return Resp.json(200, stored)
 
     async def delete_collection(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
         ls, fs = self.selectors(info, req)

@@ -1,4 +1,4 @@
-"""`fleet server`: the store, the API, metrics and namespace lifecycle in one nursery.
+"""`fleet server`: the store, the API, metrics and the controller manager in one nursery.
 
 Start-up order follows nesting (DESIGN.md): the store opens first and closes
 last; the API and metrics listeners start only after the default namespaces
@@ -38,7 +38,7 @@ from fleet.client import ClientConfig
 from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.controllers.nodelifecycle import NodeLifecycleConfig
-from fleet.server import limits, nslifecycle
+from fleet.server import limits
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
 from fleet.server.nscache import NamespaceCache
@@ -222,8 +222,6 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
         async with trio.open_nursery() as nursery:
             if handle_signals:
                 nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)
-            ns_send, ns_recv = trio.open_memory_channel[str](1000)
-            await nursery.start(_supervised("namespace-lifecycle", nslifecycle.run, store, registry, ns_recv))
             namespaces = NamespaceCache()
             await nursery.start(_supervised("namespace-cache", namespaces.run, store))
             await nursery.start(_supervised("memory-trim", memory.trim_periodically))
@@ -245,7 +243,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                       not_ready_seconds=cfg.default_not_ready_toleration_seconds,
                                       unreachable_seconds=cfg.default_unreachable_toleration_seconds)
             api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), admission,
-                            ResourceAPI(store, registry, admission, ns_send, namespaces), metrics, watches,
+                            ResourceAPI(store, registry, admission, namespaces), metrics, watches,
                             f"{host}:{cfg.port}")
             # Server-side drains (nodes/{name}/drain): resumes the ones a restart interrupted.
             await nursery.start(_supervised("maintenance", api.maintenance.run))

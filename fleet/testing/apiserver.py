@@ -3,7 +3,14 @@
 `open_api(tmp_path)` opens a SQLite store, registers the built-in kinds,
 creates the default namespaces and yields an `InProcessAPI` whose `call`
 runs one request through `APIServer.handle` — authentication included (it
-sends the admin token unless told otherwise).
+sends the admin token unless told otherwise).  `InProcessAPI.client()` is a
+real `fleet.client.Client` over the same path (no watches: a streamed answer
+is refused).
+
+Unless told otherwise, `open_api` also runs the namespace controller
+(fleet/controllers/namespace.py) over that client, fed from a store watch on
+namespaces instead of an informer — what the controller manager does for a
+real server — so that deleting a namespace ends as it does in a cluster.
 """
 
 from __future__ import annotations
@@ -14,12 +21,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 
 from fleet.admission import AdmissionChain, builtin_chain
+from fleet.api import meta
 from fleet.api.registry import default_registry
 from fleet.auth import ADMIN, AllowAll, TokenAuthenticator
-from fleet.server import nslifecycle
+from fleet.client import Client, ClientConfig
+from fleet.controllers.namespace import NamespaceController
+from fleet.controllers.runtime import Context
 from fleet.server.app import APIServer
 from fleet.server.drain import NodeMaintenance
 from fleet.server.http import Req, Resp
@@ -28,7 +39,7 @@ from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI
 from fleet.server.run import ensure_default_namespaces, ensure_system_priority_classes
 from fleet.server.watch import WatchCounter
-from fleet.store import open_store
+from fleet.store import DELETED, Store, open_store
 
 TOKEN = "test-token"
 
@@ -52,6 +63,21 @@ class InProcessAPI:
         resp, _, _ = await self.server.handle(Req(method, path, dict(query or {}), h, raw))
         return resp
 
+    def client(self, token: str = TOKEN) -> Client:
+        """A `fleet.client.Client` whose requests run through `APIServer.handle`."""
+        async def handle(request: httpx.Request) -> httpx.Response:
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            req = Req(request.method, request.url.path, dict(request.url.params), headers, await request.aread(),
+                      raw_query=request.url.query.decode())
+            resp, _, _ = await self.server.handle(req)
+            if not isinstance(resp.body, bytes):
+                raise NotImplementedError("streamed answers (watch, log) are not served in process")
+            return httpx.Response(resp.status, headers={"content-type": resp.content_type, **resp.headers},
+                                  content=resp.body)
+
+        return Client(ClientConfig(server="http://in-process", token=token),
+                      transport=httpx.MockTransport(handle))
+
     async def json(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
         resp = await self.call(method, path, body, **kw)
         assert isinstance(resp.body, bytes), "streaming response; use call()"
@@ -60,26 +86,55 @@ class InProcessAPI:
 
 @asynccontextmanager
 async def open_api(data_dir: Path, *, builtin_admission: bool = False, maintenance: bool = False,
-                   **store_kw: Any) -> AsyncIterator[InProcessAPI]:
+                   namespace_controller: bool = True, **store_kw: Any) -> AsyncIterator[InProcessAPI]:
     """The API over a fresh store.  `builtin_admission` runs `fleet server`'s admission
     chain (Priority, DefaultTolerationSeconds) instead of an empty one;
-    `maintenance` runs the node drain runner (nodes/{name}/drain) with short intervals."""
+    `maintenance` runs the node drain runner (nodes/{name}/drain) with short intervals;
+    `namespace_controller` runs the namespace controller (see the module docstring)."""
     async with open_store(Path(data_dir) / "fleet.db", **store_kw) as store:
         registry = default_registry()
         await ensure_default_namespaces(store, registry)
         await ensure_system_priority_classes(store, registry)
         async with trio.open_nursery() as nursery:
-            send, recv = trio.open_memory_channel[str](100)
-            await nursery.start(nslifecycle.run, store, registry, recv)
             namespaces = NamespaceCache()
             await nursery.start(namespaces.run, store)
             watches = WatchCounter()
             admission = builtin_chain(store) if builtin_admission else AdmissionChain()
-            resources = ResourceAPI(store, registry, admission, send, namespaces)
+            resources = ResourceAPI(store, registry, admission, namespaces)
             server = APIServer(store, registry, TokenAuthenticator({TOKEN: ADMIN}), AllowAll(), admission,
                                resources, Metrics(store.stats, lambda: watches.open), watches, "127.0.0.1:0",
                                maintenance=NodeMaintenance(resources, poll_interval=0.05, retry_interval=0.2))
             if maintenance:
                 await nursery.start(server.maintenance.run)
-            yield InProcessAPI(server)
+            api = InProcessAPI(server)
+            if namespace_controller:
+                await nursery.start(run_namespace_controller, api)
+            yield api
             nursery.cancel_scope.cancel()
+
+
+async def run_namespace_controller(api: InProcessAPI, controller: NamespaceController | None = None, *,
+                                   task_status: trio.TaskStatus[NamespaceController] = trio.TASK_STATUS_IGNORED
+                                   ) -> None:
+    """The namespace controller over `api.client()`, its events from a store watch:
+    the namespaces stored now (a Terminating one is resumed), then every change."""
+    controller = controller or NamespaceController()
+    async with api.client() as client:
+        controller.ctx = Context(client=client, informers=None)  # type: ignore[arg-type]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_feed_namespaces, api.store, controller)
+            nursery.start_soon(controller.run, controller.ctx)
+            task_status.started(controller)
+
+
+async def _feed_namespaces(store: Store, controller: NamespaceController) -> None:
+    prefix = meta.store_key("", "namespaces", None)
+    listed = await store.list(prefix)
+    watch = await store.watch(prefix, from_revision=listed.revision)
+    for ns in listed.items:
+        controller.on_namespace("ADDED", None, ns)
+    async for ev in watch:
+        if ev.type == DELETED:
+            controller.on_namespace(ev.type, ev.obj, None)
+        else:
+            controller.on_namespace(ev.type, ev.prev, ev.obj)

@@ -72,7 +72,7 @@ def validate_namespace(obj: dict[str, Any], old: dict[str, Any] | None) -> list[
 
 NAMESPACE = KindInfo(
     group="", version="v1", kind="Namespace", plural="namespaces", singular="namespace",
-    namespaced=False, short_names=("ns",), subresources=("status",),
+    namespaced=False, short_names=("ns",), subresources=("status", "finalize"),
     columns=(col("Status", lambda o: d(o, "status").get("phase", ""),
                  description="The status of the namespace"),),
     default=default_namespace, validate=validate_namespace,

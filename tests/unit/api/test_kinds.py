@@ -17,7 +17,7 @@ REG = default_registry()
 
 IDENTITY = [
     # group, version, kind, plural, singular, namespaced, shortNames, categories, subresources
-    ("", "v1", "Namespace", "namespaces", "namespace", False, ("ns",), (), ("status",)),
+    ("", "v1", "Namespace", "namespaces", "namespace", False, ("ns",), (), ("status", "finalize")),
     ("", "v1", "Pod", "pods", "pod", True, ("po",), ("all",),
      ("status", "binding", "log", "exec", "attach", "eviction")),
     ("", "v1", "Node", "nodes", "node", False, ("no",), (), ("status", "drain", "schedulable")),

@@ -262,7 +262,7 @@ async def test_namespace_delete_takes_gc_finalizers_and_answers_200(api):
     code, body = await api.json("DELETE", "/api/v1/namespaces/fg", {"propagationPolicy": "Foreground"})
     assert code == 200
     assert body["status"]["phase"] == "Terminating" and body["metadata"]["finalizers"] == [FG]
-    # Emptied, the namespace lifecycle clears its own token and leaves the
+    # Emptied, the namespace controller clears its own token and leaves the
     # namespace to the collector's finalizer.
     with trio.fail_after(10):
         while True:

@@ -89,3 +89,44 @@ async def test_graceful_delete_is_the_kinds_strategy(api) -> None:
     assert (await api.json("DELETE", "/api/v1/namespaces/default/configmaps/b"))[0] == 200
     code, cm = await api.json("GET", "/api/v1/namespaces/default/configmaps/b")
     assert code == 200 and cm["metadata"]["deletionGracePeriodSeconds"] == 5
+
+
+async def test_update_subresource_table_serves_namespace_finalize(tmp_path) -> None:
+    # Without the namespace controller, so that only the subresource acts.
+    async with open_api(tmp_path, namespace_controller=False) as api:
+        assert set(api.server.resources.update_subresources) == {("", "namespaces", "finalize")}
+        code, doc = await api.json("GET", "/api/v1")
+        fin = next(r for r in doc["resources"] if r["name"] == "namespaces/finalize")
+        assert fin["verbs"] == ["update"] and fin["kind"] == "Namespace"
+        code, ns = await api.json("POST", "/api/v1/namespaces", {"metadata": {"name": "f"}})
+        assert code == 201 and ns["spec"]["finalizers"] == ["kubernetes"]
+        path = "/api/v1/namespaces/f/finalize"
+        # Only spec.finalizers is taken from the body; the namespace stays while not deleted.
+        body = {"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "f", "labels": {"x": "y"}, "resourceVersion": ns["metadata"]["resourceVersion"]},
+                "spec": {"finalizers": ["example.com/a"]}, "status": {"phase": "Terminating"}}
+        code, out = await api.json("PUT", path, body)
+        assert code == 200, out
+        assert out["spec"]["finalizers"] == ["example.com/a"] and out["status"]["phase"] == "Active"
+        assert "x" not in (out["metadata"].get("labels") or {})
+        # The body's resourceVersion is a precondition.
+        assert (await api.json("PUT", path, body))[0] == 409
+        assert (await api.json("PUT", "/api/v1/namespaces/f/finalize", {"metadata": {"name": "g"}}))[0] == 400
+        # Being deleted with metadata finalizers: a finalize to [] keeps it for their owner ...
+        code, _ = await api.json("DELETE", "/api/v1/namespaces/f", {"propagationPolicy": "Foreground"})
+        assert code == 200
+        code, out = await api.json("PUT", path, {"metadata": {"name": "f"}, "spec": {"finalizers": []}})
+        assert code == 200 and out["metadata"]["finalizers"] == ["foregroundDeletion"]
+        assert (await api.json("GET", "/api/v1/namespaces/f"))[0] == 200
+        # ... whose last finalizer's removal ends it.
+        code, _ = await api.json("PATCH", "/api/v1/namespaces/f", {"metadata": {"finalizers": None}},
+                                 content_type="application/merge-patch+json")
+        assert code == 200
+        assert (await api.json("GET", "/api/v1/namespaces/f"))[0] == 404
+        # Being deleted with nothing else holding it: the finalize removes it.
+        assert (await api.json("POST", "/api/v1/namespaces", {"metadata": {"name": "h"}}))[0] == 201
+        assert (await api.json("DELETE", "/api/v1/namespaces/h"))[0] == 200
+        code, out = await api.json("PUT", "/api/v1/namespaces/h/finalize",
+                                   {"metadata": {"name": "h"}, "spec": {"finalizers": []}})
+        assert code == 200 and out["metadata"]["name"] == "h"
+        assert (await api.json("GET", "/api/v1/namespaces/h"))[0] == 404
