@@ -12,6 +12,9 @@ So the paths are the kubelet's and need no translation on the way:
     GET /stats/summary                                     the kubelet's Summary API shape
     GET /metrics/resource                                  cpu/memory counters (Prometheus
                                                            text), scraped by the API server
+    GET /metrics                                           the agent's own counters (Prometheus
+                                                           text): restarts, skipped objects,
+                                                           clean-up failures
     GET /healthz                                           "ok", no authentication
 
 (`{container}` may be left out when the pod has exactly one container.)  Every other
@@ -729,6 +732,16 @@ def create_app(locator: ContainerLocator, *, token: str, node_name: str = "",
     async def metrics_resource() -> Response:
         return Response(await resource_metrics(locator),
                         content_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.route("/metrics")
+    async def metrics() -> Response:
+        # The process-wide registry (fleet._core.supervise): what `fleet server`
+        # shows on its /metrics for the built-in agent, for a standalone one too.
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        from fleet._core.supervise import REGISTRY
+
+        return Response(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
 
     for rule, handler in (extra_routes or {}).items():
         methods, path = split_rule(rule)

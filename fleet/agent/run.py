@@ -9,9 +9,17 @@ Start-up order, each step `nursery.start`-ed so the next one can rely on it:
 3. the pod network: the node's pod CIDR (waited for when the server has not
    assigned one yet) and the network driver — or none, for `network_driver=None`
    (pods then share the node's network and report its address, like hostNetwork);
-4. pod sync: recovery of surviving containers, then list + watch;
-5. the agent API (logs, exec, attach, stats) on `cfg.port`, when
+4. start-time garbage collection (`fleet.agent.inventory.collect_garbage`): every
+   container, shim, pod netns, veth, mount and cgroup of this agent that no pod
+   bound to the node owns any more is removed (a pod deleted while the agent was
+   down, a crash mid-teardown), so nothing leaks across restarts;
+5. pod sync: recovery of surviving containers, then list + watch;
+6. the agent API (logs, exec, attach, stats) on `cfg.port`, when
    `fleet.agent.api` is part of this build.
+
+Before anything else the agent writes its record, `<data_dir>/agent.json` (pid and
+its `/proc` start time, node name, netns dir, bridge and nftables table): the pid
+file `fleet killall` reads to find this agent's process and node-level resources.
 
 `task_status.started(AgentInfo)` comes once registered and syncing.  Cancelling
 the nursery stops the agent but *not* the containers: they live under their
@@ -27,9 +35,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 
-from fleet.agent import api, imagegc
+from fleet.agent import api, imagegc, inventory
 from fleet.agent import env as agent_env
 from fleet.agent import volumes as agent_volumes
 from fleet.agent.config import AgentConfig
@@ -37,6 +46,7 @@ from fleet.agent.events import EventRecorder
 from fleet.agent.node import NodeAgent
 from fleet.agent.sync import PodSync
 from fleet.agent.worker import StoreImages, WorkerEnv
+from fleet.client import ApiException
 from fleet.runtime.driver import select_driver
 from fleet.server.limits import ClientTimeouts
 
@@ -56,7 +66,11 @@ class AgentInfo:
 def make_network(cfg: AgentConfig, pod_cidr: str) -> Any:
     from fleet.network import NetworkConfig, create_driver
 
-    options = {"bridge": cfg.bridge_name} if cfg.bridge_name else {}
+    # A bridge of its own also gets an nftables table of its own, so agents with
+    # different bridges on one machine never replace each other's rules.
+    options: dict[str, Any] = ({"bridge": cfg.bridge_name,
+                                "nft_table": inventory.nft_table_for(cfg.bridge_name)}
+                               if cfg.bridge_name else {})
     state = cfg.data_dir / "network"
     state.mkdir(parents=True, exist_ok=True)
     assert cfg.network_driver
@@ -72,6 +86,10 @@ async def run(cfg: AgentConfig, *,
 
     cfg.data_dir = Path(cfg.data_dir)
     await trio.to_thread.run_sync(lambda: cfg.data_dir.mkdir(parents=True, exist_ok=True))
+    bridge = (cfg.bridge_name or "fleet0") if cfg.network_driver == "bridge" else None
+    record = inventory.current_record(cfg.data_dir, node_name=cfg.node_name,
+                                      netns_dir=cfg.netns_dir, bridge=bridge)
+    await trio.to_thread.run_sync(inventory.write_record, cfg.data_dir, record)
     prefer = None if cfg.driver in ("", "auto") else cfg.driver
     driver = select_driver(cfg.data_dir / "runtime", prefer=prefer)
     store = await ImageStore.open(cfg.data_dir / "images")
@@ -93,6 +111,7 @@ async def run(cfg: AgentConfig, *,
                         node_allocatable=lambda: _allocatable(node),
                         events=EventRecorder(client, cfg.node_name))
         sync = PodSync(cfg.node_name, env)
+        await collect_garbage(client, cfg, record)
         async with trio.open_nursery() as n:
             # The driver's helpers (the warm shim launcher) and the event sender
             # before any pod starts.
@@ -124,6 +143,30 @@ async def run(cfg: AgentConfig, *,
             task_status.started(AgentInfo(node_name=cfg.node_name, address=node.address,
                                           driver=driver.name, pod_cidr=pod_cidr,
                                           api_url=api_url, sync=sync))
+
+
+async def collect_garbage(client: Any, cfg: AgentConfig, record: inventory.AgentRecord) -> None:
+    """Remove what no pod bound to this node owns (see `fleet.agent.inventory`).
+
+    Runs before pod sync, so no worker is creating anything meanwhile; a pod bound
+    after the list has nothing on the machine yet, so nothing of it can be removed."""
+    backoff = 0.5
+    while True:
+        try:
+            res = await client.list("v1", "pods", field_selector=f"spec.nodeName={cfg.node_name}")
+            break
+        except (ApiException, httpx.TransportError, OSError) as e:
+            log.warning("garbage collection: listing pods failed: %s; retrying in %.1fs",
+                        e, backoff)
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, 10.0)
+    live = {str((p.get("metadata") or {}).get("uid") or "") for p in res.get("items") or []
+            if isinstance(p, dict)} - {""}
+    report = await trio.to_thread.run_sync(
+        lambda: inventory.collect_garbage(cfg.data_dir, live, record))
+    if report.removed or report.errors:
+        log.info("garbage collection: removed %d leftover(s), %d could not be removed "
+                 "(see the warnings above)", len(report.removed), len(report.errors))
 
 
 def _allocatable(node: NodeAgent) -> dict[str, Any] | None:

@@ -43,6 +43,13 @@ lifecycle handlers (`fleet.agent.hooks.run_lifecycle_hook`) run exec actions thr
 `Driver.exec`; the runner's ready/started flags are the container's `ready`/`started`,
 which status.py turns into the ContainersReady and Ready conditions.
 
+The worker is spread over modules by job: `containerspec.py` (Kubernetes' rules for
+command, env, resources, user, restarts, grace), `images.py` (the `ImageProvider` the
+worker pulls through), `sandbox.py` (the `[sandbox]` step, a mixin) and `teardown.py`
+(`[terminating]`, `[torn down]` and the final delete, a mixin); this module keeps the
+lifecycle, the containers' loops, probes, hooks and status, and re-exports the names
+that used to live here.
+
 Status is written through `pods/{name}/status` by one reporter task, only when it
 differs from the last report in more than timestamps; changes made while a write is in
 flight go out together in the next one (`status_min_interval` adds a pause, off by
@@ -56,24 +63,34 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 import trio
 
+from fleet.agent import inventory
+from fleet.agent.containerspec import (
+    DEFAULT_GRACE,
+    container_resources,
+    container_user,
+    grace_period,
+    image_env,
+    machine_allocatable,
+    plain_env,
+    resolve_argv,
+    restart_wanted,
+)
 from fleet.agent.hooks import HookResult, run_lifecycle_hook
-from fleet.agent.node import read_meminfo
+from fleet.agent.images import ImageInfo, ImageProvider, StoreImages
 from fleet.agent.probes import ExecInContainer, ProbeFailure, ProbeRunner
+from fleet.agent.sandbox import PodSandbox
 from fleet.agent.status import ContainerView, build_pod_status, status_changed
+from fleet.agent.teardown import PodTeardown
 from fleet.api import meta
-from fleet.api.expansion import expand_vars
-from fleet.api.quantity import int_value, milli_value
 from fleet.client import MERGE_PATCH, ApiException
 from fleet.runtime.driver import (
     ContainerHandle,
@@ -81,12 +98,8 @@ from fleet.runtime.driver import (
     ContainerStatus,
     Driver,
     ExitStatus,
-    Mount,
-    Resources,
     RuntimeDriverError,
     Sandbox,
-    SandboxSpec,
-    User,
 )
 
 log = logging.getLogger(__name__)
@@ -102,70 +115,12 @@ BACKOFF_INITIAL = 10.0
 BACKOFF_MAX = 300.0
 # A container that ran this long without failing starts its next back-off from scratch.
 BACKOFF_RESET_AFTER = 600.0
-DEFAULT_GRACE = 30
 # Kubernetes gives a container at least this long after preStop before SIGKILL.
 MIN_GRACE_AFTER_PRESTOP = 2.0
-VOLUME_REFRESH_PERIOD = 10.0
 PROBE_KEYS = ("startupProbe", "livenessProbe", "readinessProbe")
 
 
 rfc3339 = meta.format_time
-
-
-# ---------------------------------------------------------------------------------------
-# Images
-
-
-@dataclass
-class ImageInfo:
-    ref: str
-    image_id: str
-    layers: list[Path]  # bottom layer first, as the image store gives them
-    config: dict[str, Any]
-
-
-class ImageProvider(Protocol):
-    async def ensure(self, image: str, policy: str | None,
-                     pull_secrets: Sequence[Mapping[str, Any]]) -> ImageInfo: ...
-
-
-class StoreImages:
-    """`ImageProvider` over the node's image store and registry pulls."""
-
-    def __init__(self, store: Any, insecure_registries: Sequence[str] = (),
-                 registries: Any = None) -> None:
-        self.store = store
-        self.insecure = list(insecure_registries)
-        # fleet.runtime.images.mirrors.RegistriesConfig (mirrors, per-host auth/TLS) or None.
-        self.registries = registries
-        self._locks: dict[str, trio.Lock] = {}
-
-    def will_pull(self, image: str, policy: str | None) -> bool:
-        """Whether `ensure` goes to the registry (for the Pulling/Pulled events)."""
-        from fleet.runtime.images import ImagePullError
-        from fleet.runtime.images.policy import should_pull
-
-        try:
-            return should_pull(policy, self.store.get(image) is not None, image=image)
-        except (ImagePullError, ValueError):
-            return False
-
-    async def ensure(self, image: str, policy: str | None,
-                     pull_secrets: Sequence[Mapping[str, Any]]) -> ImageInfo:
-        from fleet.runtime.images import credentials_for, parse_reference, pull
-
-        # One pull per image at a time: two pods of one image share the download.
-        lock = self._locks.setdefault(image, trio.Lock())
-        async with lock:
-            auth = None
-            if pull_secrets:
-                auth = credentials_for(parse_reference(image).domain, pull_secrets)
-            rec = await pull(self.store, image, policy=policy, auth=auth,
-                             insecure_registries=self.insecure, registries=self.registries)
-        layers = await self.store.layers_for(image)
-        config = await self.store.image_config(image)
-        digest = getattr(rec, "digest", "") or getattr(rec, "id", "")
-        return ImageInfo(ref=image, image_id=str(digest), layers=layers, config=config)
 
 
 # ---------------------------------------------------------------------------------------
@@ -193,112 +148,6 @@ class WorkerEnv:
     events: Any = None
 
 
-class SetupError(Exception):
-    """The pod's sandbox could not be built (network, volumes); retried."""
-
-
-# ---------------------------------------------------------------------------------------
-# Container command, env and resources (Kubernetes rules)
-
-
-def resolve_argv(container: Mapping[str, Any], image_config: Mapping[str, Any],
-                 env: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """(command, args): spec command replaces Entrypoint (and drops Cmd); spec args
-    replace Cmd; $(VAR) references are expanded as the kubelet does."""
-    entry = list(image_config.get("Entrypoint") or [])
-    cmd = list(image_config.get("Cmd") or [])
-    if container.get("command"):
-        command, args = list(container["command"]), list(container.get("args") or [])
-    elif container.get("args"):
-        command, args = entry, list(container["args"])
-    else:
-        command, args = entry, cmd
-    command = [expand_vars(str(a), env) for a in command]
-    args = [expand_vars(str(a), env) for a in args]
-    if not command and args:
-        command, args = args[:1], args[1:]
-    return command, args
-
-
-def image_env(image_config: Mapping[str, Any]) -> dict[str, str]:
-    out = {}
-    for item in image_config.get("Env") or []:
-        k, _, v = str(item).partition("=")
-        if k:
-            out[k] = v
-    return out
-
-
-def plain_env(container: Mapping[str, Any], base: Mapping[str, str]) -> dict[str, str]:
-    """`env` entries with a `value` (expanded against what precedes them)."""
-    env = dict(base)
-    for e in container.get("env") or []:
-        if "valueFrom" in e:
-            continue
-        env[e["name"]] = expand_vars(str(e.get("value", "")), env)
-    return env
-
-
-def container_resources(container: Mapping[str, Any]) -> Resources:
-    res = container.get("resources") or {}
-    lim = res.get("limits") or {}
-    req = res.get("requests") or {}
-    return Resources(
-        cpu_request_millis=milli_value(str(req["cpu"])) if "cpu" in req else None,
-        cpu_limit_millis=milli_value(str(lim["cpu"])) if "cpu" in lim else None,
-        memory_limit_bytes=int_value(str(lim["memory"])) if "memory" in lim else None,
-    )
-
-
-def container_user(container: Mapping[str, Any], pod_spec: Mapping[str, Any],
-                   image_config: Mapping[str, Any]) -> User:
-    sc = container.get("securityContext") or {}
-    psc = pod_spec.get("securityContext") or {}
-    uid = sc.get("runAsUser", psc.get("runAsUser"))
-    gid = sc.get("runAsGroup", psc.get("runAsGroup"))
-    img_user = str(image_config.get("User") or "")
-    if uid is None and img_user:
-        u, _, g = img_user.partition(":")
-        if u.isdigit():
-            uid = int(u)
-        if gid is None and g.isdigit():
-            gid = int(g)
-    extra = tuple(int(g) for g in psc.get("supplementalGroups") or [])
-    return User(uid=int(uid or 0), gid=int(gid if gid is not None else 0), additional_gids=extra)
-
-
-def restart_wanted(restart_policy: str, exit_code: int, *, init: bool) -> bool:
-    policy = restart_policy or "Always"
-    if init:
-        return exit_code != 0 and policy != "Never"
-    if policy == "Always":
-        return True
-    if policy == "OnFailure":
-        return exit_code != 0
-    return False
-
-
-def machine_allocatable(data_dir: Path) -> dict[str, str]:
-    """The machine's cpu, memory and disk as the Node reports them as allocatable, for
-    when no Node object is at hand (blocking: reads /proc and statvfs)."""
-    mem = read_meminfo().get("MemTotal", 0)
-    try:
-        st = os.statvfs(data_dir)
-        disk = st.f_blocks * st.f_frsize
-    except OSError:
-        disk = 0
-    return {"cpu": str(os.cpu_count() or 1), "memory": f"{mem // 1024}Ki",
-            "ephemeral-storage": f"{disk // 1024}Ki"}
-
-
-def grace_period(pod: Mapping[str, Any]) -> float:
-    md = pod.get("metadata") or {}
-    if md.get("deletionGracePeriodSeconds") is not None:
-        return float(md["deletionGracePeriodSeconds"])
-    g = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
-    return float(DEFAULT_GRACE if g is None else g)
-
-
 # ---------------------------------------------------------------------------------------
 # The worker
 
@@ -324,7 +173,7 @@ class ContainerRun:
         return self.spec["name"]
 
 
-class PodWorker:
+class PodWorker(PodSandbox, PodTeardown):
     """Runs one pod (see the module docstring); `update` and `gone` come from sync."""
 
     def __init__(self, pod: dict[str, Any], env: WorkerEnv,
@@ -552,141 +401,6 @@ class PodWorker:
                     apps.start_soon(self._container_loop, c)
             n.cancel_scope.cancel()
 
-    # -- sandbox ---------------------------------------------------------------------------
-    @property
-    def pod_dir(self) -> Path:
-        return self.env.data_dir / "pods" / self.uid
-
-    async def _setup_with_retry(self) -> None:
-        backoff = 1.0
-        while True:
-            try:
-                await self._setup()
-                self._message = ""
-                return
-            except (SetupError, RuntimeDriverError, OSError) as e:
-                log.warning("pod %s/%s: sandbox setup failed: %s", self.namespace, self.name, e)
-                self._message = f"sandbox setup failed: {e}"
-                for c in self.containers():
-                    c.view.state = {"waiting": {"reason": "ContainerCreating",
-                                                "message": str(e)}}
-                self._changed()
-                await trio.sleep(backoff)
-                backoff = min(backoff * 2, 60.0)
-
-    async def _setup(self) -> None:
-        spec = self.pod.get("spec") or {}
-        netns: str | None = None
-        if self.host_network:
-            self.pod_ips = [self.env.host_ip]
-        else:
-            from fleet.network import PodRef, create_pod_netns
-            args = (self.uid,) if self.env.netns_dir is None else (self.uid, self.env.netns_dir)
-            netns = await create_pod_netns(*args)
-            self.netns_path = netns
-            try:
-                net = await self.env.network.setup(PodRef.from_pod(self.pod), netns)
-            except Exception as e:
-                raise SetupError(f"network: {e}") from e
-            self.pod_ips = list(net.ips) or [self.env.host_ip]
-        hostname = spec.get("hostname") or self.name
-        files = await trio.to_thread.run_sync(self._write_etc_files, hostname)
-        sspec = SandboxSpec(pod_uid=self.uid, namespace=self.namespace, name=self.name,
-                            log_dir=self.log_dir, hostname=hostname,
-                            netns_path=Path(netns) if netns else None,
-                            hosts_file=files[0] if netns else None,
-                            dns_file=files[1] if netns else None)
-        self.sandbox = await self.env.driver.create_sandbox(sspec)
-        await self._setup_volumes()
-        self._changed()
-
-    @property
-    def log_dir(self) -> Path:
-        return self.env.data_dir / "logs" / f"{self.namespace}_{self.name}_{self.uid}"
-
-    def _write_etc_files(self, hostname: str) -> tuple[Path, Path | None]:
-        d = self.pod_dir / "etc"
-        d.mkdir(parents=True, exist_ok=True)
-        ip = self.pod_ips[0] if self.pod_ips else "127.0.0.1"
-        hosts = d / "hosts"
-        hosts.write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-                         f"{ip}\t{hostname}\n")
-        resolv = d / "resolv.conf"
-        try:
-            shutil.copyfile("/etc/resolv.conf", resolv)
-        except OSError:
-            return hosts, None
-        return hosts, resolv
-
-    # -- volumes ---------------------------------------------------------------------------
-    async def _setup_volumes(self) -> None:
-        if self.env.volumes is not None:
-            # fleet.agent.volumes: every volume type, configMap/secret kept up to date.
-            if self._vm is None:
-                self._vm = self.env.volumes.VolumeManager(self.pod_dir, self._lookup,
-                                                          await self._allocatable())
-            try:
-                self._volume_paths = await self._vm.setup(self.pod)
-            except self.env.volumes.VolumeError as e:
-                message = e.message if hasattr(e, "message") else str(e)
-                await self._event("Warning", getattr(e, "reason", None) or "FailedMount",
-                                  message)
-                raise SetupError(message) from e
-            return
-        if (self.pod.get("spec") or {}).get("volumes"):
-            self._volume_paths = await trio.to_thread.run_sync(self._builtin_volumes)
-
-    def _builtin_volumes(self) -> dict[str, Path]:
-        """emptyDir and hostPath, for when the volumes module is not there."""
-        out: dict[str, Path] = {}
-        for v in (self.pod.get("spec") or {}).get("volumes") or []:
-            if "emptyDir" in v:
-                p = self.pod_dir / "volumes" / v["name"]
-                p.mkdir(parents=True, exist_ok=True)
-                p.chmod(0o777)
-                out[v["name"]] = p
-            elif "hostPath" in v:
-                p = Path(v["hostPath"]["path"])
-                if v["hostPath"].get("type") in ("DirectoryOrCreate",):
-                    p.mkdir(parents=True, exist_ok=True)
-                out[v["name"]] = p
-            else:
-                raise SetupError(f"volume {v['name']!r}: this agent supports only "
-                                 "emptyDir and hostPath volumes")
-        return out
-
-    async def _refresh_volumes(self) -> None:
-        """Keep configMap/secret/downwardAPI volumes in step with their objects."""
-        if self._vm is None:
-            return
-        while True:
-            await trio.sleep(VOLUME_REFRESH_PERIOD)
-            try:
-                changed = await self._vm.refresh(self.pod)
-            except Exception as e:  # an object deleted meanwhile: old content stays
-                log.info("pod %s/%s: volume refresh: %s", self.namespace, self.name, e)
-                continue
-            if changed:
-                log.info("pod %s/%s: updated volumes %s", self.namespace, self.name, changed)
-
-    def _mounts(self, container: Mapping[str, Any], env: Mapping[str, str]) -> list[Mount]:
-        if self._vm is not None:
-            return list(self._vm.mounts_for(container, env=env))
-        paths = self._volume_paths
-        out = []
-        for vm in container.get("volumeMounts") or []:
-            host = paths.get(vm["name"])
-            if host is None:
-                continue
-            host = Path(host)
-            if vm.get("subPath"):
-                host = host / vm["subPath"]
-            prop = {"HostToContainer": "host-to-container",
-                    "Bidirectional": "bidirectional"}.get(vm.get("mountPropagation", ""), "private")
-            out.append(Mount(host_path=host, container_path=vm["mountPath"],
-                             read_only=bool(vm.get("readOnly")), propagation=prop))  # type: ignore[arg-type]
-        return out
-
     # -- one container -----------------------------------------------------------------
     async def _pull_secrets(self) -> list[dict[str, Any]]:
         out = []
@@ -853,8 +567,14 @@ class PodWorker:
     async def _remove_old(self, c: ContainerRun) -> None:
         while c.old_handles:
             h = c.old_handles.pop()
-            with contextlib.suppress(RuntimeDriverError, OSError):
+            try:
                 await self.env.driver.remove(h)
+            except (RuntimeDriverError, OSError) as e:
+                # Not retried here: the pod's teardown removes every container of its
+                # sandbox and checks that none is left.
+                inventory.failed("teardown", "container")
+                log.warning("pod %s/%s: removing old container %s: %s", self.namespace,
+                            self.name, h.id, e)
 
     def _mark_running(self, c: ContainerRun) -> None:
         assert c.handle is not None
@@ -1090,84 +810,6 @@ class PodWorker:
             await self._kill(c, handle, grace)
         except RuntimeDriverError as e:
             log.warning("pod %s/%s: stopping %s: %s", self.namespace, self.name, c.name, e)
-
-    # -- termination ---------------------------------------------------------------------
-    async def _stop_all(self) -> None:
-        grace = self._grace
-        async with trio.open_nursery() as n:
-            for c in self.containers():
-                if c.handle is not None:
-                    n.start_soon(self._stop_one, c, grace)
-
-    async def _stop_one(self, c: ContainerRun, grace: float) -> None:
-        assert c.handle is not None
-        try:
-            st = await self.env.driver.inspect(c.handle)
-        except RuntimeDriverError:
-            return
-        if st.status == ContainerStatus.EXITED:
-            if "terminated" not in c.view.state and st.exit is not None:
-                self._record_exit(c, st.exit)
-            return
-        await self._event("Normal", "Killing", f"Stopping container {c.name}", c)
-        try:
-            exit_ = await self._kill(c, c.handle, grace)
-        except RuntimeDriverError as e:
-            log.warning("pod %s/%s: stopping %s: %s", self.namespace, self.name, c.name, e)
-            return
-        self._record_exit(c, exit_)
-
-    async def _teardown(self) -> None:
-        """Remove everything the pod had on this node; shielded so it always completes."""
-        with trio.CancelScope(shield=True):
-            for h in self._stray:
-                with contextlib.suppress(RuntimeDriverError, OSError):
-                    await self.env.driver.remove(h)
-            for c in self.containers():
-                for h in [*c.old_handles, c.previous, c.handle]:
-                    if h is not None:
-                        with contextlib.suppress(RuntimeDriverError, OSError):
-                            await self.env.driver.remove(h)
-            if self.sandbox is not None:
-                try:
-                    await self.env.driver.remove_sandbox(self.sandbox)
-                except (RuntimeDriverError, OSError) as e:
-                    log.warning("pod %s/%s: removing sandbox: %s", self.namespace, self.name, e)
-            if self._vm is not None:
-                try:
-                    await self._vm.teardown()
-                except Exception as e:
-                    log.warning("pod %s/%s: volume teardown: %s", self.namespace, self.name, e)
-            if self.netns_path is not None and self.env.network is not None:
-                from fleet.network import PodRef, delete_pod_netns
-                try:
-                    await self.env.network.teardown(PodRef.from_pod(self.pod), self.netns_path)
-                except Exception as e:
-                    log.warning("pod %s/%s: network teardown: %s", self.namespace, self.name, e)
-                with contextlib.suppress(OSError):
-                    await delete_pod_netns(self.netns_path)
-            await trio.to_thread.run_sync(
-                lambda: shutil.rmtree(self.pod_dir, ignore_errors=True))
-
-    async def _delete_object(self) -> None:
-        """Finish the API's graceful deletion: remove the object for good."""
-        backoff = 0.5
-        for _ in range(20):
-            try:
-                await self.env.client.delete(
-                    "v1", "pods", self.name, self.namespace,
-                    body={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-                          "preconditions": {"uid": self.uid}})
-                return
-            except ApiException as e:
-                if e.code in (404, 409):
-                    return  # gone already, or a new pod of the same name
-                log.warning("pod %s/%s: final delete failed: %s", self.namespace, self.name, e)
-            except (httpx.TransportError, OSError) as e:
-                log.warning("pod %s/%s: final delete failed: %s", self.namespace, self.name, e)
-            await trio.sleep(backoff)
-            backoff = min(backoff * 2, 10.0)
-
 
 def _with_message(exit_: ExitStatus, message: str) -> ExitStatus:
     """`exit_` with `message` (the runtime's own message, if any, kept after it)."""

@@ -1,4 +1,4 @@
-"""`fleet`: every role of Fleet by subcommand (server now; agent in a later issue).
+"""`fleet`: every role of Fleet by subcommand (server, scheduler, agent, killall, shim).
 
 `fleet ctl ...` is the same CLI as `kfleet`.
 """
@@ -190,6 +190,8 @@ def agent(
     network: Annotated[str, cyclopts.Parameter(help="Pod network driver: bridge, or none.")] = "bridge",
     pod_cidr: Annotated[str | None, cyclopts.Parameter(help="This node's pod CIDR if the server assigns none.")] = None,
     bridge_name: str | None = None,
+    cluster_cidr: Annotated[str, cyclopts.Parameter(
+        help="The whole cluster's pod range (the server's --cluster-cidr): not masqueraded.")] = "10.42.0.0/16",
     insecure_registry: Annotated[list[str] | None, cyclopts.Parameter(help="Registry reachable over plain HTTP.")] = None,
     registries: Annotated[Path | None, cyclopts.Parameter(
         help="Registry mirrors, rewrites, auth and TLS (k3s' registries.yaml format; "
@@ -228,7 +230,7 @@ def agent(
     cfg = AgentConfig(server_url=server or "", token=token, ca_file=ca_file, kubeconfig=kubeconfig,
                       insecure=insecure, data_dir=data_dir, port=port, address=address, driver=driver,
                       network_driver=None if network in ("none", "host", "") else network,
-                      pod_cidr=pod_cidr, bridge_name=bridge_name,
+                      pod_cidr=pod_cidr, bridge_name=bridge_name, cluster_cidr=cluster_cidr,
                       insecure_registries=list(insecure_registry or []))
     if not simulate:
         cfg.registries = _registries(registries, data_dir, disable_default_registry_endpoint,
@@ -253,6 +255,38 @@ def agent(
         trio.run(partial(supervise, "agent", partial(run, cfg), retry_start=False))
     except* KeyboardInterrupt:
         pass
+
+
+@app.command
+def killall(
+    *,
+    data_dir: Annotated[Path, cyclopts.Parameter(help="The agent's state directory.")] = Path("/var/lib/fleet-agent"),
+    keep_agent: Annotated[bool, cyclopts.Parameter(
+        help="Refuse (exit 1) instead of stopping the agent process of DATA_DIR when it runs.",
+        negative=())] = False,
+    log_level: str = "WARNING",
+) -> None:
+    """Stop everything the node agent of DATA_DIR started (like k3s-killall.sh).
+
+    The agent process itself (SIGTERM, SIGKILL after 10 s), every container and shim,
+    pod netns, veth, the bridge, the nftables table and every mount under DATA_DIR;
+    nothing of another agent.  Idempotent: a second run finds nothing and succeeds.
+    Pod state on the API server is untouched: the next agent start re-creates the
+    pods still bound to the node."""
+    from fleet.agent import inventory
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        report = inventory.killall(data_dir, stop=not keep_agent)
+    except inventory.CleanupError as e:
+        print(f"fleet killall: {e}", file=sys.stderr)
+        sys.exit(1)
+    for what in report.removed:
+        print(f"removed {what}")
+    for err in report.errors:
+        print(f"fleet killall: could not remove {err}", file=sys.stderr)
+    if report.errors:
+        sys.exit(1)
 
 
 def _simulate(cfg: AgentConfig, *, count: int, prefix: str, zones: int, region: str, start_delay: float,

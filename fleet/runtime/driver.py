@@ -1,5 +1,9 @@
 """The runtime `Driver` protocol, its data types, and the shim-backed base both drivers share.
 
+Starting shims (the command line and the warm launcher) lives in
+`fleet.runtime.launcher`, exec stdio plumbing in `fleet.runtime.stdio`; both are
+re-exported here.
+
 The agent's pod workers talk to containers only through `Driver`; two implementations
 exist: `fleet.runtime.oci.OciDriver` (runc/crun, real isolation) and
 `fleet.runtime.process.ProcessDriver` (plain host processes, like Nomad's raw_exec, for
@@ -48,12 +52,9 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import termios
 import time
 import uuid
-from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,6 +63,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import trio
 
 from fleet.runtime import cgroups, shim
+from fleet.runtime.launcher import ShimLauncher, shim_command, shim_env
+from fleet.runtime.stdio import InputSource, OutputSink, run_with_stdio
 
 log = logging.getLogger(__name__)
 
@@ -256,10 +259,7 @@ class ContainerStats:
     pids: int | None
 
 
-# exec stdio: a source is bytes, a trio ReceiveStream or an async iterable of chunks; a
-# sink is a trio SendStream or an async callback.  That is enough to wire a WebSocket.
-InputSource = bytes | trio.abc.ReceiveStream | AsyncIterable[bytes]
-OutputSink = trio.abc.SendStream | Callable[[bytes], Awaitable[None]]
+# exec stdio types: fleet.runtime.stdio (re-exported here).
 
 
 @runtime_checkable
@@ -297,282 +297,6 @@ class Driver(Protocol):
     async def remove_sandbox(self, sandbox: Sandbox) -> None: ...
 
     async def stats(self, handle: ContainerHandle) -> ContainerStats: ...
-
-
-# ---------------------------------------------------------------------------------------
-# Shared machinery
-
-
-def shim_command() -> list[str]:
-    """argv prefix that runs `fleet shim` with the least start-up cost.
-
-    Frozen (PyInstaller) builds re-enter the one binary; from source we run the shim
-    module directly so a shim does not import the whole CLI (it stays small: one per
-    container)."""
-    if getattr(sys, "frozen", False):
-        return [sys.executable, "shim"]
-    # -S: no site-packages scan at start-up (the shim needs only the standard library
-    # and the fleet package, which PYTHONPATH in `_shim_env` provides): ~20 ms less per
-    # container start and a smaller resident shim.
-    return [sys.executable, "-S", "-m", "fleet.cli.shim"]
-
-
-def _shim_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
-    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-    if not getattr(sys, "frozen", False):
-        # Make the fleet package importable wherever it is (editable checkout or not).
-        root = str(Path(__file__).resolve().parent.parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH"))
-                                            if p)
-    return env
-
-
-class ShimLauncher:
-    """The agent's side of `fleet shim --serve` (see `fleet.runtime.shim`, "launcher
-    server"): starting a shim by fork from a warm interpreter instead of a fresh one.
-
-    `run()` is a service: it starts the server, reads its reports and hands each to the
-    `launch()` call waiting for it, and stops the server when cancelled.  While it is
-    not running (a driver used on its own, or the server died) `launch()` returns None
-    and the driver starts `fleet shim` the classic way, so nothing depends on it."""
-
-    def __init__(self) -> None:
-        self._stdin: trio.abc.SendStream | None = None
-        self._waiting: dict[int, trio.MemorySendChannel[bytes | None]] = {}
-        self._next = 0
-        self._send_lock = trio.Lock()
-        self.pid: int | None = None  # the server's, while it runs
-        self.launched = 0  # shims started through the server (tests and metrics read it)
-
-    @property
-    def running(self) -> bool:
-        return self._stdin is not None
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        proc = await trio.lowlevel.open_process(
-            [*shim_command(), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env=_shim_env(), start_new_session=True)
-        assert proc.stdin is not None and proc.stdout is not None
-        self._stdin = proc.stdin
-        self.pid = proc.pid
-        try:
-            task_status.started()
-            buf = b""
-            while chunk := await proc.stdout.receive_some(65536):
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    rid, _, report = line.partition(b" ")
-                    try:
-                        waiter = self._waiting.pop(int(rid))
-                    except (ValueError, KeyError):
-                        continue  # an answer nobody waits for any more (cancelled start)
-                    waiter.send_nowait(report)
-            log.warning("shim launcher server exited (%s); starting shims directly",
-                        proc.returncode)
-        finally:
-            self._stdin = None
-            self.pid = None
-            for waiter in self._waiting.values():
-                waiter.send_nowait(None)
-            self._waiting.clear()
-            with trio.CancelScope(shield=True):
-                with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
-                    await proc.stdin.aclose()  # the server's cue to exit
-                with trio.move_on_after(5):
-                    await proc.wait()
-                if proc.returncode is None:
-                    proc.kill()
-                    await proc.wait()
-
-    async def launch(self, bundle: Path, cid: str, log_path: Path) -> bytes | None:
-        """The shim's ready report, or None when the server is not available."""
-        stdin = self._stdin
-        if stdin is None:
-            return None
-        self._next += 1
-        rid = self._next
-        send, recv = trio.open_memory_channel[bytes | None](1)
-        req = json.dumps({"req": rid, "bundle": str(bundle), "id": cid,
-                          "log": str(log_path)}).encode() + b"\n"
-        self._waiting[rid] = send
-        try:
-            async with self._send_lock:
-                await stdin.send_all(req)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self._waiting.pop(rid, None)
-            return None  # never sent: the caller may start the shim directly
-        try:
-            report = await recv.receive()
-        finally:
-            self._waiting.pop(rid, None)
-        if report is None:
-            # Sent, but the server died before answering: a shim may or may not have
-            # started, so this start fails (and is cleaned up) rather than retried here.
-            raise RuntimeDriverError("the shim launcher server exited during a start")
-        self.launched += 1
-        return report
-
-
-async def _feed(src: InputSource, dst: trio.abc.SendStream) -> None:
-    try:
-        if isinstance(src, bytes):
-            if src:
-                await dst.send_all(src)
-        elif isinstance(src, trio.abc.ReceiveStream):
-            while chunk := await src.receive_some(65536):
-                await dst.send_all(chunk)
-        else:
-            async for chunk in src:
-                if chunk:
-                    await dst.send_all(chunk)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass  # the process closed its stdin or exited: nothing more to deliver
-    finally:
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            await dst.aclose()
-
-
-async def _drain(src: trio.abc.ReceiveStream, sink: OutputSink | None) -> None:
-    while True:
-        try:
-            chunk = await src.receive_some(65536)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            # A pty master reads EIO once the slave side is closed: that is EOF.
-            return
-        if not chunk:
-            return
-        if sink is None:
-            continue
-        if isinstance(sink, trio.abc.SendStream):
-            await sink.send_all(chunk)
-        else:
-            await sink(chunk)
-
-
-def _set_winsize(fd: int, cols: int, rows: int) -> None:
-    import fcntl
-    import struct
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-
-
-async def run_with_stdio(argv: Sequence[str], *, env: Mapping[str, str] | None,
-                         cwd: str | None, stdin: InputSource | None,
-                         stdout: OutputSink | None, stderr: OutputSink | None, tty: bool,
-                         resize: AsyncIterable[tuple[int, int]] | None,
-                         new_session: bool = False,
-                         on_abandon: Callable[[int], None] | None = None) -> int:
-    """Run `argv` with its stdio pumped to/from the given sources and sinks.
-
-    With `tty`, the process gets a fresh pty (stdout and stderr merged, as a terminal
-    does); `resize` events set the window size and nudge the process with SIGWINCH
-    (runc forwards it to the container's own pty).
-
-    If the caller gives up before the process ends (cancelled: the exec client went
-    away), `on_abandon(pid)` runs before `argv` itself is killed: killing `runc exec`
-    alone would leave the process it started running inside the container."""
-    if not tty:
-        proc = await trio.lowlevel.open_process(
-            list(argv), env=dict(env) if env is not None else None, cwd=cwd,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=new_session)
-        try:
-            async with trio.open_nursery() as n:
-                if stdin is not None:
-                    assert proc.stdin is not None
-                    n.start_soon(_feed, stdin, proc.stdin)
-                assert proc.stdout is not None and proc.stderr is not None
-                n.start_soon(_drain, proc.stdout, stdout)
-                n.start_soon(_drain, proc.stderr, stderr)
-                rc = await proc.wait()
-                # Output may still sit in the pipes; the drains end at EOF.  Stdin has
-                # nobody left to read it.
-                if stdin is not None:
-                    n.cancel_scope.deadline = trio.current_time() + 5
-        finally:
-            _abandon(proc, on_abandon)
-            await _reap(proc)
-        return _exit_code(proc.returncode if proc.returncode is not None else rc)
-
-    master, slave = os.openpty()
-    _set_winsize(master, 80, 24)
-    try:
-        proc = await trio.lowlevel.open_process(
-            list(argv), env=dict(env) if env is not None else None, cwd=cwd,
-            stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
-    except BaseException:
-        os.close(master)
-        os.close(slave)
-        raise
-    os.close(slave)  # only the child holds it now: its exit makes the master read EIO
-    master_stream = trio.lowlevel.FdStream(master)
-    try:
-        async with trio.open_nursery() as n:
-            if stdin is not None:
-                n.start_soon(_feed_pty, stdin, master_stream)
-            if resize is not None:
-                n.start_soon(_apply_resizes, resize, master, proc.pid)
-            out_done = trio.Event()
-
-            async def drain_out() -> None:
-                await _drain(master_stream, stdout)
-                out_done.set()
-
-            n.start_soon(drain_out)
-            rc = await proc.wait()
-            with trio.move_on_after(5):
-                await out_done.wait()
-            n.cancel_scope.cancel()
-    finally:
-        _abandon(proc, on_abandon)
-        await _reap(proc)
-        with contextlib.suppress(OSError, trio.ClosedResourceError):
-            await master_stream.aclose()
-    return _exit_code(rc)
-
-
-async def _feed_pty(src: InputSource, master: trio.lowlevel.FdStream) -> None:
-    # Unlike a pipe, a pty has no "close the write side": end of input is ^D (VEOF).
-    try:
-        if isinstance(src, bytes):
-            await master.send_all(src)
-        elif isinstance(src, trio.abc.ReceiveStream):
-            while chunk := await src.receive_some(65536):
-                await master.send_all(chunk)
-        else:
-            async for chunk in src:
-                await master.send_all(chunk)
-        await master.send_all(b"\x04")
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        pass
-
-
-async def _apply_resizes(resize: AsyncIterable[tuple[int, int]], fd: int, pid: int) -> None:
-    async for cols, rows in resize:
-        with contextlib.suppress(OSError):
-            _set_winsize(fd, cols, rows)
-            os.kill(pid, signal.SIGWINCH)
-
-
-def _abandon(proc: trio.Process, on_abandon: Callable[[int], None] | None) -> None:
-    if proc.returncode is None and proc.poll() is None and on_abandon is not None:
-        with contextlib.suppress(OSError):
-            on_abandon(proc.pid)
-
-
-async def _reap(proc: trio.Process) -> None:
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        with trio.CancelScope(shield=True):
-            await proc.wait()
-
-
-def _exit_code(rc: int) -> int:
-    # subprocess reports death by signal N as -N; shells and runc say 128+N.
-    return 128 - rc if rc < 0 else rc
 
 
 class ShimDriver(abc.ABC):
@@ -630,7 +354,10 @@ class ShimDriver(abc.ABC):
                 if not self.cgroups.remove(sandbox.cgroup_parent, timeout=5.0):
                     raise RuntimeDriverError(
                         f"pod cgroup {sandbox.cgroup_parent} still busy after 5s")
-            shutil.rmtree(sandbox.state_dir, ignore_errors=True)
+            # An error here is raised, not ignored: the sandbox record is what lets the
+            # agent's inventory find (and retry) what is left of the pod.
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(sandbox.state_dir)
 
         await trio.to_thread.run_sync(remove)
 
@@ -694,7 +421,7 @@ class ShimDriver(abc.ABC):
                         "--log", str(log_path)]
                 res = await trio.run_process(argv, stdin=b"", capture_stdout=True,
                                              capture_stderr=True, check=False,
-                                             env=_shim_env(), cwd=str(bundle))
+                                             env=shim_env(), cwd=str(bundle))
                 report = res.stdout
                 failure = (f"exit {res.returncode}: "
                            f"{(res.stderr or res.stdout).decode(errors='replace').strip()[-2000:]}")
@@ -723,9 +450,15 @@ class ShimDriver(abc.ABC):
                        log_path: Path) -> None:
         h = ContainerHandle(id=cid, name=name, sandbox_id=sandbox_id, pid=0, shim_pid=0,
                             started_at=datetime.now(UTC), bundle=bundle, log_path=log_path)
-        with contextlib.suppress(Exception):
+        try:
             await self._cleanup(h)
-        await trio.to_thread.run_sync(lambda: shutil.rmtree(bundle, ignore_errors=True))
+            await trio.to_thread.run_sync(shutil.rmtree, bundle)
+        except FileNotFoundError:
+            pass
+        except (RuntimeDriverError, OSError) as e:
+            # The start failed anyway (its own error is what the caller sees); what is
+            # left is logged here and found again by the agent's inventory (GC, killall).
+            log.warning("cleaning up the failed start of container %s (%s): %s", cid, name, e)
 
     # -- pids -------------------------------------------------------------------------
     @staticmethod
@@ -882,12 +615,18 @@ class ShimDriver(abc.ABC):
         def rm() -> None:
             # The shim may be removing the same cgroup (process mode) as it exits: a
             # directory vanishing under us is the outcome we want, not an error.
+            busy = None
             with contextlib.suppress(FileNotFoundError):
                 cg = shim.ShimConfig.load(handle.bundle).cgroup if (
                     handle.bundle / shim.CONFIG_FILE).exists() else None
                 if cg and self.cgroups.version and self.cgroups.exists(cg):
-                    self.cgroups.remove(cg, timeout=5.0)
-            shutil.rmtree(handle.bundle, ignore_errors=True)
+                    if not self.cgroups.remove(cg, timeout=5.0):
+                        busy = cg
+            if busy:
+                raise RuntimeDriverError(f"container cgroup {busy} still busy after 5s")
+            # Raised, not ignored: a bundle left behind is a leak the caller must see.
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(handle.bundle)
 
         await trio.to_thread.run_sync(rm)
 
@@ -940,5 +679,5 @@ __all__ = [
     "ContainerHandle", "ContainerNotFound", "ContainerSpec", "ContainerState",
     "ContainerStats", "ContainerStatus", "Driver", "ExitStatus", "InputSource", "Mount",
     "OutputSink", "Resources", "RuntimeDriverError", "Sandbox", "SandboxSpec", "ShimDriver",
-    "User", "run_with_stdio", "select_driver",
+    "ShimLauncher", "User", "run_with_stdio", "select_driver", "shim_command",
 ]

@@ -152,8 +152,12 @@ class OciDriver(ShimDriver):
     async def _cleanup(self, handle: ContainerHandle) -> None:
         # The shim normally deleted the runtime's container; force it in case the shim
         # died first (e.g. the machine rebooted).
-        await trio.run_process(self._runtime_argv("delete", "--force", handle.id),
-                               check=False, capture_stdout=True, capture_stderr=True)
+        res = await trio.run_process(self._runtime_argv("delete", "--force", handle.id),
+                                     check=False, capture_stdout=True, capture_stderr=True)
+        if res.returncode != 0 and (self.runtime_root / handle.id).exists():
+            # "does not exist" is the usual, fine answer; a container runc still keeps is not.
+            raise RuntimeDriverError(f"{self.runtime} delete --force {handle.id}: "
+                                     f"{res.stderr.decode(errors='replace').strip()}")
         await trio.to_thread.run_sync(unmount, handle.bundle / "rootfs")
 
     async def exec(self, handle: ContainerHandle, argv: Sequence[str], *,

@@ -1,9 +1,9 @@
 """A real `fleet server` and a real `fleet agent` (oci driver, runc) running pods.
 
 The busybox test image is imported into the agent's image store before it starts;
-pods are created with spec.nodeName set (no scheduler needed).  Everything the
-agent made is removed at the end: pods are deleted through the API first, then a
-finalizer force-removes any runc container left under the agent's runtime state.
+pods are created with spec.nodeName set (no scheduler needed).  At the end the pods
+are deleted through the API and the agent must remove everything of them by itself
+(tests/e2e/leaks.py): a leftover is cleaned up by `fleet killall` and fails the test.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from fleet.runtime.oci import find_runtime
 from fleet.testing.oci_image import build_busybox_image, busybox_problem, write_oci_archive
 from tests.conftest import FleetServer, _server_env, create_namespace, free_port
 from tests.e2e.helpers import wait_until
+from tests.e2e.leaks import finish, wait_clean
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the oci driver runs runc)"),
@@ -76,21 +77,6 @@ class Agent:
             return ""
 
 
-def _force_clean(data_dir: Path) -> None:
-    """runc delete -f every container the agent left, then unmount its rootfs."""
-    runtime = find_runtime()
-    containers = data_dir / "runtime" / "containers"
-    if containers.is_dir() and runtime:
-        for d in containers.iterdir():
-            subprocess.run([runtime, "--root", str(data_dir / "runtime" / "runc"), "delete",
-                            "-f", d.name], capture_output=True, check=False)
-            subprocess.run([runtime, "delete", "-f", d.name], capture_output=True, check=False)
-    with open("/proc/self/mountinfo") as f:
-        mounts = [line.split()[4] for line in f]
-    for m in sorted((m for m in mounts if m.startswith(str(data_dir))), reverse=True):
-        subprocess.run(["umount", "-l", m], capture_output=True, check=False)
-
-
 @pytest.fixture
 def cluster(fleet_server_factory: Any) -> Iterator[tuple[FleetServer, Agent, str]]:
     srv = fleet_server_factory.start()
@@ -105,25 +91,18 @@ def cluster(fleet_server_factory: Any) -> Iterator[tuple[FleetServer, Agent, str
     try:
         yield srv, agent, ns
     finally:
+        leaked: list[str] = []
         try:
             with srv.client() as c:
                 r = c.get(f"/api/v1/namespaces/{ns}/pods")
                 for p in r.json().get("items", []) if r.status_code == 200 else []:
                     c.delete(f"/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}")
             if agent.proc is not None and agent.proc.poll() is None:
-                # Clean-up, not a check (tests that care assert removal themselves):
-                # a slow agent must not fail the test; _force_clean below removes
-                # whatever is left.
-                try:
-                    wait_until(lambda: not list((agent.data_dir / "runtime" / "containers")
-                                                .glob("*")),
-                               timeout=40, what="the agent to remove its containers")
-                except AssertionError:
-                    sys.stderr.write("\nthe agent had not removed its containers after 40 s;"
-                                     f" forcing.\n----- agent output -----\n{agent.output()}\n")
+                # The agent must remove everything of the deleted pods by itself.
+                leaked = wait_clean(agent.data_dir, timeout=40)
         finally:
             agent.stop()
-            _force_clean(agent.data_dir)
+            finish(agent.data_dir, leaked, agent.output())
             shutil.rmtree(agent.data_dir, ignore_errors=True)
 
 

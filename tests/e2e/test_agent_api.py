@@ -246,6 +246,12 @@ async def test_auth_and_health(agent: Agent) -> None:
     async with agent.http() as c:
         r = await c.get("/no/such/path")
         assert (r.status_code, r.json()["kind"], r.json()["reason"]) == (404, "Status", "NotFound")
+        # The agent's own counters, clean-up failures among them.
+        import fleet.agent.inventory  # noqa: F401 - registers the counter, as the agent does
+        r = await c.get("/metrics")
+        assert r.status_code == 200 and "# TYPE fleet_agent_cleanup_failures_total counter" in r.text
+    async with agent.http(token=None) as c:
+        assert (await c.get("/metrics")).status_code == 401
     with pytest.raises(ConnectionRejected) as exc:
         async with await connect(agent, exec_path("true"), token="wrong"):
             pass

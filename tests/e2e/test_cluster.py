@@ -29,7 +29,7 @@ from fleet.runtime.oci import find_runtime
 from fleet.testing.oci_image import build_busybox_image, busybox_problem, push
 from tests.conftest import FleetServer, create_namespace, free_port
 from tests.e2e.helpers import wait_until
-from tests.e2e.test_agent import _force_clean
+from tests.e2e.leaks import finish, wait_clean
 from tests.e2e.test_image_registry import REGISTRY_BIN, Registry
 
 pytestmark = [
@@ -56,11 +56,6 @@ def registry(tmp_path: Path) -> Iterator[Registry]:
         reg.stop()
 
 
-def _cleanup_network() -> None:
-    subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
-    subprocess.run(["nft", "delete", "table", "ip", "fleet"], capture_output=True, check=False)
-
-
 @pytest.fixture
 def cluster(fleet_server_factory: Any, registry: Registry) -> Iterator[tuple[FleetServer, str, str]]:
     trio.run(push, build_busybox_image(), registry.url, "e2e/busybox", "v1")
@@ -80,12 +75,10 @@ def cluster(fleet_server_factory: Any, registry: Registry) -> Iterator[tuple[Fle
             r = c.get(f"/api/v1/namespaces/{ns}/pods")
             for p in r.json().get("items", []) if r.status_code == 200 else []:
                 c.delete(f"/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}")
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and list((agent_dir / "runtime" / "containers").glob("*")):
-            time.sleep(0.2)
+        leaked = wait_clean(agent_dir, timeout=40)
         srv.stop()
-        _force_clean(agent_dir)
-        _cleanup_network()
+        # Removes the bridge and nft table too; fails the test on a leak.
+        finish(agent_dir, leaked, srv.output())
 
 
 def _pod(srv: FleetServer, ns: str, name: str) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -101,12 +100,11 @@ def cluster() -> Iterator[Cluster]:
     finally:
         if sim is not None:
             sim.stop()
-        if real:
-            _remove_real_pods(srv)
+        leaked = _remove_real_pods(srv) if real else []
         problems = factory.stop_all()
         if real:
-            from tests.e2e.test_agent import _force_clean
-            _force_clean(srv.data_dir / "agent")
+            from tests.e2e.leaks import finish
+            finish(srv.data_dir / "agent", leaked, srv.output())
         shutil.rmtree(base, ignore_errors=True)
         assert not problems, problems
 
@@ -118,18 +116,18 @@ def _ready_nodes(srv: FleetServer) -> dict[str, dict[str, str]]:
             if any(x["type"] == "Ready" and x["status"] == "True" for x in n["status"].get("conditions", []))}
 
 
-def _remove_real_pods(srv: FleetServer) -> None:
-    """Delete every pod so the real agent stops its containers before the server goes."""
+def _remove_real_pods(srv: FleetServer) -> list[str]:
+    """Delete every pod so the real agent stops its containers before the server goes;
+    what the agent left behind (tests/e2e/leaks.py)."""
+    from tests.e2e.leaks import wait_clean
+
     if srv.proc is None or srv.proc.poll() is not None:
-        return
+        return []
     with srv.client() as c:
         for p in c.get("/api/v1/pods").json().get("items") or []:
             c.delete(f"/api/v1/namespaces/{p['metadata']['namespace']}/pods/{p['metadata']['name']}",
                      params={"gracePeriodSeconds": "1"})
-    containers = srv.data_dir / "agent" / "runtime" / "containers"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and containers.is_dir() and any(containers.iterdir()):
-        time.sleep(0.3)
+    return wait_clean(srv.data_dir / "agent", timeout=30)
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import threading
 import time
 import uuid
@@ -44,7 +43,8 @@ from tests.conftest import (
     run_kubectl,
 )
 from tests.e2e.helpers import wait_until
-from tests.e2e.test_agent import IMAGE, _force_clean
+from tests.e2e.leaks import finish, wait_clean
+from tests.e2e.test_agent import IMAGE
 
 pytestmark = [
     pytest.mark.e2e,
@@ -58,10 +58,6 @@ pytestmark = [
 BRIDGE = "fleetdep0"
 CLUSTER_CIDR = "10.245.0.0/16"
 APPS = "/apis/apps/v1"
-
-
-def _cleanup_network() -> None:
-    subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +79,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
                 what="the node Ready")
         yield srv
     finally:
+        leaked: list[str] = []
         try:
             with srv.client() as c:
                 for d in c.get(f"{APPS}/deployments").json().get("items", []):
@@ -90,16 +87,15 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
                     c.patch(f"{APPS}/namespaces/{md['namespace']}/deployments/{md['name']}/scale",
                             json={"spec": {"replicas": 0}},
                             headers={"Content-Type": "application/merge-patch+json"})
-            wait_until(lambda: not list((agent_dir / "runtime" / "containers").glob("*")),
-                       timeout=120, what="the agent to remove its containers")
+            leaked = wait_clean(agent_dir, timeout=120)
         except Exception as e:  # noqa: BLE001 - clean-up goes on regardless
             print(f"clean-up: {e!r}")
         finally:
             factory.stop_all()
-            _force_clean(agent_dir)
-            _cleanup_network()
             if getattr(request.node, "_fleet_failed", False):
                 print(srv.output()[-15000:])
+            # Removes the bridge too; fails on a leak.
+            finish(agent_dir, leaked, srv.output()[-15000:])
 
 
 @pytest.fixture

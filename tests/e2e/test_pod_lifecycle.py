@@ -40,7 +40,8 @@ from tests.conftest import (
     run_kubectl,
 )
 from tests.e2e.helpers import wait_until
-from tests.e2e.test_agent import IMAGE, _force_clean, create, get, pod, pod_status
+from tests.e2e.leaks import finish, wait_clean
+from tests.e2e.test_agent import IMAGE, create, get, pod, pod_status
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the oci driver runs runc)")
 needs_runc = pytest.mark.skipif(find_runtime() is None, reason="needs runc or crun")
@@ -110,15 +111,16 @@ def running_cluster(driver: str, failed: Any) -> Iterator[tuple[FleetServer, Age
         wait_until(lambda: _node_ready(srv, agent.node), timeout=30, what="node Ready")
         yield srv, agent
     finally:
+        leaked: list[str] = []
         try:
             if agent is not None:
-                _delete_all_pods(factory.servers[0] if factory.servers else None, agent)
+                leaked = _delete_all_pods(factory.servers[0] if factory.servers else None, agent)
         finally:
             if agent is not None:
                 agent.stop()
                 if failed():
                     sys.stderr.write(f"\n----- {driver} agent output -----\n{agent.output()}\n")
-                _force_clean(agent.data_dir)
+                finish(agent.data_dir, leaked, agent.output())
             problems = factory.stop_all()
             shutil.rmtree(base, ignore_errors=True)
             assert not problems, problems
@@ -131,17 +133,17 @@ def _node_ready(srv: FleetServer, node: str) -> bool:
     return conds.get("Ready") == "True"
 
 
-def _delete_all_pods(srv: FleetServer | None, agent: Agent) -> None:
-    """Delete every pod (all namespaces) and wait for the agent to remove its containers."""
+def _delete_all_pods(srv: FleetServer | None, agent: Agent) -> list[str]:
+    """Delete every pod (all namespaces) and wait for the agent to remove everything of
+    them; what it left behind (tests/e2e/leaks.py)."""
     if srv is None or agent.proc is None or agent.proc.poll() is not None:
-        return
+        return []
     with srv.client() as c:
         r = c.get("/api/v1/pods")
         for p in r.json().get("items", []) if r.status_code == 200 else []:
             m = p["metadata"]
             c.delete(f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}")
-    wait_until(lambda: not agent.containers(), timeout=30,
-               what="the agent to remove its containers")
+    return wait_clean(agent.data_dir, timeout=30)
 
 
 @pytest.fixture(scope="module")

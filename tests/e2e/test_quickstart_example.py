@@ -19,7 +19,8 @@ from fleet.runtime.oci import find_runtime
 from fleet.testing.oci_image import busybox_problem
 from tests.conftest import KUBECTL, REPO_ROOT, ServerFactory, _server_env, free_port, run_kubectl
 from tests.e2e.helpers import wait_until
-from tests.e2e.test_agent import _force_clean, get
+from tests.e2e.leaks import finish, wait_clean
+from tests.e2e.test_agent import get
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the built-in agent runs runc)"),
@@ -63,16 +64,17 @@ def test_readme_example_workload(fleet_server_factory: ServerFactory, tmp_path: 
             assert body.strip() == "hello from fleet"
     finally:
         # Deleting the namespace takes the Deployment, its ReplicaSet and pods with it
-        # (kubectl waits until it is gone); the agent stops the containers.
+        # (kubectl waits until it is gone); the agent removes everything of them.
+        leaked: list[str] = []
         try:
             rc, out, err = run_kubectl(srv, "delete", "namespace", ns, "--timeout=120s", timeout=150)
             assert rc == 0, (out, err)
+            leaked = wait_clean(srv.data_dir / "agent", timeout=40)
         finally:
-            # Whatever happened above, nothing of the cluster outlives the test.
+            # Whatever happened above, nothing of the cluster outlives the test:
+            # `fleet killall` removes the bridge and nft table (and fails on a leak).
             fleet_server_factory.stop_all()
-            _force_clean(srv.data_dir / "agent")
-            subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
-            subprocess.run(["nft", "delete", "table", "ip", "fleet"], capture_output=True, check=False)
+            finish(srv.data_dir / "agent", leaked, srv.output())
 
 
 def _fetch(url: str) -> str | None:

@@ -37,7 +37,8 @@ from fleet.runtime.oci import find_runtime
 from fleet.testing.oci_image import build_busybox_image, busybox_problem, push
 from tests.conftest import FleetServer, _server_env, create_namespace, free_port
 from tests.e2e.helpers import wait_until
-from tests.e2e.test_agent import Agent, _force_clean, create, get, pod_status
+from tests.e2e.leaks import finish, wait_clean
+from tests.e2e.test_agent import Agent, create, get, pod_status
 from tests.e2e.test_image_registry import REGISTRY_BIN, Registry, _htpasswd_line
 
 pytestmark = [
@@ -125,6 +126,7 @@ def mirrored(fleet_server_factory: Any) -> Iterator[dict[str, Any]]:
         agent.start()
         yield {"srv": srv, "agent": agent, "ns": ns, "plain": plain, "private": private}
     finally:
+        leaked: list[str] = []
         try:
             if agent is not None:
                 with srv.client() as c:
@@ -132,21 +134,20 @@ def mirrored(fleet_server_factory: Any) -> Iterator[dict[str, Any]]:
                     for p in r.json().get("items", []) if r.status_code == 200 else []:
                         c.delete(f"/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}")
                 if agent.proc is not None and agent.proc.poll() is None:
-                    try:
-                        wait_until(lambda: not list((agent.data_dir / "runtime" / "containers")
-                                                    .glob("*")),
-                                   timeout=40, what="the agent to remove its containers")
-                    except AssertionError:
-                        sys.stderr.write(f"\nforcing container removal\n{agent.output()}\n")
+                    # The agent must remove everything of the deleted pods by itself.
+                    leaked = wait_clean(agent.data_dir, timeout=40)
         finally:
-            if agent is not None:
-                agent.stop()
-                _force_clean(agent.data_dir)
-                shutil.rmtree(agent.data_dir, ignore_errors=True)
-            plain.stop()
-            private.stop()
-            shutil.rmtree(plain.base, ignore_errors=True)
-            shutil.rmtree(private.base, ignore_errors=True)
+            try:
+                if agent is not None:
+                    agent.stop()
+                    # Cleans up a leak through the killall machinery, and fails on it.
+                    finish(agent.data_dir, leaked, agent.output())
+                    shutil.rmtree(agent.data_dir, ignore_errors=True)
+            finally:
+                plain.stop()
+                private.stop()
+                shutil.rmtree(plain.base, ignore_errors=True)
+                shutil.rmtree(private.base, ignore_errors=True)
 
 
 def _pod(name: str, node: str, image: str) -> dict[str, Any]:

@@ -564,3 +564,72 @@ def test_status_rewritten_by_someone_else_is_reasserted(
             n.cancel_scope.cancel()
 
     trio.run(main, clock=clock)
+
+
+# ---------------------------------------------------------------------------------------
+# Teardown: errors never vanish, the pod is finalized only once its resources are gone
+
+
+class RecordingEvents:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    async def record(self, pod: Any, type_: str, reason: str, message: str,
+                     path: str | None = None) -> None:
+        self.events.append((type_, reason, message))
+
+    def forget(self, uid: str) -> None:
+        pass
+
+
+def test_teardown_retries_until_the_pod_is_gone_then_finalizes(
+        tmp_path: Path, clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet.agent import inventory
+
+    # A container bundle of the pod that the driver fails to remove twice.
+    bundle = tmp_path / "runtime" / "containers" / "c0"
+    bundle.mkdir(parents=True)
+    (bundle / "meta.json").write_text('{"id": "c0", "sandbox_id": "uid1"}')
+    driver = FakeDriver(script=[(10_000, 0)])
+    calls = []
+
+    async def remove_sandbox(sb: Sandbox) -> None:
+        calls.append(trio.current_time())
+        if len(calls) < 3:
+            raise RuntimeDriverError("device or resource busy")
+        await trio.to_thread.run_sync(lambda: __import__("shutil").rmtree(bundle))
+
+    driver.remove_sandbox = remove_sandbox  # type: ignore[method-assign]
+    # The forced fallback cannot help either (so the retry is what is tested).
+    monkeypatch.setattr(inventory, "remove_pod", lambda *a, **kw: inventory.Report(
+        errors=["container c0: still busy"]))
+    before = inventory.failures("teardown", "sandbox")
+    events = RecordingEvents()
+
+    async def main() -> None:
+        async with trio.open_nursery() as n:
+            w, client = await start_worker(tmp_path, driver, make_pod(grace=5), n)
+            w.env.events = events
+            await trio.sleep(5)
+            pod = make_pod(grace=5)
+            pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+            w.update(pod)
+            await trio.sleep(1.5)
+            # Not finalized while the container is still on the machine.
+            assert client.deletes == [] and not w.done.is_set()
+            await w.done.wait()
+            assert len(client.deletes) == 1
+            n.cancel_scope.cancel()
+
+    trio.run(main, clock=clock)
+    assert len(calls) == 3
+    # Back-off between attempts: 1 s, then 2 s.  (MockClock's autojump may move time
+    # while a worker thread lists the leftovers, so the first gap is only a lower bound.)
+    gaps = [round(b - a) for a, b in zip(calls, calls[1:], strict=False)]
+    assert gaps[0] >= 1 and gaps[1] == 2, gaps
+    failed_kill = [e for e in events.events if e[1] == "FailedKillPod"]
+    assert len(failed_kill) == 2 and all(e[0] == "Warning" for e in failed_kill)
+    assert "device or resource busy" in failed_kill[0][2]
+    assert "container c0 still there" in failed_kill[0][2]
+    assert inventory.failures("teardown", "sandbox") == before + 2
+    assert not bundle.exists()
