@@ -59,7 +59,16 @@ from prometheus_client import Counter
 
 from fleet._core.supervise import REGISTRY
 from fleet.agent.volumes import _umount, mounts_under
-from fleet.network.bridge import DEFAULT_BRIDGE, DEFAULT_NFT_TABLE, host_veth_name
+from fleet.network import nft
+from fleet.network.bridge import (
+    DEFAULT_BRIDGE,
+    DEFAULT_NFT_TABLE,
+    LinkInfo,
+    delete_link_sync,
+    host_veth_name,
+    list_links_sync,
+)
+from fleet.network.driver import NetworkError
 from fleet.network.netns import DEFAULT_NETNS_DIR, delete_netns_sync, is_netns
 from fleet.runtime import cgroups as _cgroups
 from fleet.runtime import shim
@@ -275,29 +284,15 @@ def list_netns(netns_dir: str, uids: Iterable[str]) -> list[str]:
     return out
 
 
-def _ip_links() -> list[dict[str, Any]]:
-    """`ip -j link` of the agent's namespace ([] without iproute2)."""
-    try:
-        res = subprocess.run(["ip", "-j", "-d", "link", "show"], capture_output=True,
-                             text=True, check=False)
-    except FileNotFoundError:
-        return []
-    if res.returncode != 0:
-        return []
-    return list(json.loads(res.stdout or "[]"))
-
-
 def list_veths(bridge: str | None, uids: Iterable[str],
-               links: list[dict[str, Any]] | None = None) -> list[str]:
+               links: list[LinkInfo] | None = None) -> list[str]:
     """Veths of those pods, and any veth on the agent's bridge."""
-    links = _ip_links() if links is None else links
+    links = list_links_sync() if links is None else links
     wanted = {host_veth_name(u) for u in uids}
     out = []
     for link in links:
-        name = link.get("ifname", "")
-        kind = (link.get("linkinfo") or {}).get("info_kind")
-        if name in wanted or (bridge and kind == "veth" and link.get("master") == bridge):
-            out.append(name)
+        if link.name in wanted or (bridge and link.kind == "veth" and link.master == bridge):
+            out.append(link.name)
     return sorted(set(out))
 
 
@@ -324,15 +319,15 @@ def list_cgroups(data_dir: Path, containers: Iterable[Container], root: Path) ->
 
 
 def _nft_tables() -> list[str]:
+    """The machine's `ip` nftables tables ([] where nft is not installed)."""
+    if not nft.nft_available():
+        return []
     try:
-        res = subprocess.run(["nft", "-j", "list", "tables", "ip"], capture_output=True,
-                             text=True, check=False)
-    except FileNotFoundError:
+        return nft.list_tables_sync("ip")
+    except nft.NftError as e:
+        # Listing is best effort (the table is then not reported); say why.
+        log.warning("cannot list nftables tables: %s", e)
         return []
-    if res.returncode != 0:
-        return []
-    doc = json.loads(res.stdout or '{"nftables": []}')
-    return [i["table"]["name"] for i in doc.get("nftables", []) if "table" in i]
 
 
 def take(data_dir: Path, record: AgentRecord | None = None, *,
@@ -349,7 +344,7 @@ def take(data_dir: Path, record: AgentRecord | None = None, *,
     if only is not None:
         containers = [c for c in containers if c.pod_uid in only]
         owned = only
-    links = _ip_links()
+    links = list_links_sync()
     inv = Inventory(containers=containers, pod_uids=owned)
     if only is None:
         known = {c.id for c in containers}
@@ -369,7 +364,7 @@ def take(data_dir: Path, record: AgentRecord | None = None, *,
         mine = {c.cgroup for c in containers} | {sandboxes.get(u) for u in only}
         inv.cgroups = [c for c in inv.cgroups if c in mine]
     if node_level and bridge:
-        if any(link.get("ifname") == bridge for link in links):
+        if any(link.name == bridge for link in links):
             inv.bridge = bridge
         if record and record.nft_table and record.nft_table in _nft_tables():
             inv.nft_table = record.nft_table
@@ -474,9 +469,11 @@ def remove_container(data_dir: Path, c: Container, root: Path = _cgroups.DEFAULT
 
 
 def remove_veth(name: str) -> None:
-    res = subprocess.run(["ip", "link", "del", name], capture_output=True, text=True, check=False)
-    if res.returncode != 0 and any(link.get("ifname") == name for link in _ip_links()):
-        raise CleanupError(f"ip link del {name}: {res.stderr.strip()}")
+    """Delete a link (a veth, or the agent's bridge); its absence is not an error."""
+    try:
+        delete_link_sync(name)
+    except NetworkError as e:
+        raise CleanupError(str(e)) from e
 
 
 def remove_netns(path: str) -> None:
@@ -486,10 +483,10 @@ def remove_netns(path: str) -> None:
 
 
 def remove_nft_table(table: str) -> None:
-    res = subprocess.run(["nft", "delete", "table", "ip", table], capture_output=True,
-                         text=True, check=False)
-    if res.returncode != 0 and table in _nft_tables():
-        raise CleanupError(f"nft delete table ip {table}: {res.stderr.strip()}")
+    try:
+        nft.delete_table_sync("ip", table)
+    except nft.NftError as e:
+        raise CleanupError(f"nft delete table ip {table}: {e}") from e
 
 
 @dataclass

@@ -152,6 +152,40 @@ def _link_kind(link: Any) -> str | None:
     return info.get_attr("IFLA_INFO_KIND") if info is not None else None
 
 
+@dataclass(frozen=True)
+class LinkInfo:
+    """One network interface as the agent's clean-up sees it."""
+
+    name: str
+    kind: str | None      # "veth", "bridge", ... (None for plain devices)
+    master: str | None    # the bridge it is enslaved to, by name
+
+
+def list_links_sync(netns_path: str | None = None) -> list[LinkInfo]:
+    """The interfaces of a network namespace (None: this thread's), with kind and master."""
+    with _iproute(netns_path) as ipr:
+        links = list(ipr.get_links())
+    names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in links}
+    return [LinkInfo(name=str(link.get_attr("IFLA_IFNAME")), kind=_link_kind(link),
+                     master=names.get(link.get_attr("IFLA_MASTER")))
+            for link in links]
+
+
+def delete_link_sync(name: str, netns_path: str | None = None) -> bool:
+    """Delete interface `name` (a veth takes its peer with it); False if it was not there."""
+    with _iproute(netns_path) as ipr:
+        idx = _lookup(ipr, name)
+        if idx is None:
+            return False
+        try:
+            ipr.link("del", index=idx)
+        except NetlinkError as e:
+            if e.code == errno.ENODEV:
+                return False
+            raise NetworkError(f"deleting link {name}: {e}") from e
+    return True
+
+
 def _ipv4_addrs(ipr: IPRoute, index: int) -> list[tuple[str, int]]:
     return [
         (a.get_attr("IFA_ADDRESS"), a["prefixlen"])

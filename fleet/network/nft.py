@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,6 +59,13 @@ def _check_ident(family: str, table: str) -> None:
         raise ValueError(f"invalid nftables table name {table!r}")
 
 
+def _output(args: list[str], returncode: int, stdout: bytes, stderr: bytes) -> str:
+    if returncode != 0:
+        raise NftError(f"nft {' '.join(args)} failed (exit {returncode})",
+                       stderr.decode(errors="replace"))
+    return stdout.decode(errors="replace")
+
+
 async def run_nft(args: list[str], *, stdin: bytes | None = None, netns: str | None = None) -> str:
     """Run `nft ARGS` (in `netns` if given); returns stdout, raises NftError on failure."""
     argv = _argv(args, netns)
@@ -68,10 +76,40 @@ async def run_nft(args: list[str], *, stdin: bytes | None = None, netns: str | N
         )
     except FileNotFoundError as e:
         raise NftError(f"cannot run {argv[0]}: not installed") from e
-    if proc.returncode != 0:
-        raise NftError(f"nft {' '.join(args)} failed (exit {proc.returncode})",
-                       proc.stderr.decode(errors="replace"))
-    return proc.stdout.decode(errors="replace")
+    return _output(args, proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_nft_sync(args: list[str], *, stdin: bytes | None = None, netns: str | None = None) -> str:
+    """`run_nft` for synchronous callers (a worker thread, `fleet killall`)."""
+    argv = _argv(args, netns)
+    try:
+        proc = subprocess.run(argv, input=stdin if stdin is not None else b"",
+                              capture_output=True, check=False)
+    except FileNotFoundError as e:
+        raise NftError(f"cannot run {argv[0]}: not installed") from e
+    return _output(args, proc.returncode, proc.stdout, proc.stderr)
+
+
+def _table_names(out: str) -> list[str]:
+    doc = json.loads(out or '{"nftables": []}')
+    return [str(item["table"].get("name")) for item in doc.get("nftables", [])
+            if isinstance(item.get("table"), dict)]
+
+
+def list_tables_sync(family: str, *, netns: str | None = None) -> list[str]:
+    """Names of the `family` tables (synchronous)."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown nftables family {family!r}")
+    return _table_names(run_nft_sync(["-j", "list", "tables", family], netns=netns))
+
+
+def delete_table_sync(family: str, table: str, *, netns: str | None = None) -> bool:
+    """`delete_table` for synchronous callers: idempotent, returns whether it existed."""
+    _check_ident(family, table)
+    existed = table in list_tables_sync(family, netns=netns)
+    run_nft_sync(["-f", "-"], stdin=f"table {family} {table}\ndelete table {family} {table}\n".encode(),
+                 netns=netns)
+    return existed
 
 
 async def apply(ruleset: str | Mapping[str, Any], *, netns: str | None = None) -> None:
@@ -119,18 +157,16 @@ async def list_table(family: str, table: str, *, netns: str | None = None) -> st
 async def table_exists(family: str, table: str, *, netns: str | None = None) -> bool:
     """True if `family table` exists."""
     _check_ident(family, table)
-    out = await run_nft(["-j", "list", "tables", family], netns=netns)
-    doc = json.loads(out or '{"nftables": []}')
-    return any(
-        item.get("table", {}).get("name") == table
-        for item in doc.get("nftables", [])
-    )
+    return table in _table_names(await run_nft(["-j", "list", "tables", family], netns=netns))
 
 
 __all__ = [
     "NftError",
     "apply",
     "delete_table",
+    "delete_table_sync",
+    "list_tables_sync",
+    "run_nft_sync",
     "list_table",
     "nft_available",
     "replace_table",
