@@ -343,26 +343,14 @@ class BridgeDriver:
 
     def _remove_orphan_veths_sync(self, keep: set[str]) -> list[str]:
         removed = []
-        with _iproute(self.host_netns) as ipr:
-            br = _lookup(ipr, self.bridge_name)
-            if br is None:
-                return []
-            for link in ipr.get_links():
-                name = link.get_attr("IFLA_IFNAME")
-                # Only veths on *our* bridge: anything else belongs to someone else.
-                if link.get_attr("IFLA_MASTER") != br or _link_kind(link) != "veth":
-                    continue
-                if name in keep:
-                    continue
-                try:
-                    ipr.link("del", index=link["index"])
-                    removed.append(name)
-                except NetlinkError as e:
-                    if e.code != errno.ENODEV:
-                        raise NetworkError(f"removing orphan {name}: {e}") from e
+        for link in list_links_sync(self.host_netns):
+            # Only veths on *our* bridge: anything else belongs to someone else.
+            if link.master != self.bridge_name or link.kind != "veth" or link.name in keep:
+                continue
+            if delete_link_sync(link.name, self.host_netns):
+                removed.append(link.name)
         return removed
 
-    # -- pod level ------------------------------------------------------------
     def _setup_pod_sync(
         self, pod: PodRef, netns_path: str, ip: ipaddress.IPv4Address
     ) -> PodNetwork:
