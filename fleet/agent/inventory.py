@@ -72,6 +72,7 @@ from fleet.network.driver import NetworkError
 from fleet.network.netns import DEFAULT_NETNS_DIR, delete_netns_sync, is_netns
 from fleet.runtime import cgroups as _cgroups
 from fleet.runtime import shim
+from fleet.runtime.procfs import all_stats, proc_start_time, read_stat
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ class AgentRecord:
 
     def running(self) -> bool:
         """True while the process that wrote this record is alive (same start time)."""
-        return self.pid > 0 and shim.proc_start_time(self.pid) == self.pid_start
+        return self.pid > 0 and proc_start_time(self.pid) == self.pid_start
 
 
 def write_record(data_dir: Path, record: AgentRecord) -> None:
@@ -150,7 +151,7 @@ def current_record(data_dir: Path, *, node_name: str, netns_dir: str | None,
                    bridge: str | None) -> AgentRecord:
     """The record for this process."""
     pid = os.getpid()
-    return AgentRecord(pid=pid, pid_start=shim.proc_start_time(pid) or 0, node_name=node_name,
+    return AgentRecord(pid=pid, pid_start=proc_start_time(pid) or 0, node_name=node_name,
                        netns_dir=netns_dir or DEFAULT_NETNS_DIR, bridge=bridge,
                        nft_table=nft_table_for(bridge) if bridge else None)
 
@@ -172,7 +173,7 @@ class Container:
 
     def live_pids(self) -> list[int]:
         return [pid for pid, start in (self.shim, self.process)
-                if pid > 0 and shim.proc_start_time(pid) == start]
+                if pid > 0 and proc_start_time(pid) == start]
 
 
 @dataclass
@@ -395,14 +396,14 @@ def pod_leftovers(data_dir: Path, uid: str, *, netns_dir: str | None,
 
 def _kill(pid: int, start: int, timeout: float = 5.0) -> bool:
     """SIGKILL `pid` if it is still the process that started at `start`; True once gone."""
-    if pid <= 0 or shim.proc_start_time(pid) != start:
+    if pid <= 0 or proc_start_time(pid) != start:
         return True
     try:
         fd = os.pidfd_open(pid)
     except OSError:
         return True
     try:
-        if shim.proc_start_time(pid) != start:
+        if proc_start_time(pid) != start:
             return True
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(fd, signal.SIGKILL)
@@ -411,19 +412,15 @@ def _kill(pid: int, start: int, timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         # Gone, or a zombie waiting for a parent that is not us: either way it runs no more.
-        if shim.proc_start_time(pid) != start or _zombie(pid):
+        if proc_start_time(pid) != start or _zombie(pid):
             return True
         time.sleep(0.02)
     return False
 
 
 def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return True
-    return data[data.rindex(b")") + 2:].split()[0] in (b"Z", b"X")
+    st = read_stat(pid)
+    return st is None or st.gone
 
 
 def unmount(path: str) -> None:
@@ -580,16 +577,8 @@ def _descendants(pid: int) -> list[tuple[int, int]]:
     """(pid, start time) of every process below `pid` (the shim launcher; shims are not:
     they detach with setsid and a double fork, and are found through their bundles)."""
     children: dict[int, list[tuple[int, int]]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rindex(b")") + 2:].split()
-        children.setdefault(int(fields[1]), []).append((int(entry), int(fields[19])))
+    for st in all_stats():
+        children.setdefault(st.ppid, []).append((st.pid, st.start_time))
     out, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -614,7 +603,7 @@ def stop_agent(record: AgentRecord, *, timeout: float = 10.0) -> bool:
     # The launcher exits once the agent's end of its pipe closes; give it a moment.
     deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline and any(
-            shim.proc_start_time(p) == s and not _zombie(p) for p, s in helpers):
+            proc_start_time(p) == s and not _zombie(p) for p, s in helpers):
         time.sleep(0.05)
     for pid, start in helpers:
         if not _kill(pid, start):

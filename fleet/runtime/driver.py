@@ -64,6 +64,7 @@ import trio
 
 from fleet.runtime import cgroups, shim
 from fleet.runtime.launcher import ShimLauncher, shim_command, shim_env
+from fleet.runtime.procfs import proc_start_time
 from fleet.runtime.stdio import InputSource, OutputSink, run_with_stdio
 
 log = logging.getLogger(__name__)
@@ -471,7 +472,7 @@ class ShimDriver(abc.ABC):
         except OSError:
             return None
         # Checked after opening: from here on the fd pins this exact process.
-        if shim.proc_start_time(pid) != start:
+        if proc_start_time(pid) != start:
             os.close(fd)
             return None
         return fd

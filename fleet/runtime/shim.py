@@ -57,6 +57,7 @@ from typing import Any
 
 from fleet.runtime import cgroups
 from fleet.runtime.crilog import CriLog, pump_to_log
+from fleet.runtime.procfs import all_stats, proc_start_time
 
 CONFIG_FILE = "shim.json"
 META_FILE = "meta.json"
@@ -171,18 +172,6 @@ def parse_ready(out: bytes) -> Ready | None:
     return None
 
 
-def proc_start_time(pid: int) -> int | None:
-    """Start time of `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # comm (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = data[data.rindex(b")") + 2:].split()
-    return int(fields[19])
-
-
 def write_pid_file(path: Path, pid: int) -> int:
     start = proc_start_time(pid) or 0
     tmp = path.with_name(f".{path.name}.tmp")
@@ -212,20 +201,12 @@ def process_group_usage(pgid: int) -> GroupUsage | None:
     tick = os.sysconf("SC_CLK_TCK")
     page = os.sysconf("SC_PAGE_SIZE")
     cpu = rss = count = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rindex(b")") + 2:].split()
-        if int(fields[2]) != pgid:
+    for st in all_stats():
+        if st.pgid != pgid:
             continue
         count += 1
-        cpu += (int(fields[11]) + int(fields[12])) * 1_000_000_000 // tick
-        rss += int(fields[21]) * page
+        cpu += (st.utime + st.stime) * 1_000_000_000 // tick
+        rss += st.rss_pages * page
     return GroupUsage(cpu, rss, count) if count else None
 
 

@@ -33,7 +33,7 @@ from fleet.agent import inventory
 from fleet.network.bridge import host_veth_name
 from fleet.network.netns import DEFAULT_NETNS_DIR
 from fleet.runtime.images import ImageStore, import_archive_sync
-from fleet.runtime.shim import proc_start_time
+from fleet.runtime.procfs import proc_start_time
 from fleet.testing.oci_image import build_busybox_image, write_oci_archive
 from tests.conftest import FleetServer, _server_env, create_namespace
 from tests.e2e.helpers import wait_until

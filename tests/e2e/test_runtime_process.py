@@ -36,6 +36,7 @@ from fleet.runtime.driver import (
     select_driver,
 )
 from fleet.runtime.process import ProcessDriver
+from fleet.runtime.procfs import proc_start_time
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 IS_ROOT = os.geteuid() == 0
@@ -626,5 +627,5 @@ def test_status_file_roundtrip(tmp_path: Path) -> None:
 def test_pid_identity(tmp_path: Path) -> None:
     start = shim.write_pid_file(tmp_path / "p", os.getpid())
     assert shim.read_pid_file(tmp_path / "p") == (os.getpid(), start)
-    assert start == shim.proc_start_time(os.getpid()) and start > 0
-    assert shim.proc_start_time(2**22 + 12345) is None
+    assert start == proc_start_time(os.getpid()) and start > 0
+    assert proc_start_time(2**22 + 12345) is None

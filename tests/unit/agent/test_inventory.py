@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from fleet.agent import inventory
-from fleet.runtime.shim import proc_start_time, write_pid_file
+from fleet.runtime.procfs import proc_start_time
+from fleet.runtime.shim import write_pid_file
 
 
 @pytest.fixture
