@@ -127,6 +127,30 @@ class Plugin(Protocol):
     name: str
 
 
+class PodCountingExtensions:
+    """PreFilterExtensions (AddPod/RemovePod) of a plugin whose pre-filter state counts
+    matching pods per topology value — InterPodAffinity and PodTopologySpread.  Preemption
+    asks such a plugin to count a pod as added to, or removed from, a node; both are one
+    `update_counts` with a delta of +1 or -1."""
+
+    def add_pod(self, state: CycleState, pod: dict[str, Any], other: dict[str, Any],
+                node: NodeInfo) -> Status:
+        """Pre-filter extension (for preemption): count `other` as if bound to `node`."""
+        self.update_counts(state, pod, other, node, 1)
+        return Status.success()
+
+    def remove_pod(self, state: CycleState, pod: dict[str, Any], other: dict[str, Any],
+                   node: NodeInfo) -> Status:
+        """Pre-filter extension (for preemption): stop counting `other` on `node`."""
+        self.update_counts(state, pod, other, node, -1)
+        return Status.success()
+
+    def update_counts(self, state: CycleState, pod: dict[str, Any], other: dict[str, Any],
+                      node: NodeInfo, delta: int) -> None:
+        """Add `delta` to the counts `other` contributes on `node` (the plugin's own rule)."""
+        raise NotImplementedError(f"{type(self).__name__} counts no pods")
+
+
 @runtime_checkable
 class PreFilterPlugin(Plugin, Protocol):
     def pre_filter(self, state: CycleState, pod: dict[str, Any]) -> Status: ...

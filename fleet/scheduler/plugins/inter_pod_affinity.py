@@ -55,7 +55,13 @@ from fleet.scheduler.affinity import (
     PodAffinity,
     pod_affinity,
 )
-from fleet.scheduler.framework import MAX_NODE_SCORE, Code, CycleState, Status
+from fleet.scheduler.framework import (
+    MAX_NODE_SCORE,
+    Code,
+    CycleState,
+    PodCountingExtensions,
+    Status,
+)
 from fleet.scheduler.plugins._cycle import DEFERRED, cycle_snapshot
 from fleet.scheduler.podinfo import pod_labels
 from fleet.scheduler.snapshot import Clause, NodeInfo, Snapshot
@@ -130,7 +136,7 @@ class _FilterState:
         self.owned = True
 
 
-class InterPodAffinity:
+class InterPodAffinity(PodCountingExtensions):
     name = "InterPodAffinity"
     _key = "InterPodAffinity/filter"
     _score_key = "InterPodAffinity/score"
@@ -228,17 +234,7 @@ class InterPodAffinity:
                 return _EXISTING
         return _SUCCESS
 
-    def add_pod(self, state: CycleState, pod: dict[str, Any], other: dict[str, Any], node: NodeInfo) -> Status:
-        """Pre-filter extension (for preemption): count `other` as if bound to `node`."""
-        self._update(state, pod, other, node, 1)
-        return Status.success()
-
-    def remove_pod(self, state: CycleState, pod: dict[str, Any], other: dict[str, Any], node: NodeInfo) -> Status:
-        """Pre-filter extension (for preemption): stop counting `other` on `node`."""
-        self._update(state, pod, other, node, -1)
-        return Status.success()
-
-    def _update(self, state: CycleState, pod: dict[str, Any], other: dict[str, Any], node: NodeInfo,
+    def update_counts(self, state: CycleState, pod: dict[str, Any], other: dict[str, Any], node: NodeInfo,
                 delta: int) -> None:
         if self.name in state.skip_filter:
             # Skipped this cycle: no pod had affinity terms.  Removing a pod (a

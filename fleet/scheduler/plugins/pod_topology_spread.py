@@ -52,7 +52,13 @@ from fleet.api.nodeaffinity import RequiredNodeAffinity, required_node_affinity
 from fleet.api.owners import controller_of
 from fleet.api.selectors import EQUALS, LabelSelector, Requirement
 from fleet.scheduler.affinity import merge_label_keys, parse_selector
-from fleet.scheduler.framework import MAX_NODE_SCORE, Code, CycleState, Status
+from fleet.scheduler.framework import (
+    MAX_NODE_SCORE,
+    Code,
+    CycleState,
+    PodCountingExtensions,
+    Status,
+)
 from fleet.scheduler.plugins._cycle import DEFERRED, cycle_snapshot
 from fleet.scheduler.plugins._scoring import go_round
 from fleet.scheduler.plugins.taint_toleration import pod_tolerations, untolerated_hard_taint
@@ -192,7 +198,7 @@ class _ScoreState:
         self.match_counts = match_counts
 
 
-class PodTopologySpread:
+class PodTopologySpread(PodCountingExtensions):
     name = "PodTopologySpread"
     _key = "PodTopologySpread/filter"
     _score_key = "PodTopologySpread/score"
@@ -330,17 +336,7 @@ class PodTopologySpread:
                 return _NOT_MATCH
         return _SUCCESS
 
-    def add_pod(self, state: CycleState, pod: dict[str, Any], other: dict[str, Any], node: NodeInfo) -> Status:
-        """Pre-filter extension (for preemption): count `other` as if bound to `node`."""
-        self._update(state, pod, other, node, 1)
-        return Status.success()
-
-    def remove_pod(self, state: CycleState, pod: dict[str, Any], other: dict[str, Any], node: NodeInfo) -> Status:
-        """Pre-filter extension (for preemption): stop counting `other` on `node`."""
-        self._update(state, pod, other, node, -1)
-        return Status.success()
-
-    def _update(self, state: CycleState, pod: dict[str, Any], other: dict[str, Any], node: NodeInfo,
+    def update_counts(self, state: CycleState, pod: dict[str, Any], other: dict[str, Any], node: NodeInfo,
                 delta: int) -> None:
         if self.name in state.skip_filter:
             return
