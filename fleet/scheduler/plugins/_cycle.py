@@ -12,7 +12,7 @@ pre-filter work to its first `filter` call (see `DEFERRED`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fleet.scheduler.framework import CycleState
@@ -29,3 +29,16 @@ def cycle_snapshot(state: CycleState, nodes: Sequence[NodeInfo] = ()) -> Snapsho
     if snap is None and nodes:
         snap = nodes[0].snapshot
     return snap
+
+
+def resolve_deferred(state: CycleState, key: str, node: NodeInfo,
+                     build: Callable[[Any, Snapshot], Any], plugin: str) -> Any:
+    """The plugin's pre-filter state under `key`, built now from the node's snapshot if
+    its pre_filter wrote `(DEFERRED, arg)`: `build(arg, snapshot)` runs once per cycle."""
+    s = state.read(key)
+    if isinstance(s, tuple) and s[0] is DEFERRED:
+        snap = node.snapshot
+        assert snap is not None, f"{plugin} needs nodes from a Snapshot"
+        s = build(s[1], snap)
+        state.write(key, s)
+    return s

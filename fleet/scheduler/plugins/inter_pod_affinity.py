@@ -62,7 +62,7 @@ from fleet.scheduler.framework import (
     PodCountingExtensions,
     Status,
 )
-from fleet.scheduler.plugins._cycle import DEFERRED, cycle_snapshot
+from fleet.scheduler.plugins._cycle import DEFERRED, cycle_snapshot, resolve_deferred
 from fleet.scheduler.podinfo import pod_labels
 from fleet.scheduler.snapshot import Clause, NodeInfo, Snapshot
 
@@ -198,13 +198,8 @@ class InterPodAffinity(PodCountingExtensions):
         return s
 
     def _state(self, state: CycleState, pod: dict[str, Any], node: NodeInfo) -> _FilterState | None:
-        s = state.read(self._key)
-        if isinstance(s, tuple) and s[0] is DEFERRED:
-            snap = node.snapshot
-            assert snap is not None, "InterPodAffinity needs nodes from a Snapshot"
-            s = self._filter_state(pod, s[1], snap)
-            state.write(self._key, s)
-        return s  # type: ignore[no-any-return]
+        return resolve_deferred(state, self._key, node,
+                                lambda arg, snap: self._filter_state(pod, arg, snap), self.name)
 
     def filter(self, state: CycleState, pod: dict[str, Any], node: NodeInfo) -> Status:
         s = state.read(self._key)
