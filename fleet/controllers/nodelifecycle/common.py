@@ -7,7 +7,6 @@ these; none of them does I/O.  See the package docstring for how the parts fit.
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -93,17 +92,7 @@ class NodeLifecycleConfig:
 rfc3339 = meta.format_time  # metav1.Time of a wall-clock time
 
 
-def parse_time(value: Any) -> float | None:
-    """An RFC 3339 timestamp (with or without fraction) as a Unix time; None if unparsable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        t = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=_dt.UTC)
-    return t.timestamp()
+parse_time = meta.parse_epoch  # an RFC 3339 timestamp as a Unix time (None if bad)
 
 
 def _name(obj: Mapping[str, Any]) -> str:
