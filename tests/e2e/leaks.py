@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from fleet.agent import inventory
 
@@ -37,3 +38,17 @@ def finish(data_dir: Path, leaked: list[str], output: str = "") -> None:
     assert not report.errors, f"killall could not remove: {report.errors}"
     assert not leaked, (f"the agent left {leaked} on the machine after its pods were deleted "
                         f"(now removed by killall)\n----- agent output -----\n{output}")
+
+
+def delete_pods_and_wait_clean(srv: Any, data_dir: Path, namespace: str | None = None, *,
+                               timeout: float = 40.0, grace: int | None = None) -> list[str]:
+    """Delete every pod (of `namespace`, or of all namespaces) through `srv`'s API and
+    wait for the agent of `data_dir` to remove everything of them; what it left."""
+    base = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+    params = {"gracePeriodSeconds": str(grace)} if grace is not None else None
+    with srv.client() as c:
+        r = c.get(base)
+        for p in r.json().get("items", []) if r.status_code == 200 else []:
+            m = p["metadata"]
+            c.delete(f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}", params=params)
+    return wait_clean(data_dir, timeout=timeout)

@@ -27,7 +27,7 @@ from fleet.runtime.oci import find_runtime
 from fleet.testing.oci_image import build_busybox_image, busybox_problem, write_oci_archive
 from tests.conftest import FleetServer, _server_env, create_namespace, free_port
 from tests.e2e.helpers import wait_until
-from tests.e2e.leaks import finish, wait_clean
+from tests.e2e.leaks import delete_pods_and_wait_clean, finish
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the oci driver runs runc)"),
@@ -93,13 +93,9 @@ def cluster(fleet_server_factory: Any) -> Iterator[tuple[FleetServer, Agent, str
     finally:
         leaked: list[str] = []
         try:
-            with srv.client() as c:
-                r = c.get(f"/api/v1/namespaces/{ns}/pods")
-                for p in r.json().get("items", []) if r.status_code == 200 else []:
-                    c.delete(f"/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}")
             if agent.proc is not None and agent.proc.poll() is None:
                 # The agent must remove everything of the deleted pods by itself.
-                leaked = wait_clean(agent.data_dir, timeout=40)
+                leaked = delete_pods_and_wait_clean(srv, agent.data_dir, ns)
         finally:
             agent.stop()
             finish(agent.data_dir, leaked, agent.output())

@@ -29,7 +29,7 @@ from fleet.runtime.oci import find_runtime
 from fleet.testing.oci_image import build_busybox_image, busybox_problem, push
 from tests.conftest import FleetServer, create_namespace, free_port
 from tests.e2e.helpers import wait_until
-from tests.e2e.leaks import finish, wait_clean
+from tests.e2e.leaks import delete_pods_and_wait_clean, finish
 from tests.e2e.test_image_registry import REGISTRY_BIN, Registry
 
 pytestmark = [
@@ -71,11 +71,7 @@ def cluster(fleet_server_factory: Any, registry: Registry) -> Iterator[tuple[Fle
     try:
         yield srv, ns, image
     finally:
-        with srv.client() as c:
-            r = c.get(f"/api/v1/namespaces/{ns}/pods")
-            for p in r.json().get("items", []) if r.status_code == 200 else []:
-                c.delete(f"/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}")
-        leaked = wait_clean(agent_dir, timeout=40)
+        leaked = delete_pods_and_wait_clean(srv, agent_dir, ns)
         srv.stop()
         # Removes the bridge and nft table too; fails the test on a leak.
         finish(agent_dir, leaked, srv.output())

@@ -119,15 +119,11 @@ def _ready_nodes(srv: FleetServer) -> dict[str, dict[str, str]]:
 def _remove_real_pods(srv: FleetServer) -> list[str]:
     """Delete every pod so the real agent stops its containers before the server goes;
     what the agent left behind (tests/e2e/leaks.py)."""
-    from tests.e2e.leaks import wait_clean
+    from tests.e2e.leaks import delete_pods_and_wait_clean
 
     if srv.proc is None or srv.proc.poll() is not None:
         return []
-    with srv.client() as c:
-        for p in c.get("/api/v1/pods").json().get("items") or []:
-            c.delete(f"/api/v1/namespaces/{p['metadata']['namespace']}/pods/{p['metadata']['name']}",
-                     params={"gracePeriodSeconds": "1"})
-    return wait_clean(srv.data_dir / "agent", timeout=30)
+    return delete_pods_and_wait_clean(srv, srv.data_dir / "agent", timeout=30, grace=1)
 
 
 @pytest.fixture

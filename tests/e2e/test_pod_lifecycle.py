@@ -40,7 +40,7 @@ from tests.conftest import (
     run_kubectl,
 )
 from tests.e2e.helpers import wait_until
-from tests.e2e.leaks import finish, wait_clean
+from tests.e2e.leaks import delete_pods_and_wait_clean, finish
 from tests.e2e.test_agent import IMAGE, create, get, pod, pod_status
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the oci driver runs runc)")
@@ -138,12 +138,7 @@ def _delete_all_pods(srv: FleetServer | None, agent: Agent) -> list[str]:
     them; what it left behind (tests/e2e/leaks.py)."""
     if srv is None or agent.proc is None or agent.proc.poll() is not None:
         return []
-    with srv.client() as c:
-        r = c.get("/api/v1/pods")
-        for p in r.json().get("items", []) if r.status_code == 200 else []:
-            m = p["metadata"]
-            c.delete(f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}")
-    return wait_clean(agent.data_dir, timeout=30)
+    return delete_pods_and_wait_clean(srv, agent.data_dir, timeout=30)
 
 
 @pytest.fixture(scope="module")

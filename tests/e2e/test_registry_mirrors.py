@@ -37,7 +37,7 @@ from fleet.runtime.oci import find_runtime
 from fleet.testing.oci_image import build_busybox_image, busybox_problem, push
 from tests.conftest import FleetServer, _server_env, create_namespace, free_port
 from tests.e2e.helpers import wait_until
-from tests.e2e.leaks import finish, wait_clean
+from tests.e2e.leaks import delete_pods_and_wait_clean, finish
 from tests.e2e.test_agent import Agent, create, get, pod_status
 from tests.e2e.test_image_registry import REGISTRY_BIN, Registry, _htpasswd_line
 
@@ -129,13 +129,9 @@ def mirrored(fleet_server_factory: Any) -> Iterator[dict[str, Any]]:
         leaked: list[str] = []
         try:
             if agent is not None:
-                with srv.client() as c:
-                    r = c.get(f"/api/v1/namespaces/{ns}/pods")
-                    for p in r.json().get("items", []) if r.status_code == 200 else []:
-                        c.delete(f"/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}")
                 if agent.proc is not None and agent.proc.poll() is None:
                     # The agent must remove everything of the deleted pods by itself.
-                    leaked = wait_clean(agent.data_dir, timeout=40)
+                    leaked = delete_pods_and_wait_clean(srv, agent.data_dir, ns)
         finally:
             try:
                 if agent is not None:
