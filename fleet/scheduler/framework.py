@@ -33,6 +33,7 @@ equal priority, so the room made by preemption is not taken by someone else.
 
 from __future__ import annotations
 
+import abc
 import enum
 import random
 from collections import Counter
@@ -127,7 +128,7 @@ class Plugin(Protocol):
     name: str
 
 
-class PodCountingExtensions:
+class PodCountingExtensions(abc.ABC):
     """PreFilterExtensions (AddPod/RemovePod) of a plugin whose pre-filter state counts
     matching pods per topology value — InterPodAffinity and PodTopologySpread.  Preemption
     asks such a plugin to count a pod as added to, or removed from, a node; both are one
@@ -145,10 +146,10 @@ class PodCountingExtensions:
         self.update_counts(state, pod, other, node, -1)
         return Status.success()
 
+    @abc.abstractmethod
     def update_counts(self, state: CycleState, pod: dict[str, Any], other: dict[str, Any],
                       node: NodeInfo, delta: int) -> None:
         """Add `delta` to the counts `other` contributes on `node` (the plugin's own rule)."""
-        raise NotImplementedError(f"{type(self).__name__} counts no pods")
 
 
 @runtime_checkable

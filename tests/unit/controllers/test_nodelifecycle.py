@@ -18,7 +18,7 @@ import trio
 import trio.testing
 
 from fleet.client import ApiException
-from fleet.controllers.nodelifecycle import (
+from fleet.controllers.nodelifecycle.common import (
     EVICT_NOW,
     STATE_FULL,
     STATE_INITIAL,
@@ -26,24 +26,34 @@ from fleet.controllers.nodelifecycle import (
     STATE_PARTIAL,
     TAINT_NOT_READY,
     TAINT_UNREACHABLE,
-    NodeHealth,
     NodeLifecycleConfig,
+    parse_time,
+    rfc3339,
+    zone_key,
+)
+from fleet.controllers.nodelifecycle.controller import (
     NodeLifecycleController,
-    TokenBucket,
-    compute_zone_state,
-    condition_taint_keys,
+)
+from fleet.controllers.nodelifecycle.eviction import (
     eviction_deadline,
+    pod_not_ready_patch,
+)
+from fleet.controllers.nodelifecycle.health import (
+    NodeHealth,
     observe_lease,
     observe_node,
-    parse_time,
-    plan_disruption,
     plan_node,
-    plan_taints,
-    pod_not_ready_patch,
-    rfc3339,
     unknown_conditions,
+)
+from fleet.controllers.nodelifecycle.taints import (
+    condition_taint_keys,
+    plan_taints,
     with_no_execute,
-    zone_key,
+)
+from fleet.controllers.nodelifecycle.zones import (
+    TokenBucket,
+    compute_zone_state,
+    plan_disruption,
 )
 
 EPOCH = 1_700_000_000.0  # the fake wall clock: EPOCH + trio time
