@@ -24,7 +24,7 @@ from typing import Any
 
 from fleet.api import owners
 from fleet.api.nodeaffinity import required_node_affinity
-from fleet.api.tolerations import toleration_matches, untolerated  # noqa: F401 - re-exported
+from fleet.api.tolerations import untolerated
 from fleet.controllers import history, podstate
 
 API_VERSION = "apps/v1"

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import pytest
 
-from fleet.scheduler.plugins.taint_toleration import toleration_matches
+from fleet.api.tolerations import toleration_matches
 
 from ..conftest import FleetServer, ServerFactory
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleet.api.tolerations import tolerates
 from fleet.scheduler.framework import CycleState, Status
-from fleet.scheduler.plugins.taint_toleration import tolerates
 from fleet.scheduler.snapshot import NodeInfo
 
 ERR_REASON = "node(s) were unschedulable"

@@ -11,7 +11,7 @@ empty count), and the counts are reverse-normalized: the fewest intolerable
 taints scores 100.  When no node in the cluster has a PreferNoSchedule
 taint every node would score 100, so the point is skipped.
 
-`tolerates` is shared with NodeUnschedulable, because a cordoned node is
+`tolerates` (fleet/api/tolerations.py) is shared with NodeUnschedulable, because a cordoned node is
 "tainted" `node.kubernetes.io/unschedulable:NoSchedule` for the purpose of
 tolerations (DaemonSet pods tolerate it), and with PodTopologySpread's
 nodeTaintsPolicy.
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fleet.api.tolerations import tolerates, toleration_matches  # noqa: F401 - re-exported
+from fleet.api.tolerations import tolerates
 from fleet.scheduler.framework import Code, CycleState, Status
 from fleet.scheduler.plugins._cycle import cycle_snapshot
 from fleet.scheduler.plugins._scoring import default_normalize_score
