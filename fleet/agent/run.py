@@ -43,9 +43,10 @@ from fleet.agent import env as agent_env
 from fleet.agent import volumes as agent_volumes
 from fleet.agent.config import AgentConfig
 from fleet.agent.events import EventRecorder
+from fleet.agent.images import StoreImages
 from fleet.agent.node import NodeAgent
 from fleet.agent.sync import PodSync
-from fleet.agent.worker import StoreImages, WorkerEnv
+from fleet.agent.worker import WorkerEnv
 from fleet.client import ApiException
 from fleet.runtime.driver import select_driver
 from fleet.server.limits import ClientTimeouts

@@ -47,8 +47,7 @@ The worker is spread over modules by job: `containerspec.py` (Kubernetes' rules 
 command, env, resources, user, restarts, grace), `images.py` (the `ImageProvider` the
 worker pulls through), `sandbox.py` (the `[sandbox]` step, a mixin) and `teardown.py`
 (`[terminating]`, `[torn down]` and the final delete, a mixin); this module keeps the
-lifecycle, the containers' loops, probes, hooks and status, and re-exports the names
-that used to live here.
+lifecycle, the containers' loops, probes, hooks and status.
 
 Status is written through `pods/{name}/status` by one reporter task, only when it
 differs from the last report in more than timestamps; changes made while a write is in
@@ -85,7 +84,7 @@ from fleet.agent.containerspec import (
     restart_wanted,
 )
 from fleet.agent.hooks import HookResult, run_lifecycle_hook
-from fleet.agent.images import ImageInfo, ImageProvider, StoreImages
+from fleet.agent.images import ImageInfo, ImageProvider
 from fleet.agent.probes import ExecInContainer, ProbeFailure, ProbeRunner
 from fleet.agent.sandbox import PodSandbox
 from fleet.agent.status import ContainerView, build_pod_status, status_changed
@@ -822,8 +821,4 @@ def _start_error(message: str) -> ExitStatus:
                       finished_at=datetime.now(UTC), reason="StartError", message=message)
 
 
-__all__ = [
-    "ContainerRun", "ImageInfo", "ImageProvider", "PodWorker", "StoreImages", "WorkerEnv",
-    "container_resources", "grace_period", "resolve_argv",
-    "restart_wanted",
-]
+__all__ = ["LABEL_POD_UID", "ContainerRun", "PodWorker", "WorkerEnv"]

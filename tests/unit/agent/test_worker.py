@@ -12,7 +12,8 @@ import pytest
 import trio
 import trio.testing
 
-from fleet.agent.worker import ImageInfo, PodWorker, WorkerEnv
+from fleet.agent.images import ImageInfo
+from fleet.agent.worker import PodWorker, WorkerEnv
 from fleet.runtime.driver import (
     ContainerHandle,
     ContainerState,
