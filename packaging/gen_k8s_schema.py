@@ -49,6 +49,9 @@ ROOTS = {
     ("policy", "v1", "Eviction"): "V1Eviction",
     ("policy", "v1", "PodDisruptionBudget"): "V1PodDisruptionBudget",
     ("autoscaling", "v2", "HorizontalPodAutoscaler"): "V2HorizontalPodAutoscaler",
+    ("discovery.k8s.io", "v1", "EndpointSlice"): "V1EndpointSlice",
+    ("networking.k8s.io", "v1", "IPAddress"): "V1IPAddress",
+    ("networking.k8s.io", "v1", "ServiceCIDR"): "V1ServiceCIDR",
 }
 
 SCALARS = {"str": "string", "int": "integer", "bool": "boolean", "float": "number",

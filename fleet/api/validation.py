@@ -80,6 +80,11 @@ def too_long(path: str, max_bytes: int) -> Cause:
     return cause(path, f"Too long: may not be more than {max_bytes} {unit}", "FieldValueTooLong")
 
 
+def too_many(path: str, actual: int, limit: int) -> Cause:
+    """field.TooMany: a list longer than its limit."""
+    return cause(path, f"Too many: {actual}: must have at most {limit} items", "FieldValueTooMany")
+
+
 def type_invalid(path: str, value: Any, expected: str) -> Cause:
     """A field of the wrong JSON type (Kubernetes rejects these while decoding)."""
     return invalid(path, value, f"must be of type {expected}")

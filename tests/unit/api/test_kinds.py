@@ -47,6 +47,7 @@ IDENTITY = [
      True, ("hpa",), ("all",), ("status",)),
     ("autoscaling", "v1", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler",
      True, ("hpa",), ("all",), ("status",)),
+    ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "endpointslice", True, (), (), ()),
     # Served from memory (fleet/server/resource_metrics.py): get and list only, no singular name.
     ("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", False, (), (), ()),
     ("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", True, (), (), ()),
