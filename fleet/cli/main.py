@@ -76,6 +76,19 @@ def server(
         help="Seconds a client may take to complete the TLS handshake.")] = 32.0,
     request_body_timeout: Annotated[float, cyclopts.Parameter(
         help="Seconds a request body may take to arrive in full (then 408).")] = 60.0,
+    cluster_dns_bind: Annotated[str, cyclopts.Parameter(
+        help="host:port of the cluster DNS listeners (UDP and TCP); '' turns cluster DNS off.")] = "0.0.0.0:10053",
+    cluster_domain: Annotated[str, cyclopts.Parameter(help="The cluster DNS domain.")] = "cluster.local",
+    cluster_dns: Annotated[str, cyclopts.Parameter(
+        help="ClusterIP of the kube-system/kube-dns Service.")] = "10.43.0.10",
+    cluster_dns_advertise: Annotated[str, cyclopts.Parameter(
+        help="Address written into kube-dns' Endpoints (default: the bind host, or the node's "
+             "address for a wildcard bind).")] = "",
+    dns_upstream: Annotated[list[str] | None, cyclopts.Parameter(
+        help="Upstream resolver ip[:port] for names outside the cluster domain (repeatable; "
+             "default: the nameservers of --resolv-conf).")] = None,
+    resolv_conf: Annotated[str, cyclopts.Parameter(
+        help="resolv.conf whose nameservers are the default upstreams.")] = "/etc/resolv.conf",
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -113,6 +126,13 @@ def server(
     cfg.keep_alive_timeout = keep_alive_timeout
     cfg.tls_handshake_timeout = tls_handshake_timeout
     cfg.request_body_timeout = request_body_timeout
+    cfg.dns.bind, cfg.dns.domain, cfg.dns.service_ip = cluster_dns_bind, cluster_domain, cluster_dns
+    cfg.dns.advertise, cfg.dns.resolv_conf = cluster_dns_advertise, resolv_conf
+    cfg.dns.upstreams = [u for arg in dns_upstream or [] for u in arg.split(",") if u.strip()]
+    try:
+        cfg.dns.validate()
+    except ValueError as e:
+        sys.exit(f"fleet server: cluster DNS: {e}")
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def main() -> None:

@@ -38,6 +38,8 @@ from fleet.client import ClientConfig
 from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.controllers.nodelifecycle import NodeLifecycleConfig
+from fleet.network.cluster_dns import ClusterDNSConfig, run_cluster_dns
+from fleet.network.dns import DNSStats
 from fleet.server import limits
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
@@ -114,6 +116,8 @@ class ServerConfig:
     keep_alive_timeout: float = limits.DEFAULT_HEADER_TIMEOUT
     tls_handshake_timeout: float = limits.DEFAULT_HEADER_TIMEOUT
     request_body_timeout: float = limits.DEFAULT_BODY_TIMEOUT
+    # Cluster DNS (fleet/network/cluster_dns.py): listeners, domain, upstreams; bind "" = off.
+    dns: ClusterDNSConfig = field(default_factory=ClusterDNSConfig)
 
 
 @dataclass
@@ -227,6 +231,8 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             await nursery.start(_supervised("memory-trim", memory.trim_periodically))
             watches = WatchCounter()
             metrics = Metrics(store.stats, lambda: watches.open)
+            dns_stats = DNSStats()
+            metrics.registry.register(dns_stats)  # type: ignore[arg-type]
             host = "127.0.0.1" if cfg.address in ("0.0.0.0", "::", "") else cfg.address
             url = f"https://{host}:{cfg.port}"
             priority_classes = ClassCache()
@@ -269,6 +275,9 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                 nursery.start_soon(_supervised("scheduler", scheduler.run, client_cfg))
             # Node IPAM and node lifecycle are controllers of the manager, like the others.
             nursery.start_soon(_supervised("controller-manager", _run_controllers, cfg, client_cfg))
+            if cfg.dns.bind:
+                nursery.start_soon(_supervised("cluster-dns", run_cluster_dns, cfg.dns, client_cfg,
+                                               dns_stats))
             if cfg.agent:
                 nursery.start_soon(_supervised("agent", _run_agent, cfg, url, token, tls.ca_cert_pem))
 
