@@ -238,6 +238,12 @@ def agent(
     simulate_control_port: Annotated[int | None, cyclopts.Parameter(
         help="Serve the simulator's control endpoint (pause/resume heartbeats) on "
              "127.0.0.1:PORT (0: any free port).")] = None,
+    cluster_dns: Annotated[str, cyclopts.Parameter(
+        help="Cluster DNS address(es) for ClusterFirst pods, comma-separated ('' = none: "
+             "ClusterFirst falls back to Default).")] = "10.43.0.10",
+    cluster_domain: Annotated[str, cyclopts.Parameter(help="The cluster DNS domain.")] = "cluster.local",
+    resolv_conf: Annotated[str, cyclopts.Parameter(
+        help="The node's resolv.conf, for Default pods and the host search domains.")] = "/etc/resolv.conf",
     log_level: str = "INFO",
 ) -> None:
     """Run a node agent: register the node and run the pods bound to it."""
@@ -251,7 +257,9 @@ def agent(
                       insecure=insecure, data_dir=data_dir, port=port, address=address, driver=driver,
                       network_driver=None if network in ("none", "host", "") else network,
                       pod_cidr=pod_cidr, bridge_name=bridge_name, cluster_cidr=cluster_cidr,
-                      insecure_registries=list(insecure_registry or []))
+                      insecure_registries=list(insecure_registry or []),
+                      cluster_dns=[a.strip() for a in cluster_dns.split(",") if a.strip()],
+                      cluster_domain=cluster_domain, resolv_conf=resolv_conf)
     if not simulate:
         cfg.registries = _registries(registries, data_dir, disable_default_registry_endpoint,
                                      "fleet agent")

@@ -319,6 +319,8 @@ async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes, *,
                             driver=cfg.agent_driver, network_driver=cfg.agent_network,
                             bridge_name=cfg.agent_bridge, registries=cfg.agent_registries,
                             cluster_cidr=cfg.cluster_cidr,
+                            cluster_dns=[cfg.dns.service_ip], cluster_domain=cfg.dns.domain,
+                            resolv_conf=cfg.dns.resolv_conf,
                             # The built-in agent's port drops slow clients as the API does.
                             keep_alive_timeout=cfg.keep_alive_timeout,
                             request_body_timeout=cfg.request_body_timeout,
