@@ -50,6 +50,7 @@ from fleet.network.dns_records import (
     Answer,
     ClusterRecords,
 )
+from fleet.network.dns_wire import Plain, encode, parse_plain, qname
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ def parse_bind(text: str, default_port: int = 53) -> tuple[str, int]:
     """"0.0.0.0:10053", "[::]:53", "127.0.0.1" → (host, port); ValueError otherwise."""
     t = text.strip()
     if t.startswith("["):
+        if "]" not in t:
+            raise ValueError(f"{t!r}: unbalanced [")
         host, _, rest = t[1:].partition("]")
         port = int(rest[1:]) if rest.startswith(":") else default_port
     elif t.count(":") == 1:
@@ -172,7 +175,8 @@ class DNSHandler:
         self.stats = stats or DNSStats()
         self.stats.forwarder = forwarder
         self._gen = -1
-        self._wire: tuple[dict[bytes, tuple[bytes, int]], dict[bytes, tuple[bytes, int]]] = ({}, {})
+        # Answer caches (TCP, UDP): query key → (header after the id, tail, rcode).
+        self._wire: tuple[dict[bytes, tuple[bytes, bytes, int]], ...] = ({}, {})
 
     # -- the fast, synchronous path ------------------------------------------------------
     def quick(self, data: bytes, udp: bool) -> bytes | _Query | None:
@@ -183,16 +187,42 @@ class DNSHandler:
             self._wire[0].clear()
             self._wire[1].clear()
         cache = self._wire[udp]
-        hit = cache.get(data[2:])
-        if hit is not None:
-            self.stats.wire_hits += 1
-            self.stats.count(hit[1])
-            return data[:2] + hit[0]
+        plain = parse_plain(data)
+        if plain is not None:
+            hit = cache.get(plain.key)
+            if hit is not None:
+                self.stats.wire_hits += 1
+                self.stats.count(hit[2])
+                return data[:2] + hit[0] + data[12:plain.qend] + hit[1]
         try:
-            return self._answer(data, udp, cache)
+            if plain is not None and plain.qclass == dnslib.CLASS.IN:
+                reply = self._plain(data, udp, plain, cache)
+                if reply is not None:
+                    return reply
+            return self._answer(data, udp)
         except Exception:
             log.exception("cluster DNS: answering a query failed")
             return self._error(data, SERVFAIL)
+
+    def _plain(self, data: bytes, udp: bool, plain: Plain,
+               cache: dict[bytes, tuple[bytes, bytes, int]]) -> bytes | None:
+        """A local answer built by hand (fleet.network.dns_wire) and cached; None: not
+        local (forwarded, chased) or not plain enough — dnslib's path takes it."""
+        name = qname(data, plain)
+        if name is None:
+            return None
+        ans = self.records.answer(name, plain.type_name)
+        if ans.forward or ans.chase:
+            return None
+        limit = None
+        if udp:
+            limit = UDP_PLAIN_LIMIT if plain.edns is None else max(UDP_PLAIN_LIMIT, min(plain.edns, UDP_MAX_LIMIT))
+        head, tail = encode(data, plain, name, ans, limit, EDNS_SIZE)
+        if len(cache) >= WIRE_CACHE_ENTRIES:
+            cache.clear()
+        cache[plain.key] = (head, tail, ans.rcode)
+        self.stats.count(ans.rcode)
+        return data[:2] + head + data[12:plain.qend] + tail
 
     def _error(self, data: bytes, rcode: int) -> bytes | None:
         reply = error_reply(data, rcode)
@@ -200,7 +230,8 @@ class DNSHandler:
             self.stats.count(rcode)
         return reply
 
-    def _answer(self, data: bytes, udp: bool, cache: dict[bytes, tuple[bytes, int]]) -> bytes | _Query | None:
+    def _answer(self, data: bytes, udp: bool) -> bytes | _Query | None:
+        """dnslib's path: anything not plain, forwarded questions, and malformed input."""
         if len(data) < 12 or data[2] & 0x80:
             return None
         try:
@@ -225,14 +256,9 @@ class DNSHandler:
         ans = self.records.answer(qname, _QTYPE_NAMES.get(q.qtype, str(q.qtype)))
         if ans.forward or ans.chase:
             return _Query(req, limit, edns is not None, ans if ans.chase else None)
-        wire = self._pack(req, ans.rcode, [to_dnslib(r) for r in ans.answer],
+        return self._pack(req, ans.rcode, [to_dnslib(r) for r in ans.answer],
                           [to_dnslib(r) for r in ans.authority],
                           [to_dnslib(r) for r in ans.additional], limit, edns is not None)
-        if len(data) <= 512:
-            if len(cache) >= WIRE_CACHE_ENTRIES:
-                cache.clear()
-            cache[data[2:]] = (bytes(wire[2:]), ans.rcode)
-        return wire
 
     def _pack(self, req: dnslib.DNSRecord, rcode: int, answer: Any, authority: Any,
               additional: Any, limit: int | None, edns: bool, aa: bool = True) -> bytes:

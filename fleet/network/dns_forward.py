@@ -51,6 +51,8 @@ def parse_upstream(text: str) -> Upstream:
     t = text.strip()
     host, port = t, 53
     if t.startswith("["):
+        if "]" not in t:
+            raise ValueError(f"{t!r}: unbalanced [")
         host, _, rest = t[1:].partition("]")
         if rest:
             port = int(rest.lstrip(":"))

@@ -41,8 +41,8 @@ def ep(ip: str, hostname: str | None = None, ready: bool | None = True) -> dict[
     return e
 
 
-@pytest.fixture
-def records() -> ClusterRecords:
+def make_records() -> ClusterRecords:
+    """The records every table case is asked of (shared with test_dns_wire)."""
     r = ClusterRecords()
     r.set_namespace("default")
     r.set_namespace("fs-ns")
@@ -64,6 +64,11 @@ def records() -> ClusterRecords:
                       externalName="web.fs-ns.svc.cluster.local"))
     r.set_service(svc("fs-ns", "pending", None, [{"name": "http", "port": 80}]))
     return r
+
+
+@pytest.fixture
+def records() -> ClusterRecords:
+    return make_records()
 
 
 def rrs(a: Any) -> list[tuple[str, str, tuple[Any, ...]]]:

@@ -1,0 +1,72 @@
+"""Cluster DNS wiring decisions: bind/upstream flags, loop avoidance, kube-dns objects."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.network.cluster_dns import ClusterDNSConfig, advertised_address, upstreams_for
+from fleet.network.dns import parse_bind
+from fleet.network.dns_forward import Upstream
+from fleet.network.system_service import (
+    desired_endpoints,
+    desired_service,
+    endpoints_differ,
+    plan_service,
+)
+
+PORTS = [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 10053},
+         {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 10053}]
+
+
+def test_parse_bind() -> None:
+    assert parse_bind("0.0.0.0:10053") == ("0.0.0.0", 10053)
+    assert parse_bind("[::]:53") == ("::", 53)
+    assert parse_bind("127.0.0.1") == ("127.0.0.1", 53)
+    for bad in ("localhost:53", "1.2.3.4:70000", "[::1:53", "x"):
+        with pytest.raises(ValueError):
+            parse_bind(bad)
+
+
+def test_validate_flags() -> None:
+    ClusterDNSConfig().validate()
+    for cfg in (ClusterDNSConfig(bind="nope"), ClusterDNSConfig(upstreams=["dns.example"]),
+                ClusterDNSConfig(pod_records="maybe")):
+        with pytest.raises(ValueError):
+            cfg.validate()
+    ClusterDNSConfig(bind="").validate()  # off
+
+
+def test_upstreams_skip_ourselves(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rc = tmp_path / "resolv.conf"
+    rc.write_text("nameserver 10.43.0.10\nnameserver 127.0.0.1\nnameserver 192.0.2.53\n")
+    cfg = ClusterDNSConfig(resolv_conf=str(rc))
+    # The node's resolv.conf may point at the cluster DNS itself: never forward there.
+    assert upstreams_for(cfg, ("0.0.0.0", 53)) == [Upstream("192.0.2.53")]
+    assert upstreams_for(cfg, ("127.0.0.1", 10053)) == [Upstream("127.0.0.1"), Upstream("192.0.2.53")]
+    explicit = ClusterDNSConfig(upstreams=["127.0.0.1:5353"], resolv_conf=str(rc))
+    assert upstreams_for(explicit, ("127.0.0.1", 10053)) == [Upstream("127.0.0.1", 5353)]
+    assert upstreams_for(ClusterDNSConfig(resolv_conf=str(tmp_path / "missing")), ("0.0.0.0", 53)) == []
+
+
+def test_advertised_address() -> None:
+    assert advertised_address(ClusterDNSConfig(advertise="192.0.2.4"), "0.0.0.0") == "192.0.2.4"
+    assert advertised_address(ClusterDNSConfig(), "127.0.0.1") == "127.0.0.1"
+    assert advertised_address(ClusterDNSConfig(), "0.0.0.0")  # the node's address
+
+
+def test_kube_dns_objects_and_repairs() -> None:
+    want = desired_service("kube-system", "kube-dns", "10.43.0.10", PORTS, {"k8s-app": "kube-dns"})
+    assert want["spec"]["clusterIP"] == "10.43.0.10" and "selector" not in want["spec"]
+    assert plan_service(None, want) is None
+    assert plan_service(want, want) is None
+    drifted = {**want, "metadata": {"labels": {}},
+               "spec": {**want["spec"], "ports": [{**PORTS[0], "targetPort": 9999}]}}
+    assert plan_service(drifted, want) == {"metadata": {"labels": {"k8s-app": "kube-dns"}},
+                                           "spec": {"ports": PORTS}}
+    ep = desired_endpoints("kube-system", "kube-dns", ["192.0.2.4"], PORTS, {"k8s-app": "kube-dns"})
+    assert ep["subsets"] == [{"addresses": [{"ip": "192.0.2.4"}],
+                              "ports": [{"name": "dns", "port": 10053, "protocol": "UDP"},
+                                        {"name": "dns-tcp", "port": 10053, "protocol": "TCP"}]}]
+    assert not endpoints_differ(ep, ep)
+    moved = desired_endpoints("kube-system", "kube-dns", ["192.0.2.5"], PORTS, {"k8s-app": "kube-dns"})
+    assert endpoints_differ(ep, moved)
