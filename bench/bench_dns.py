@@ -10,9 +10,9 @@ with pre-built queries over one UDP socket — in alternating rounds:
   queries/s, p50/p99 latency, and the server's CPU per query (from /proc: the
   comparison that does not depend on how fast the client is);
 * **latency**: one query in flight (round trips), p50/p99;
-* **throughput, mixed case**: as the first, every query spelling its name in random
-  case (DNS 0x20), so Fleet's answer cache (keyed on the query's bytes) never hits:
-  the cost of building each answer.
+* **throughput, misses**: as the first, every query naming a different Service that
+  does not exist (NXDOMAIN; dnsmasq is `--local=/cluster.local/` for that), so Fleet's
+  answer cache never hits: the cost of building each answer.
 
 The best round of each server is reported and the ratios Fleet/dnsmasq (≥ 0.5× is the
 target for queries/s).  dnsmasq comes from Debian's `dnsmasq-base` (the binary without
@@ -66,21 +66,17 @@ def _query(qid: int, name: str) -> bytes:
     return q + b"\x00\x00\x01\x00\x01"  # A, IN
 
 
-def _mixcase(name: str, rng: random.Random) -> str:
-    return "".join(c.upper() if rng.random() < 0.5 else c for c in name)
-
-
 def client(port: int, names: list[str], seconds: float, window: int, max_queries: int,
-           mixcase: bool = False) -> dict[str, Any]:
+           misses: bool = False) -> dict[str, Any]:
     """Closed loop: keep `window` queries in flight for `seconds` (or `max_queries`).
-    `mixcase`: every packet spells its name in random case (DNS 0x20), so no two
-    repeat — what a server's answer cache keyed on the question's bytes cannot hit."""
+    `misses`: every query names a different Service that does not exist (NXDOMAIN is
+    the right answer), so no answer cache helps: each answer is built."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.connect(("127.0.0.1", port))
     sock.setblocking(False)
     rng = random.Random(2)
-    packets = [_query(i, _mixcase(names[i % len(names)], rng) if mixcase else names[i % len(names)])
-               for i in range(65536)]
+    packets = [_query(i, f"m{i}-{rng.randrange(1 << 30)}.{NS}.svc.{ZONE}" if misses
+                      else names[i % len(names)]) for i in range(65536)]
     pending: dict[int, float] = {}
     lat: list[float] = []
     sent = ok = bad = lost = 0
@@ -124,7 +120,8 @@ def client(port: int, names: list[str], seconds: float, window: int, max_queries
                 continue
             lat.append(t - t0)
             # NOERROR with at least one answer.
-            if len(data) >= 12 and data[3] & 0x0F == 0 and int.from_bytes(data[6:8], "big") >= 1:
+            rcode = data[3] & 0x0F if len(data) >= 12 else -1
+            if (rcode == 3 if misses else rcode == 0 and int.from_bytes(data[6:8], "big") >= 1):
                 ok += 1
             else:
                 bad += 1
@@ -140,11 +137,11 @@ def _ms(v: float | None) -> float | None:
 
 
 def run_client(port: int, names_file: Path, seconds: float, window: int, max_queries: int,
-               server_pid: int, mixcase: bool = False) -> dict[str, Any]:
+               server_pid: int, misses: bool = False) -> dict[str, Any]:
     """One client round in its own process; adds the server's CPU per query."""
     cpu0 = cpu_s(server_pid)
     p = subprocess.run([PYTHON, "-m", "bench.bench_dns", "--client", str(port), str(names_file),
-                        str(seconds), str(window), str(max_queries), str(int(mixcase))],
+                        str(seconds), str(window), str(max_queries), str(int(misses))],
                        cwd=REPO, capture_output=True, text=True, timeout=seconds + 30)
     cpu1 = cpu_s(server_pid)
     if p.returncode != 0:
@@ -175,7 +172,7 @@ def ensure_dnsmasq() -> str:
 
 def start_dnsmasq(binary: str, hosts: Path, port: int) -> subprocess.Popen[bytes]:
     cmd = [binary, "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
-           f"--addn-hosts={hosts}", "--listen-address=127.0.0.1", "--bind-interfaces",
+           f"--addn-hosts={hosts}", f"--local=/{ZONE}/", "--listen-address=127.0.0.1", "--bind-interfaces",
            f"--port={port}", "--local-ttl=5", "--user=root", "--pid-file=",
            "--log-facility=-", "--cache-size=10000"]
     return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -261,15 +258,15 @@ def main(argv: list[str] | None = None) -> int:
         wait_answers(dnsmasq_port, fqdns[-1])
         targets = {"fleet": (fleet_port, srv.pid), "dnsmasq": (dnsmasq_port, dnsmasq.pid)}
         runs: dict[str, dict[str, list[dict[str, Any]]]] = {
-            k: {"throughput": [], "latency": [], "throughput_mixcase": []} for k in targets}
+            k: {"throughput": [], "latency": [], "throughput_misses": []} for k in targets}
         for _ in range(args.rounds):
             for name, (port, pid) in targets.items():
                 runs[name]["throughput"].append(run_client(port, names_file, args.seconds, args.window,
                                                            args.max_queries, pid))
                 runs[name]["latency"].append(run_client(port, names_file, min(args.seconds, 3.0), 1,
                                                         args.max_queries, pid))
-                runs[name]["throughput_mixcase"].append(run_client(
-                    port, names_file, args.seconds, args.window, args.max_queries, pid, mixcase=True))
+                runs[name]["throughput_misses"].append(run_client(
+                    port, names_file, args.seconds, args.window, args.max_queries, pid, misses=True))
         summary: dict[str, Any] = {}
         for name in targets:
             summary[name] = {k: best(v) for k, v in runs[name].items()}
@@ -278,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             "qps": round(f["throughput"]["qps"] / d["throughput"]["qps"], 3),
             "p99_under_load": round(f["throughput"]["p99_ms"] / d["throughput"]["p99_ms"], 3),
             "p99_round_trip": round(f["latency"]["p99_ms"] / d["latency"]["p99_ms"], 3),
-            "qps_mixcase": round(f["throughput_mixcase"]["qps"] / d["throughput_mixcase"]["qps"], 3),
+            "qps_misses": round(f["throughput_misses"]["qps"] / d["throughput_misses"]["qps"], 3),
         }
         fc, dc = f["throughput"].get("server_cpu_us_per_query"), d["throughput"].get("server_cpu_us_per_query")
         if fc and dc:
@@ -302,6 +299,6 @@ if __name__ == "__main__":
         port, names_path, seconds, window, max_q, mix = sys.argv[2:8]
         names = [n for n in Path(names_path).read_text().split() if n]
         print(json.dumps(client(int(port), names, float(seconds), int(window), int(max_q),
-                                mixcase=mix == "1")))
+                                misses=mix == "1")))
         sys.exit(0)
     sys.exit(main())

@@ -177,23 +177,39 @@ class DNSHandler:
         self._gen = -1
         # Answer caches (TCP, UDP): query key → (header after the id, tail, rcode).
         self._wire: tuple[dict[bytes, tuple[bytes, bytes, int]], ...] = ({}, {})
+        # In front of those, by the query's exact bytes after its id (TCP, UDP):
+        # → (the reply after its id, rcode).  The UDP loop reads it directly.
+        self.exact: tuple[dict[bytes, tuple[bytes, int]], ...] = ({}, {})
 
     # -- the fast, synchronous path ------------------------------------------------------
+    def refresh(self) -> None:
+        """Empty the answer caches if the records changed since they were filled."""
+        if self.records.generation != self._gen:
+            self._gen = self.records.generation
+            for c in (*self._wire, *self.exact):
+                c.clear()
+
     def quick(self, data: bytes, udp: bool) -> bytes | _Query | None:
         """The answer's bytes, a `_Query` that needs `slow()`, or None (drop)."""
         data = bytes(data)
-        if self.records.generation != self._gen:
-            self._gen = self.records.generation
-            self._wire[0].clear()
-            self._wire[1].clear()
+        self.refresh()
+        exact = self.exact[udp]
+        hit2 = exact.get(data[2:])
+        if hit2 is not None:
+            self.stats.wire_hits += 1
+            self.stats.count(hit2[1])
+            return data[:2] + hit2[0]
         cache = self._wire[udp]
         plain = parse_plain(data)
+        reply: bytes | _Query | None = None
         if plain is not None:
             hit = cache.get(plain.key)
             if hit is not None:
                 self.stats.wire_hits += 1
                 self.stats.count(hit[2])
-                return data[:2] + hit[0] + data[12:plain.qend] + hit[1]
+                reply = data[:2] + hit[0] + data[12:plain.qend] + hit[1]
+                self._remember(exact, data, reply, hit[2])
+                return reply
         try:
             if plain is not None and plain.qclass == dnslib.CLASS.IN:
                 reply = self._plain(data, udp, plain, cache)
@@ -203,6 +219,12 @@ class DNSHandler:
         except Exception:
             log.exception("cluster DNS: answering a query failed")
             return self._error(data, SERVFAIL)
+
+    @staticmethod
+    def _remember(exact: dict[bytes, tuple[bytes, int]], data: bytes, reply: bytes, rcode: int) -> None:
+        if len(exact) >= WIRE_CACHE_ENTRIES:
+            exact.clear()
+        exact[data[2:]] = (reply[2:], rcode)
 
     def _plain(self, data: bytes, udp: bool, plain: Plain,
                cache: dict[bytes, tuple[bytes, bytes, int]]) -> bytes | None:
@@ -222,7 +244,9 @@ class DNSHandler:
             cache.clear()
         cache[plain.key] = (head, tail, ans.rcode)
         self.stats.count(ans.rcode)
-        return data[:2] + head + data[12:plain.qend] + tail
+        reply = data[:2] + head + data[12:plain.qend] + tail
+        self._remember(self.exact[udp], data, reply, ans.rcode)
+        return reply
 
     def _error(self, data: bytes, rcode: int) -> bytes | None:
         reply = error_reply(data, rcode)
@@ -316,6 +340,12 @@ async def serve_udp(handler: DNSHandler, sock: socket.socket) -> None:
     async with trio.open_nursery() as nursery:
         while True:
             await trio.lowlevel.wait_readable(sock)
+            # The records change only between batches (informer tasks), so the
+            # answer cache is checked once per batch and read inline.
+            handler.refresh()
+            exact = handler.exact[1]
+            rcodes = handler.stats.rcodes
+            hits = 0
             for _ in range(UDP_BATCH):
                 try:
                     data, addr = sock.recvfrom(65535)
@@ -323,6 +353,15 @@ async def serve_udp(handler: DNSHandler, sock: socket.socket) -> None:
                     break
                 except OSError as e:  # ICMP errors surface here on some kernels
                     log.debug("cluster DNS: udp receive: %s", e)
+                    continue
+                hit = exact.get(data[2:])
+                if hit is not None:
+                    hits += 1
+                    rcodes[hit[1]] = rcodes.get(hit[1], 0) + 1
+                    try:
+                        sock.sendto(data[:2] + hit[0], addr)
+                    except OSError:
+                        pass
                     continue
                 reply = handler.quick(data, True)
                 if isinstance(reply, _Query):
@@ -332,6 +371,7 @@ async def serve_udp(handler: DNSHandler, sock: socket.socket) -> None:
                         nursery.start_soon(_udp_slow, handler, sock, reply, addr)
                 elif reply is not None:
                     _send(sock, reply, addr)
+            handler.stats.wire_hits += hits
             await trio.lowlevel.checkpoint()
 
 
