@@ -15,6 +15,7 @@ that would loop back to this server.
 
 from __future__ import annotations
 
+import errno
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,12 +134,31 @@ async def run_cluster_dns(cfg: ClusterDNSConfig, client_cfg: ClientConfig, stats
         forwarder = Forwarder([], timeout=cfg.forward_timeout, max_inflight=cfg.max_forwards,
                               cache=ForwardCache(max_entries=cfg.cache_size))
         handler = DNSHandler(records, forwarder, stats)
-        host, port = await nursery.start(serve, handler, host, port)
+        host, port = await _bind(nursery, handler, host, port)
         forwarder.upstreams = upstreams_for(cfg, (host, port))
         log.info("cluster DNS for %s on %s:%d, upstreams %s", cfg.domain, host, port,
                  ", ".join(map(str, forwarder.upstreams)) or "none")
         nursery.start_soon(_keep_kube_dns, cfg, client, advertised_address(cfg, host), port)
         task_status.started((host, port))
+
+
+async def _bind(nursery: trio.Nursery, handler: DNSHandler, host: str, port: int) -> tuple[str, int]:
+    """Start the listeners; while the address is taken (another server on this machine,
+    a resolver on port 53) or not ours to bind, say so once and retry — not a crash."""
+    delay, warned = 2.0, False
+    while True:
+        try:
+            return await nursery.start(serve, handler, host, port)
+        except OSError as e:
+            if e.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+                raise
+            if not warned:
+                log.warning("cluster DNS: cannot listen on %s port %d: %s; retrying (at most every %.0fs) "
+                            "(--cluster-dns-bind chooses another address, '' turns it off)",
+                            host, port, e.strerror, 30.0)
+                warned = True
+            await trio.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
 
 async def _keep_kube_dns(cfg: ClusterDNSConfig, client: Client, address: str, port: int) -> None:

@@ -216,6 +216,9 @@ class DNSHandler:
                 if reply is not None:
                     return reply
             return self._answer(data, udp)
+        except ValueError as e:  # a stored name that cannot go on the wire
+            log.warning("cluster DNS: cannot answer: %s", e)
+            return self._error(data, SERVFAIL)
         except Exception:
             log.exception("cluster DNS: answering a query failed")
             return self._error(data, SERVFAIL)

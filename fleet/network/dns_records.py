@@ -135,10 +135,16 @@ def _strs(v: Any) -> list[Any]:
     return v if isinstance(v, list) else []
 
 
+def _dict(v: Any) -> dict[str, Any]:
+    """A stored object's field that should be a mapping; {} when it is not (no object
+    may stop the DNS: a malformed one just has no records)."""
+    return v if isinstance(v, dict) else {}
+
+
 def service_view(svc: dict[str, Any], slices: list[dict[str, Any]]) -> _Service:
     """The records-relevant view of one Service and its EndpointSlices."""
-    md = svc.get("metadata") or {}
-    spec = svc.get("spec") or {}
+    md = _dict(svc.get("metadata"))
+    spec = _dict(svc.get("spec"))
     ips = [ip for ip in _strs(spec.get("clusterIPs")) if isinstance(ip, str)]
     if not ips and isinstance(spec.get("clusterIP"), str) and spec.get("clusterIP"):
         ips = [spec["clusterIP"]]
@@ -147,26 +153,28 @@ def service_view(svc: dict[str, Any], slices: list[dict[str, Any]]) -> _Service:
     for ip in ips:
         try:
             valid.append(str(ipaddress.ip_address(ip)))
-        except ValueError:
+        except ValueError:  # "None" (headless) and garbage
             continue
-    ports = tuple((str(p["name"]).lower(), str(p.get("protocol") or "TCP").lower(), int(p["port"]))
+    ports = tuple((str(p["name"]).lower(), str(p.get("protocol") or "TCP").lower(), p["port"])
                   for p in _strs(spec.get("ports"))
-                  if isinstance(p, dict) and p.get("name") and isinstance(p.get("port"), int))
+                  if isinstance(p, dict) and p.get("name") and type(p.get("port")) is int)
     endpoints: dict[tuple[str, str], _Endpoint] = {}
     if headless:
-        for sl in sorted(slices, key=lambda s: str((s.get("metadata") or {}).get("name"))):
+        for sl in sorted(slices, key=lambda s: str(_dict(s.get("metadata")).get("name"))):
             if sl.get("addressType") not in ("IPv4", "IPv6"):
                 continue
             sports = tuple((str(p.get("name") or "").lower(), str(p.get("protocol") or "TCP").lower(),
-                            int(p["port"])) for p in _strs(sl.get("ports"))
-                           if isinstance(p, dict) and isinstance(p.get("port"), int))
+                            p["port"]) for p in _strs(sl.get("ports"))
+                           if isinstance(p, dict) and type(p.get("port")) is int)
             for ep in _strs(sl.get("endpoints")):
                 if not isinstance(ep, dict):
                     continue
                 # EndpointConditions: a nil `ready` means ready (discovery/v1).
-                if ((ep.get("conditions") or {}).get("ready")) is False:
+                if _dict(ep.get("conditions")).get("ready") is False:
                     continue
                 for addr in _strs(ep.get("addresses")):
+                    if not isinstance(addr, str):
+                        continue
                     try:
                         ip = str(ipaddress.ip_address(addr))
                     except ValueError:
@@ -258,10 +266,11 @@ class ClusterRecords:
 
     def set_pod(self, obj: dict[str, Any]) -> None:
         key = _key(obj)
-        ips = tuple(str(p.get("ip")) for p in _strs((obj.get("status") or {}).get("podIPs"))
+        status = _dict(obj.get("status"))
+        ips = tuple(str(p.get("ip")) for p in _strs(status.get("podIPs"))
                     if isinstance(p, dict) and p.get("ip"))
-        if not ips and (obj.get("status") or {}).get("podIP"):
-            ips = (str(obj["status"]["podIP"]),)
+        if not ips and status.get("podIP"):
+            ips = (str(status["podIP"]),)
         if self._pods.get(key) == ips:
             return
         self.delete_pod(*key)
@@ -454,12 +463,12 @@ class ClusterRecords:
 
 
 def _key(obj: dict[str, Any]) -> tuple[str, str]:
-    md = obj.get("metadata") or {}
+    md = _dict(obj.get("metadata"))
     return str(md.get("namespace") or ""), str(md.get("name") or "")
 
 
 def _owner_service(sl: dict[str, Any]) -> str:
-    return str(((sl.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME_LABEL) or "")
+    return str(_dict(_dict(sl.get("metadata")).get("labels")).get(SERVICE_NAME_LABEL) or "")
 
 
 __all__ = ["DEFAULT_TTL", "NOERROR", "NXDOMAIN", "POD_MODES", "RR", "SCHEMA_VERSION", "Answer",

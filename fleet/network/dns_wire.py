@@ -107,9 +107,13 @@ def _name(name: str) -> bytes:
     for label in name.rstrip(".").split("."):
         if label:
             b = label.encode()
+            if len(b) > 63:
+                raise ValueError(f"DNS label longer than 63 bytes in {name!r}")
             out.append(len(b))
             out += b
     out.append(0)
+    if len(out) > 255:
+        raise ValueError(f"DNS name longer than 255 bytes: {name!r}")
     return bytes(out)
 
 

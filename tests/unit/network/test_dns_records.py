@@ -244,3 +244,19 @@ def test_name_helpers() -> None:
     assert reverse_ip("4.3.2.1.in-addr.arpa") == "1.2.3.4"
     assert reverse_ip("3.2.1.in-addr.arpa") is None
     assert reverse_ip("x.3.2.1.in-addr.arpa") is None
+
+
+def test_malformed_objects_have_no_records_and_break_nothing(records: ClusterRecords) -> None:
+    records.set_service({"metadata": {"namespace": "fs-ns", "name": "odd"},
+                         "spec": {"clusterIP": "None", "clusterIPs": "nope", "ports": "80"}})
+    records.set_service({"metadata": {"namespace": "fs-ns", "name": "odd2"}, "spec": "string"})
+    records.set_slice({"metadata": {"namespace": "fs-ns", "name": "odd-1",
+                                    "labels": {"kubernetes.io/service-name": "odd"}},
+                       "addressType": "IPv4", "ports": [{"name": "p", "port": "80"}, 7],
+                       "endpoints": [{"addresses": [5, {"x": 1}, "10.42.5.5"], "conditions": "yes",
+                                      "hostname": ["x"]}, "junk"]})
+    a = records.answer("odd.fs-ns.svc.cluster.local", "A")
+    assert [r.data for r in a.answer] == [("10.42.5.5",)]
+    assert records.answer("_p._tcp.odd.fs-ns.svc.cluster.local", "SRV").rcode == NXDOMAIN
+    assert records.answer("odd2.fs-ns.svc.cluster.local", "A").rcode == NOERROR
+    assert rrs(records.answer("web.fs-ns.svc.cluster.local", "A"))[0][2] == ("10.43.5.6",)

@@ -170,3 +170,10 @@ async def test_no_upstream_is_refused_and_busy_is_refused(records: ClusterRecord
     assert isinstance(q, _Query)
     assert dnslib.DNSRecord.parse(busy.refuse(q)).header.rcode == 5
     await trio.lowlevel.checkpoint()
+
+
+def test_an_unencodable_target_is_servfail_not_a_broken_packet(records: ClusterRecords) -> None:
+    records.set_service(svc("fs-ns", "long", None, type="ExternalName", externalName="x" * 70 + ".example"))
+    h = handler(records)
+    r = dnslib.DNSRecord.parse(h.quick(query("long.fs-ns.svc.cluster.local", "CNAME"), udp=True))
+    assert r.header.rcode == 2
