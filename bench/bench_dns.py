@@ -95,11 +95,12 @@ def client(port: int, names: list[str], seconds: float, window: int, max_queries
             if qid in pending:  # wrapped onto a query still out: count it lost
                 del pending[qid]
                 lost += 1
+            pending[qid] = time.perf_counter()
             try:
                 sock.send(packets[qid])
             except BlockingIOError:
+                del pending[qid]
                 break
-            pending[qid] = time.perf_counter()
             sent += 1
         if not poller.poll(50):
             # Nothing for 50 ms: whatever is out that long is lost (UDP).
