@@ -128,7 +128,9 @@ def client(port: int, names: list[str], seconds: float, window: int, max_queries
                 bad += 1
     wall = time.perf_counter() - start
     sock.close()
-    return {"sent": sent, "ok": ok, "bad": bad, "lost": lost + len(pending), "seconds": wall,
+    # `lost`: no answer within 1 s; `in_flight_at_end`: still out when time was up.
+    return {"sent": sent, "ok": ok, "bad": bad, "lost": lost, "in_flight_at_end": len(pending),
+            "seconds": wall,
             "qps": ok / wall if wall else 0.0,
             "p50_ms": _ms(percentile(lat, 50)), "p99_ms": _ms(percentile(lat, 99))}
 

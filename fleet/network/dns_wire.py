@@ -18,6 +18,7 @@ Equality with what dnslib builds is checked by tests/unit/network/test_dns_wire.
 
 from __future__ import annotations
 
+import functools
 import socket
 import struct
 from typing import NamedTuple
@@ -136,10 +137,22 @@ def _rdata(rr: RR) -> bytes:
     raise ValueError(f"no encoder for {t}")
 
 
-def _record(rr: RR, qname_lower: str) -> bytes:
-    owner = _POINTER_TO_QUESTION if rr.name.lower() == qname_lower else _name(rr.name)
+@functools.lru_cache(maxsize=8192)
+def _body(rr: RR) -> bytes:
+    """Type, class, TTL and rdata of a record (records repeat: SOAs, targets)."""
     rdata = _rdata(rr)
-    return owner + struct.pack("!HHIH", TYPES[rr.rtype], CLASS_IN, rr.ttl, len(rdata)) + rdata
+    return struct.pack("!HHIH", TYPES[rr.rtype], CLASS_IN, rr.ttl, len(rdata)) + rdata
+
+
+@functools.lru_cache(maxsize=8192)
+def _named(rr: RR) -> bytes:
+    return _name(rr.name) + _body(rr)
+
+
+def _record(rr: RR, qname_lower: str) -> bytes:
+    if rr.name.lower() == qname_lower:
+        return _POINTER_TO_QUESTION + _body(rr)
+    return _named(rr)
 
 
 def encode(data: bytes, plain: Plain, name: str, answer: Answer, limit: int | None,
