@@ -89,6 +89,9 @@ def server(
              "default: the nameservers of --resolv-conf).")] = None,
     resolv_conf: Annotated[str, cyclopts.Parameter(
         help="resolv.conf whose nameservers are the default upstreams.")] = "/etc/resolv.conf",
+    cluster_dns_allow: Annotated[str | None, cyclopts.Parameter(
+        help="Source networks (comma-separated CIDRs, '*' for all) whose DNS queries are answered "
+             "(default: loopback and the private ranges).")] = None,
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -129,6 +132,8 @@ def server(
     cfg.dns.bind, cfg.dns.domain, cfg.dns.service_ip = cluster_dns_bind, cluster_domain, cluster_dns
     cfg.dns.advertise, cfg.dns.resolv_conf = cluster_dns_advertise, resolv_conf
     cfg.dns.upstreams = [u for arg in dns_upstream or [] for u in arg.split(",") if u.strip()]
+    if cluster_dns_allow is not None:
+        cfg.dns.allow = [n.strip() for n in cluster_dns_allow.split(",") if n.strip()]
     try:
         cfg.dns.validate()
     except ValueError as e:

@@ -24,7 +24,14 @@ import trio
 
 from fleet.client import Client, ClientConfig
 from fleet.client.informer import Informer
-from fleet.network.dns import DNSHandler, DNSStats, parse_bind, serve
+from fleet.network.dns import (
+    DEFAULT_ALLOWED_CLIENTS,
+    ClientFilter,
+    DNSHandler,
+    DNSStats,
+    parse_bind,
+    serve,
+)
 from fleet.network.dns_forward import (
     DEFAULT_MAX_INFLIGHT,
     DEFAULT_TIMEOUT,
@@ -58,6 +65,8 @@ class ClusterDNSConfig:
     # The address written into kube-dns' Endpoints; empty: the bind host, or for a
     # wildcard bind the node's address (first non-loopback IPv4).
     advertise: str = ""
+    # Source networks that get answers (others are dropped); ["*"]: everyone.
+    allow: list[str] = field(default_factory=lambda: list(DEFAULT_ALLOWED_CLIENTS))
     forward_timeout: float = DEFAULT_TIMEOUT
     max_forwards: int = DEFAULT_MAX_INFLIGHT
     cache_size: int = 10000
@@ -68,7 +77,17 @@ class ClusterDNSConfig:
             parse_bind(self.bind)
         for u in self.upstreams:
             parse_upstream(u)
+        self.client_filter()
         ClusterRecords(self.domain, self.ttl, self.pod_records)
+
+
+    def client_filter(self) -> ClientFilter | None:
+        if "*" in self.allow:
+            return None
+        try:
+            return ClientFilter(self.allow)
+        except ValueError as e:
+            raise ValueError(f"--cluster-dns-allow: {e}") from e
 
 
 def upstreams_for(cfg: ClusterDNSConfig, own: tuple[str, int]) -> list[Upstream]:
@@ -133,7 +152,7 @@ async def run_cluster_dns(cfg: ClusterDNSConfig, client_cfg: ClientConfig, stats
             await nursery.start(inf.run)
         forwarder = Forwarder([], timeout=cfg.forward_timeout, max_inflight=cfg.max_forwards,
                               cache=ForwardCache(max_entries=cfg.cache_size))
-        handler = DNSHandler(records, forwarder, stats)
+        handler = DNSHandler(records, forwarder, stats, cfg.client_filter())
         host, port = await _bind(nursery, handler, host, port)
         forwarder.upstreams = upstreams_for(cfg, (host, port))
         log.info("cluster DNS for %s on %s:%d, upstreams %s", cfg.domain, host, port,

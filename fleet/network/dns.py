@@ -28,10 +28,11 @@ a Prometheus collector the server registers in its registry.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,36 @@ def parse_bind(text: str, default_port: int = 53) -> tuple[str, int]:
     return host, port
 
 
+# Who may ask (CoreDNS is only reachable inside the cluster network; a DNS server that
+# forwards must not be an open resolver on a public interface): loopback, the private
+# and CGNAT ranges (pod, service and node networks), IPv6 ULA and link-local.
+DEFAULT_ALLOWED_CLIENTS = ("127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                           "100.64.0.0/10", "::1/128", "fc00::/7", "fe80::/10")
+
+
+class ClientFilter:
+    """Which source addresses get answers; others are dropped (no reflection)."""
+
+    def __init__(self, networks: Iterable[str] = DEFAULT_ALLOWED_CLIENTS) -> None:
+        self.networks = [ipaddress.ip_network(n, strict=False) for n in networks]
+        self._seen: dict[str, bool] = {}
+
+    def allowed(self, host: str) -> bool:
+        v = self._seen.get(host)
+        if v is None:
+            try:
+                ip = ipaddress.ip_address(host.split("%", 1)[0])
+            except ValueError:
+                return False
+            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+                ip = ip.ipv4_mapped
+            v = any(ip in n for n in self.networks)
+            if len(self._seen) >= 65536:
+                self._seen.clear()
+            self._seen[host] = v
+        return v
+
+
 class DNSStats:
     """Answers by rcode, answer-cache and forward-cache hits: a Prometheus collector."""
 
@@ -96,6 +127,7 @@ class DNSStats:
         self.wire_hits = 0
         self.forwarded = 0
         self.refused_busy = 0
+        self.dropped_clients = 0
         self.forwarder: Forwarder | None = None
 
     def count(self, rcode: int) -> None:
@@ -113,6 +145,9 @@ class DNSStats:
         yield CounterMetricFamily("fleet_dns_forwarded_requests",
                                   "Questions sent to the forwarder (its cache included).",
                                   value=self.forwarded)
+        yield CounterMetricFamily("fleet_dns_dropped_clients",
+                                  "Queries dropped because their source is not an allowed client.",
+                                  value=self.dropped_clients)
         yield CounterMetricFamily("fleet_dns_forward_refused",
                                   "Questions refused because too many forwards were in flight.",
                                   value=self.refused_busy)
@@ -169,8 +204,9 @@ class DNSHandler:
     """Turns one query's bytes into the answer's bytes (transport-independent)."""
 
     def __init__(self, records: ClusterRecords, forwarder: Forwarder | None = None,
-                 stats: DNSStats | None = None) -> None:
+                 stats: DNSStats | None = None, clients: ClientFilter | None = None) -> None:
         self.records = records
+        self.clients = clients  # None: everyone
         self.forwarder = forwarder
         self.stats = stats or DNSStats()
         self.stats.forwarder = forwarder
@@ -346,6 +382,7 @@ async def serve_udp(handler: DNSHandler, sock: socket.socket) -> None:
             # The records change only between batches (informer tasks), so the
             # answer cache is checked once per batch and read inline.
             handler.refresh()
+            clients = handler.clients
             exact = handler.exact[1]
             rcodes = handler.stats.rcodes
             hits = 0
@@ -356,6 +393,9 @@ async def serve_udp(handler: DNSHandler, sock: socket.socket) -> None:
                     break
                 except OSError as e:  # ICMP errors surface here on some kernels
                     log.debug("cluster DNS: udp receive: %s", e)
+                    continue
+                if clients is not None and not clients.allowed(addr[0]):
+                    handler.stats.dropped_clients += 1
                     continue
                 hit = exact.get(data[2:])
                 if hit is not None:
@@ -400,7 +440,11 @@ class _TCPServer:
         self.connections = 0
 
     async def __call__(self, stream: trio.SocketStream) -> None:
-        if self.connections >= MAX_TCP_CONNECTIONS:
+        clients = self.handler.clients
+        if self.connections >= MAX_TCP_CONNECTIONS or (
+                clients is not None and not clients.allowed(str(stream.socket.getpeername()[0]))):
+            if self.connections < MAX_TCP_CONNECTIONS:
+                self.handler.stats.dropped_clients += 1
             await stream.aclose()
             return
         self.connections += 1
@@ -459,4 +503,4 @@ async def serve(handler: DNSHandler, host: str, port: int, *,
         udp.close()
 
 
-__all__ = ["DNSHandler", "DNSStats", "error_reply", "parse_bind", "serve", "serve_udp", "to_dnslib"]
+__all__ = ["DEFAULT_ALLOWED_CLIENTS", "ClientFilter", "DNSHandler", "DNSStats", "error_reply", "parse_bind", "serve", "serve_udp", "to_dnslib"]

@@ -70,3 +70,45 @@ def test_kube_dns_objects_and_repairs() -> None:
     assert not endpoints_differ(ep, ep)
     moved = desired_endpoints("kube-system", "kube-dns", ["192.0.2.5"], PORTS, {"k8s-app": "kube-dns"})
     assert endpoints_differ(ep, moved)
+
+
+def test_client_filter() -> None:
+    from fleet.network.dns import ClientFilter
+
+    f = ClientFilter()
+    for ok in ("127.0.0.1", "10.42.3.4", "192.168.1.1", "::1", "fd00::5", "::ffff:10.1.2.3", "fe80::1%eth0"):
+        assert f.allowed(ok), ok
+    for bad in ("8.8.8.8", "203.0.113.9", "2001:db8::1", "::ffff:8.8.8.8", "junk"):
+        assert not f.allowed(bad), bad
+    assert ClusterDNSConfig(allow=["*"]).client_filter() is None
+    assert ClusterDNSConfig(allow=["192.0.2.0/24"]).client_filter().allowed("192.0.2.7")  # type: ignore[union-attr]
+    with pytest.raises(ValueError):
+        ClusterDNSConfig(allow=["not-a-net"]).validate()
+
+
+async def test_listeners_drop_clients_outside_the_allowed_networks() -> None:
+    import socket as s
+
+    import dnslib
+    import trio
+
+    from fleet.network.dns import ClientFilter, DNSHandler, serve
+    from fleet.network.dns_records import ClusterRecords
+
+    records = ClusterRecords()
+    records.set_service({"metadata": {"namespace": "a", "name": "b"}, "spec": {"clusterIP": "10.43.0.9"}})
+    q = bytes(dnslib.DNSRecord.question("b.a.svc.cluster.local").pack())
+    for networks, answered in ((["192.0.2.0/24"], False), (["127.0.0.0/8"], True)):
+        handler = DNSHandler(records, clients=ClientFilter(networks))
+        async with trio.open_nursery() as n:
+            _, port = await n.start(serve, handler, "127.0.0.1", 0)
+            sock = trio.socket.socket(s.AF_INET, s.SOCK_DGRAM)
+            with sock:
+                await sock.sendto(q, ("127.0.0.1", port))
+                with trio.move_on_after(0.5):
+                    data = await sock.recv(512)
+                    assert answered and dnslib.DNSRecord.parse(data).rr
+                    n.cancel_scope.cancel()
+            assert answered is False or n.cancel_scope.cancel_called
+            assert handler.stats.dropped_clients == (0 if answered else 1)
+            n.cancel_scope.cancel()
