@@ -81,6 +81,8 @@ def server(
     cluster_domain: Annotated[str, cyclopts.Parameter(help="The cluster DNS domain.")] = "cluster.local",
     cluster_dns: Annotated[str, cyclopts.Parameter(
         help="ClusterIP of the kube-system/kube-dns Service.")] = "10.43.0.10",
+    cluster_dns_ttl: Annotated[int, cyclopts.Parameter(
+        help="TTL (seconds) of cluster DNS records and of their negative answers.")] = 5,
     cluster_dns_advertise: Annotated[str, cyclopts.Parameter(
         help="Address written into kube-dns' Endpoints (default: the bind host, or the node's "
              "address for a wildcard bind).")] = "",
@@ -131,6 +133,7 @@ def server(
     cfg.request_body_timeout = request_body_timeout
     cfg.dns.bind, cfg.dns.domain, cfg.dns.service_ip = cluster_dns_bind, cluster_domain, cluster_dns
     cfg.dns.advertise, cfg.dns.resolv_conf = cluster_dns_advertise, resolv_conf
+    cfg.dns.ttl = cluster_dns_ttl
     cfg.dns.upstreams = [u for arg in dns_upstream or [] for u in arg.split(",") if u.strip()]
     if cluster_dns_allow is not None:
         cfg.dns.allow = [n.strip() for n in cluster_dns_allow.split(",") if n.strip()]

@@ -75,6 +75,8 @@ class ClusterDNSConfig:
         """ValueError for a bad flag (checked by the CLI before anything starts)."""
         if self.bind:
             parse_bind(self.bind)
+        if not 0 <= self.ttl <= 86400:
+            raise ValueError(f"TTL {self.ttl}: must be between 0 and 86400 seconds")
         for u in self.upstreams:
             parse_upstream(u)
         self.client_filter()

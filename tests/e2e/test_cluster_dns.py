@@ -314,3 +314,22 @@ def test_busybox_nslookup(dns: tuple[FleetServer, int]) -> None:
             break
         time.sleep(0.5)
     assert "10.43.77.7" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--cluster-dns-bind", "dns.example:53"], "not an IP address"),
+    (["--dns-upstream", "resolver.example"], "not an IP address"),
+    (["--cluster-dns-allow", "everyone"], "--cluster-dns-allow"),
+    (["--cluster-dns-ttl", "-1"], "TTL"),
+])
+def test_bad_dns_flags_stop_the_server_with_a_clear_error(tmp_path: Any, args: list[str],
+                                                          message: str) -> None:
+    import sys
+
+    from tests.conftest import _server_env
+
+    p = subprocess.run([sys.executable, "-m", "fleet.cli.main", "server", "--data-dir", str(tmp_path),
+                        "--port", str(free_port()), "--metrics-port", str(free_port()), "--no-agent",
+                        *args], capture_output=True, text=True, timeout=60, env=_server_env())
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and message in out and "Traceback" not in out, out
