@@ -62,7 +62,7 @@ import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -87,6 +87,7 @@ from fleet.agent.hooks import HookResult, run_lifecycle_hook
 from fleet.agent.images import ImageInfo, ImageProvider
 from fleet.agent.probes import ExecInContainer, ProbeFailure, ProbeRunner
 from fleet.agent.sandbox import PodSandbox
+from fleet.agent.service_env import service_link_env
 from fleet.agent.status import ContainerView, build_pod_status, status_changed
 from fleet.agent.teardown import PodTeardown
 from fleet.api import meta
@@ -148,6 +149,9 @@ class WorkerEnv:
     # fleet.agent.dnsconfig.NodeDNS: cluster DNS address(es), domain, node resolv.conf;
     # None: the defaults (10.43.0.10, cluster.local, /etc/resolv.conf).
     dns: Any = None
+    # Every Service the agent knows (an informer's list), for the service-link
+    # variables (fleet.agent.service_env); None: no such variables.
+    services: Callable[[], Iterable[Mapping[str, Any]]] | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -475,6 +479,10 @@ class PodWorker(PodSandbox, PodTeardown):
         spec = c.spec
         pod_spec = self.pod.get("spec") or {}
         base = image_env(info.config)
+        if self.env.services is not None:
+            # Service links sit above the image's Env and below the container's own.
+            base.update(service_link_env(self.env.services(), self.namespace,
+                                         pod_spec.get("enableServiceLinks", True) is not False))
         if self.env.env is not None:
             # fleet.agent.env: envFrom and valueFrom too; image Env is the lowest layer.
             env = await self.env.env.resolve_env(
