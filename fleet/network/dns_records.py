@@ -290,17 +290,24 @@ class ClusterRecords:
         self._changed()
 
     def _rebuild(self, key: tuple[str, str]) -> None:
-        old = self._views.pop(key, None)
-        if old is not None:
-            for ip, fqdn in self._ptr_names(old):
-                self._ptr[ip].pop(fqdn, None)
-                if not self._ptr[ip]:
-                    del self._ptr[ip]
+        """Recompute one Service's view; `generation` moves only if its records did (a
+        slice update that changes no record — a zone, a nodeName — keeps the caches)."""
         svc = self._services.get(key)
+        view = None
         if svc is not None:
             slices = [self._slices[(key[0], n)] for n in self._slices_of.get(key, ())
                       if (key[0], n) in self._slices]
             view = service_view(svc, slices)
+        old = self._views.get(key)
+        if old == view:
+            return
+        if old is not None:
+            del self._views[key]
+            for ip, fqdn in self._ptr_names(old):
+                self._ptr[ip].pop(fqdn, None)
+                if not self._ptr[ip]:
+                    del self._ptr[ip]
+        if view is not None:
             self._views[key] = view
             for ip, fqdn in self._ptr_names(view):
                 self._ptr[ip][fqdn] = None

@@ -260,3 +260,21 @@ def test_malformed_objects_have_no_records_and_break_nothing(records: ClusterRec
     assert records.answer("_p._tcp.odd.fs-ns.svc.cluster.local", "SRV").rcode == NXDOMAIN
     assert records.answer("odd2.fs-ns.svc.cluster.local", "A").rcode == NOERROR
     assert rrs(records.answer("web.fs-ns.svc.cluster.local", "A"))[0][2] == ("10.43.5.6",)
+
+
+def test_updates_that_change_no_record_keep_the_generation(records: ClusterRecords) -> None:
+    g = records.generation
+    sl = eps("fs-ns", "db-abc", "db",
+             [ep("10.42.0.5", "db-0"), ep("10.42.1.7", "db-1"), ep("10.42.2.9"),
+              ep("10.42.3.3", "db-3", ready=False), ep("10.42.4.4", "db-4", ready=None)],
+             [{"name": "pg", "port": 5433, "protocol": "TCP"}])
+    sl["endpoints"][0]["nodeName"] = "node-2"  # not a DNS record
+    records.set_slice(sl)
+    records.set_service(svc("fs-ns", "web", "10.43.5.6",
+                            [{"name": "http", "port": 80, "protocol": "TCP"},
+                             {"name": "dns", "port": 53, "protocol": "UDP"},
+                             {"port": 8080, "protocol": "TCP"}], selector={"app": "other"}))
+    assert records.generation == g
+    sl["endpoints"][0]["conditions"] = {"ready": False}
+    records.set_slice(sl)
+    assert records.generation > g
