@@ -159,7 +159,7 @@ async def run_cluster_dns(cfg: ClusterDNSConfig, client_cfg: ClientConfig, stats
         forwarder.upstreams = upstreams_for(cfg, (host, port))
         log.info("cluster DNS for %s on %s:%d, upstreams %s", cfg.domain, host, port,
                  ", ".join(map(str, forwarder.upstreams)) or "none")
-        nursery.start_soon(_keep_kube_dns, cfg, client, advertised_address(cfg, host), port)
+        nursery.start_soon(_keep_kube_dns, cfg, client, port)
         task_status.started((host, port))
 
 
@@ -182,14 +182,28 @@ async def _bind(nursery: trio.Nursery, handler: DNSHandler, host: str, port: int
             delay = min(delay * 2, 30.0)
 
 
-async def _keep_kube_dns(cfg: ClusterDNSConfig, client: Client, address: str, port: int) -> None:
-    ports = [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": port},
-             {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": port}]
+def kube_dns_spec(cfg: ClusterDNSConfig, port: int | None = None) -> dict[str, Any]:
+    """The keywords of `ensure_system_service` for kube-dns (this module's through the
+    API, or the store-side one of the ClusterIP allocator): ClusterIP `service_ip`,
+    ports 53/UDP `dns` and 53/TCP `dns-tcp` → the listener's `port` (default: the bind
+    port) at the advertised address."""
+    host, bind_port = parse_bind(cfg.bind)
+    port = port or bind_port
+    return {"namespace": DNS_NAMESPACE, "name": DNS_SERVICE, "cluster_ip": cfg.service_ip,
+            "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": port},
+                      {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": port}],
+            "endpoint_ips": [advertised_address(cfg, host)],
+            "endpoint_ports": [{"name": "dns", "port": port, "protocol": "UDP"},
+                               {"name": "dns-tcp", "port": port, "protocol": "TCP"}],
+            "labels": {"k8s-app": "kube-dns"}}
+
+
+async def _keep_kube_dns(cfg: ClusterDNSConfig, client: Client, port: int) -> None:
+    spec = kube_dns_spec(cfg, port)
     backoff = 1.0
     while True:
         try:
-            await ensure_system_service(client, DNS_NAMESPACE, DNS_SERVICE, cfg.service_ip, ports,
-                                        [address], labels={"k8s-app": "kube-dns"})
+            await ensure_system_service(client, **spec)
             return
         except Exception as e:  # the API not ready, an IP taken...: try again later
             log.warning("cluster DNS: ensuring %s/%s: %s", DNS_NAMESPACE, DNS_SERVICE, e)
@@ -198,4 +212,4 @@ async def _keep_kube_dns(cfg: ClusterDNSConfig, client: Client, address: str, po
 
 
 __all__ = ["DEFAULT_BIND", "DEFAULT_SERVICE_IP", "ClusterDNSConfig", "advertised_address",
-           "run_cluster_dns", "upstreams_for", "wire"]
+           "kube_dns_spec", "run_cluster_dns", "upstreams_for", "wire"]

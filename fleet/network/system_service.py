@@ -9,9 +9,10 @@ them), idempotent, repaired at every start: missing objects are created, ports,
 labels and addresses that drifted are put back; a ClusterIP that differs (it is
 immutable) is logged, not fought over.
 
-`plan_service` / `plan_endpoints` are the pure decisions; `ensure_system_service` the
-I/O.  The ClusterIP allocator's `kubernetes` Service has the same shape: the two are
-meant to be one function.
+`plan_service` / `endpoints_differ` are the pure decisions; `ensure_system_service` the
+I/O, through the API (it runs after the DNS listener has its port).  The ClusterIP
+allocator's store-side `ensure_system_service` (for `kubernetes`) takes the same
+keywords: `fleet.network.cluster_dns.kube_dns_spec(cfg)` feeds either.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ def desired_service(namespace: str, name: str, cluster_ip: str, ports: Sequence[
 
 def desired_endpoints(namespace: str, name: str, addresses: Sequence[str],
                       ports: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> dict[str, Any]:
-    """Endpoints: every address on every port's targetPort (the port the server listens on)."""
-    eports = [{"name": p["name"], "port": int(p.get("targetPort") or p["port"]),
-               "protocol": p.get("protocol") or "TCP"} for p in ports]
+    """Endpoints: every address on every port ({name, port, protocol})."""
+    eports = [{"name": p["name"], "port": int(p["port"]), "protocol": p.get("protocol") or "TCP"}
+              for p in ports]
     return {"apiVersion": "v1", "kind": "Endpoints",
             "metadata": {"namespace": namespace, "name": name, "labels": dict(labels)},
             "subsets": [{"addresses": [{"ip": a} for a in addresses], "ports": eports}]
@@ -81,11 +82,13 @@ def endpoints_differ(current: dict[str, Any], want: dict[str, Any]) -> bool:
         labels.get(k) != v for k, v in want["metadata"]["labels"].items())
 
 
-async def ensure_system_service(client: Client, namespace: str, name: str, cluster_ip: str,
-                                ports: Sequence[Mapping[str, Any]], endpoint_addresses: Sequence[str],
+async def ensure_system_service(client: Client, *, namespace: str, name: str, cluster_ip: str,
+                                ports: Sequence[Mapping[str, Any]], endpoint_ips: Sequence[str],
+                                endpoint_ports: Sequence[Mapping[str, Any]],
                                 labels: Mapping[str, str] | None = None) -> None:
-    """Create or repair `namespace/name` (Service + Endpoints). `ports`: Service ports
-    ({name, port, protocol, targetPort})."""
+    """Create or repair `namespace/name`: the Service (`ports`: {name, port, protocol,
+    targetPort}) and its Endpoints (`endpoint_ips` × `endpoint_ports`: {name, port,
+    protocol}). The keyword shape of fleet/server/systemsvc.py's store-side function."""
     labels = dict(labels or {})
     want = desired_service(namespace, name, cluster_ip, ports, labels)
     try:
@@ -109,7 +112,7 @@ async def ensure_system_service(client: Client, namespace: str, name: str, clust
         patch = plan_service(current, want)
         if patch is not None:
             await client.patch("v1", "services", name, patch, namespace=namespace)
-    want_ep = desired_endpoints(namespace, name, endpoint_addresses, ports, labels)
+    want_ep = desired_endpoints(namespace, name, endpoint_ips, endpoint_ports, labels)
     try:
         cur_ep = await client.get_object("v1", "endpoints", name, namespace)
     except ApiException as e:

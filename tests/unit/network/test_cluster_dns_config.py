@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.network.cluster_dns import ClusterDNSConfig, advertised_address, upstreams_for
+from fleet.network.cluster_dns import (
+    ClusterDNSConfig,
+    advertised_address,
+    kube_dns_spec,
+    upstreams_for,
+)
 from fleet.network.dns import parse_bind
 from fleet.network.dns_forward import Upstream
 from fleet.network.system_service import (
@@ -63,12 +68,18 @@ def test_kube_dns_objects_and_repairs() -> None:
                "spec": {**want["spec"], "ports": [{**PORTS[0], "targetPort": 9999}]}}
     assert plan_service(drifted, want) == {"metadata": {"labels": {"k8s-app": "kube-dns"}},
                                            "spec": {"ports": PORTS}}
-    ep = desired_endpoints("kube-system", "kube-dns", ["192.0.2.4"], PORTS, {"k8s-app": "kube-dns"})
+    spec = kube_dns_spec(ClusterDNSConfig(bind="192.0.2.4:10053"))
+    assert spec["ports"] == PORTS and spec["endpoint_ips"] == ["192.0.2.4"]
+    assert kube_dns_spec(ClusterDNSConfig(bind="127.0.0.1:0"), 5353)["endpoint_ports"][1] == {
+        "name": "dns-tcp", "port": 5353, "protocol": "TCP"}
+    ep = desired_endpoints("kube-system", "kube-dns", ["192.0.2.4"], spec["endpoint_ports"],
+                           {"k8s-app": "kube-dns"})
     assert ep["subsets"] == [{"addresses": [{"ip": "192.0.2.4"}],
                               "ports": [{"name": "dns", "port": 10053, "protocol": "UDP"},
                                         {"name": "dns-tcp", "port": 10053, "protocol": "TCP"}]}]
     assert not endpoints_differ(ep, ep)
-    moved = desired_endpoints("kube-system", "kube-dns", ["192.0.2.5"], PORTS, {"k8s-app": "kube-dns"})
+    moved = desired_endpoints("kube-system", "kube-dns", ["192.0.2.5"], spec["endpoint_ports"],
+                              {"k8s-app": "kube-dns"})
     assert endpoints_differ(ep, moved)
 
 
