@@ -28,6 +28,7 @@ a Prometheus collector the server registers in its registry.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import socket
@@ -479,19 +480,34 @@ async def _read(stream: trio.SocketStream, n: int) -> bytes | None:
     return bytes(buf)
 
 
+def _bind_pair(host: str, port: int) -> tuple[socket.socket, socket.socket]:
+    """A UDP and a TCP socket bound to the same port (port 0: one the kernel picks for
+    UDP and free for TCP too, tried a few times)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for attempt in range(20):
+        udp = socket.socket(family, socket.SOCK_DGRAM)
+        tcp = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            udp.bind((host, port))
+            tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            tcp.bind((host, udp.getsockname()[1]))
+            return udp, tcp
+        except OSError as e:
+            udp.close()
+            tcp.close()
+            if port != 0 or e.errno != errno.EADDRINUSE or attempt == 19:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def serve(handler: DNSHandler, host: str, port: int, *,
                 task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
-    """Listen on host:port over UDP and TCP (port 0: one the kernel picks for UDP, the same
-    for TCP); reports (host, port) once both are bound."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    udp = socket.socket(family, socket.SOCK_DGRAM)
+    """Listen on host:port over UDP and TCP; reports (host, port) once both are bound."""
+    udp, tcp_sock = _bind_pair(host, port)
     try:
         udp.setblocking(False)
-        udp.bind((host, port))
         port = udp.getsockname()[1]
-        tcp = trio.socket.socket(family, socket.SOCK_STREAM)
-        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        await tcp.bind((host, port))
+        tcp = trio.socket.from_stdlib_socket(tcp_sock)
         tcp.listen(128)
         listener = trio.SocketListener(tcp)
         async with trio.open_nursery() as nursery:
@@ -501,6 +517,8 @@ async def serve(handler: DNSHandler, host: str, port: int, *,
             task_status.started((host, port))
     finally:
         udp.close()
+        tcp_sock.close()
 
 
-__all__ = ["DEFAULT_ALLOWED_CLIENTS", "ClientFilter", "DNSHandler", "DNSStats", "error_reply", "parse_bind", "serve", "serve_udp", "to_dnslib"]
+__all__ = ["DEFAULT_ALLOWED_CLIENTS", "ClientFilter", "DNSHandler", "DNSStats", "error_reply",
+           "parse_bind", "serve", "serve_udp", "to_dnslib"]
