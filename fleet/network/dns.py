@@ -316,8 +316,7 @@ class DNSHandler:
         q = req.q
         if q.qclass != dnslib.CLASS.IN:
             return self._pack(req, REFUSED, (), (), (), limit, edns is not None, aa=False)
-        qname = str(q.qname)
-        ans = self.records.answer(qname, _QTYPE_NAMES.get(q.qtype, str(q.qtype)))
+        ans = self.records.answer(str(q.qname), _QTYPE_NAMES.get(q.qtype, str(q.qtype)))
         if ans.forward or ans.chase:
             return _Query(req, limit, edns is not None, ans if ans.chase else None)
         return self._pack(req, ans.rcode, [to_dnslib(r) for r in ans.answer],
