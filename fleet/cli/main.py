@@ -91,6 +91,9 @@ def server(
              "default: the nameservers of --resolv-conf).")] = None,
     resolv_conf: Annotated[str, cyclopts.Parameter(
         help="resolv.conf whose nameservers are the default upstreams.")] = "/etc/resolv.conf",
+    cluster_dns_pods: Annotated[str, cyclopts.Parameter(
+        help="Pod records a-b-c-d.<ns>.pod.<domain>: insecure (any IP, CoreDNS's `pods insecure`), "
+             "verified (a pod of that namespace has the IP) or disabled.")] = "insecure",
     cluster_dns_allow: Annotated[str | None, cyclopts.Parameter(
         help="Source networks (comma-separated CIDRs, '*' for all) whose DNS queries are answered "
              "(default: loopback and the private ranges).")] = None,
@@ -133,7 +136,7 @@ def server(
     cfg.request_body_timeout = request_body_timeout
     cfg.dns.bind, cfg.dns.domain, cfg.dns.service_ip = cluster_dns_bind, cluster_domain, cluster_dns
     cfg.dns.advertise, cfg.dns.resolv_conf = cluster_dns_advertise, resolv_conf
-    cfg.dns.ttl = cluster_dns_ttl
+    cfg.dns.ttl, cfg.dns.pod_records = cluster_dns_ttl, cluster_dns_pods
     cfg.dns.upstreams = [u for arg in dns_upstream or [] for u in arg.split(",") if u.strip()]
     if cluster_dns_allow is not None:
         cfg.dns.allow = [n.strip() for n in cluster_dns_allow.split(",") if n.strip()]

@@ -321,6 +321,7 @@ def test_busybox_nslookup(dns: tuple[FleetServer, int]) -> None:
     (["--dns-upstream", "resolver.example"], "not an IP address"),
     (["--cluster-dns-allow", "everyone"], "--cluster-dns-allow"),
     (["--cluster-dns-ttl", "-1"], "TTL"),
+    (["--cluster-dns-pods", "sometimes"], "pod records mode"),
 ])
 def test_bad_dns_flags_stop_the_server_with_a_clear_error(tmp_path: Any, args: list[str],
                                                           message: str) -> None:
@@ -333,3 +334,33 @@ def test_bad_dns_flags_stop_the_server_with_a_clear_error(tmp_path: Any, args: l
                         *args], capture_output=True, text=True, timeout=60, env=_server_env())
     out = p.stdout + p.stderr
     assert p.returncode != 0 and message in out and "Traceback" not in out, out
+
+
+def test_verified_pod_records(tmp_path_factory: pytest.TempPathFactory) -> None:
+    port = free_port()
+    factory = ServerFactory(tmp_path_factory.mktemp("fs-dns-verified"))
+    try:
+        srv = factory.start(extra_args=["--cluster-dns-bind", f"127.0.0.1:{port}",
+                                        "--cluster-dns-pods", "verified", "--dns-upstream", "127.0.0.1:9"])
+        create_namespace(srv, NS)
+        name = f"10-42-0-33.{NS}.pod.cluster.local"
+        def rcode() -> int | None:
+            try:
+                return int(ask(port, name).header.rcode)
+            except OSError:  # not listening yet
+                return None
+        wait_until(lambda: rcode() == dnslib.RCODE.NXDOMAIN, timeout=30,
+                   what="an NXDOMAIN for a pod IP no pod has")
+        _post(srv, f"/api/v1/namespaces/{NS}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+        with srv.client() as c:
+            r = c.patch(f"/api/v1/namespaces/{NS}/pods/p/status",
+                        json={"status": {"podIP": "10.42.0.33", "podIPs": [{"ip": "10.42.0.33"}]}},
+                        headers={"Content-Type": "application/merge-patch+json"})
+        assert r.status_code == 200, r.text
+        assert rdata(answered(port, name)) == ["10.42.0.33"]
+        assert ask(port, "10-42-0-33.default.pod.cluster.local").header.rcode == dnslib.RCODE.NXDOMAIN
+    finally:
+        problems = factory.stop_all()
+        assert not problems, problems
