@@ -12,6 +12,7 @@ comes back truncated.  Answers are cached by (name, type, class):
   cached; SERVFAIL and truncated answers are never cached;
 * at most `max_entries` entries, least recently used evicted first.
 
+The same question asked while it is out waits for that answer (one upstream query).
 At most `max_inflight` questions are forwarded at once; `busy()` tells the server to
 refuse (REFUSED, as CoreDNS's `max_concurrent`) rather than queue without bound.
 """
@@ -161,6 +162,14 @@ class ForwardCache:
             self._entries.popitem(last=False)
 
 
+@dataclass
+class _Flight:
+    """A question out to the upstreams, that the same question asked meanwhile waits for."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    result: Resolved | None = None
+
+
 class Forwarder:
     """Asks the upstream resolvers (UDP, TCP on truncation), through the cache."""
 
@@ -172,26 +181,38 @@ class Forwarder:
         self.cache = cache if cache is not None else ForwardCache()
         self.inflight = 0
         self.failures = 0  # questions no upstream answered
+        self._flights: dict[tuple[str, int, int], _Flight] = {}
 
     def busy(self) -> bool:
         return self.inflight >= self.max_inflight
 
     async def resolve(self, qname: str, qtype: int, qclass: int = 1) -> Resolved:
-        """The upstreams' answer to one question (SERVFAIL when none answers)."""
+        """The upstreams' answer to one question (SERVFAIL when none answers).  The same
+        question asked again while it is out waits for that answer (one upstream query)."""
         key = (qname.lower().rstrip(".") + ".", qtype, qclass)
         hit = self.cache.get(key)
         if hit is not None:
             return hit
+        flight = self._flights.get(key)
+        if flight is not None:
+            await flight.done.wait()
+            res = flight.result or Resolved(SERVFAIL)
+            return Resolved(res.rcode, list(res.answer), list(res.authority), list(res.additional))
+        flight = self._flights[key] = _Flight()
         self.inflight += 1
         try:
             res = await self._ask(qname, qtype, qclass)
+            if res is None:
+                self.failures += 1
+                res = Resolved(SERVFAIL)
+            else:
+                self.cache.put(key, res)
+            flight.result = res
+            return res
         finally:
             self.inflight -= 1
-        if res is None:
-            self.failures += 1
-            return Resolved(SERVFAIL)
-        self.cache.put(key, res)
-        return res
+            del self._flights[key]
+            flight.done.set()
 
     async def _ask(self, qname: str, qtype: int, qclass: int) -> Resolved | None:
         q = dnslib.DNSRecord(dnslib.DNSHeader(id=random.randrange(1 << 16), rd=1),

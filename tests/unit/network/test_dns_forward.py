@@ -138,3 +138,38 @@ async def test_failover_to_the_next_upstream_and_cache() -> None:
             assert (await dead.resolve("www.example.", 1)).rcode == 2
         assert dead.failures == 1 and dead.inflight == 0
         n.cancel_scope.cancel()
+
+
+async def test_the_same_question_in_flight_is_asked_once() -> None:
+    asked: list[str] = []
+
+    async def slow_upstream(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        sock = trio.socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        await sock.bind(("127.0.0.1", 0))
+        task_status.started(sock.getsockname()[1])
+        with sock:
+            while True:
+                data, addr = await sock.recvfrom(4096)
+                q = dnslib.DNSRecord.parse(data)
+                asked.append(str(q.q.qname))
+                await trio.sleep(0.2)
+                r = q.reply()
+                r.add_answer(a(str(q.q.qname), "192.0.2.3", 60))
+                await sock.sendto(bytes(r.pack()), addr)
+
+    async with trio.open_nursery() as n:
+        port = await n.start(slow_upstream)
+        fw = Forwarder([Upstream("127.0.0.1", port)], timeout=2)
+        results: list[Resolved] = []
+
+        async def one() -> None:
+            results.append(await fw.resolve("same.example.", 1))
+
+        with trio.fail_after(5):
+            async with trio.open_nursery() as inner:
+                for _ in range(5):
+                    inner.start_soon(one)
+        assert asked == ["same.example."]
+        assert [str(r.answer[0].rdata) for r in results] == ["192.0.2.3"] * 5
+        assert fw.inflight == 0
+        n.cancel_scope.cancel()
