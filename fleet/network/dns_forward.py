@@ -194,8 +194,12 @@ class Forwarder:
         if hit is not None:
             return hit
         flight = self._flights.get(key)
-        if flight is not None:
-            await flight.done.wait()
+        if flight is not None:  # counted too: `busy()` bounds the tasks waiting
+            self.inflight += 1
+            try:
+                await flight.done.wait()
+            finally:
+                self.inflight -= 1
             res = flight.result or Resolved(SERVFAIL)
             return Resolved(res.rcode, list(res.answer), list(res.authority), list(res.additional))
         flight = self._flights[key] = _Flight()
