@@ -75,6 +75,9 @@ NO_ENDPOINT_NODEPORTS_MAP = "no-endpoint-nodeports"
 CLUSTER_IPS_SET = "cluster-ips"
 NODEPORT_IPS_SET = "nodeport-ips"
 
+# Clashes already logged (each once per process, not once per sync).
+_reported_clashes: set[tuple[str, str, str]] = set()
+
 _NAME_BASE_MAX = 240  # nftables allows 256 characters; leave room for the prefix
 _DSTNAT = -100
 _SRCNAT = 100
@@ -452,7 +455,9 @@ class _Builder:
             # Two Services claiming one address:port (a race the allocator lost, or
             # hand-made objects): the first in name order keeps it; nft would refuse
             # the whole transaction otherwise.
-            log.warning("service proxy: %s %s of %s is taken; skipped", map_name, key, owner)
+            if (map_name, key, owner) not in _reported_clashes:
+                _reported_clashes.add((map_name, key, owner))
+                log.warning("service proxy: %s %s of %s is taken; skipped", map_name, key, owner)
             return
         elems[key] = value
 
