@@ -314,3 +314,43 @@ async def test_restart_keeps_rules_and_reconciles(cluster: Cluster) -> None:
     assert set(await cluster.who(c.netns, n=5)) == {"b"}
     assert await fresh.uninstall()
     assert not await nft.table_exists("ip", TABLE, netns=cluster.node_ns)
+
+
+async def test_agent_loop_follows_the_api(cluster: Cluster, fleet_server: Any) -> None:
+    """`run_service_proxy` — the agent's task — on a real server's Services and
+    EndpointSlices: first sync once the informers listed, then every change."""
+    from fleet.client import Client, load_kubeconfig
+    from fleet.network.service_proxy import ServiceProxyConfig, run_service_proxy
+
+    a, b, c = cluster.pods["a"], cluster.pods["b"], cluster.pods["c"]
+    ns = f"fd-{uuid.uuid4().hex[:6]}"
+    cip = "10.43.7.20"
+    async with Client(load_kubeconfig(str(fleet_server.kubeconfig))) as client:
+        await client.create("v1", "namespaces", {"metadata": {"name": ns}})
+        svc = service("loop", ip=cip)
+        svc["metadata"]["namespace"] = ns
+        await client.create("v1", "services", svc, namespace=ns)
+        es = endpoint_slice([a, b], name="loop")
+        es["metadata"]["namespace"] = ns
+        es = await client.create("discovery.k8s.io/v1", "endpointslices", es, namespace=ns)
+        cfg = ServiceProxyConfig(node_name="n1", cluster_cidr=CLUSTER_CIDR, service_cidr=SERVICE_CIDR,
+                                 table=TABLE, netns=cluster.node_ns, min_sync_interval=0.05)
+        async with trio.open_nursery() as n:
+            with trio.fail_after(20):
+                rules = await n.start(run_service_proxy, client, cfg)
+            assert set(await cluster.who(c.netns, cip, n=30)) == {"a", "b"}
+
+            es["endpoints"] = es["endpoints"][1:]  # a goes away
+            await client.replace("discovery.k8s.io/v1", "endpointslices", "loop-1", es, namespace=ns)
+            with trio.fail_after(10):
+                while set(await cluster.who(c.netns, cip, n=10)) != {"b"}:
+                    await trio.sleep(0.1)
+
+            await client.delete("v1", "services", "loop", namespace=ns)
+            with trio.fail_after(10):
+                while rules.applied is None or rules.applied.elements["service-ips"]:
+                    await trio.sleep(0.05)
+            n.cancel_scope.cancel()
+        await client.delete("v1", "namespaces", ns)
+    # Stopping the proxy leaves the table in place (a restarted agent reconciles it).
+    assert await nft.table_exists("ip", TABLE, netns=cluster.node_ns)
