@@ -84,12 +84,13 @@ def diff(old: Table, new: Table) -> list[Op]:
     rewrite: list[str] = []
     for name in sorted(old.chains.keys()):
         oc, nc = old.chains[name], new.chains.get(name)
-        uses_touched = any(_refs(r) & touched_sets for r in oc.rules)
-        if nc is None or nc.rules != oc.rules or uses_touched:
-            if oc.rules:
-                ops.append(Op("flush", "chain", name))
-            if nc is not None and nc.rules:
-                rewrite.append(name)
+        if nc is not None and nc.rules == oc.rules and not (
+                touched_sets and any(_refs(r) & touched_sets for r in oc.rules)):
+            continue
+        if oc.rules:
+            ops.append(Op("flush", "chain", name))
+        if nc is not None and nc.rules:
+            rewrite.append(name)
     # 4. delete chains and sets that go; re-declare changed sets
     for name in sorted(old.chains.keys() - new.chains.keys()):
         ops.append(Op("delete", "chain", name))

@@ -46,6 +46,7 @@ skipped, never raised: one bad object must not take the node's rules down.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import ipaddress
 import logging
@@ -200,9 +201,11 @@ class Endpoint:
 # --------------------------------------------------------------------------- names
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def hash_name(name: str) -> str:
     """`HASH-name`: 8 base32 characters of sha256(name) in front, truncated to fit."""
-    digest = base64.b32encode(hashlib.sha256(name.encode()).digest()).decode()[:8]
+    # 5 bytes are exactly 8 base32 characters: the start of the whole digest's encoding.
+    digest = base64.b32encode(hashlib.sha256(name.encode()).digest()[:5]).decode()
     out = f"{digest}-{name}"
     return out if len(out) <= _NAME_BASE_MAX else out[: _NAME_BASE_MAX - 3] + "..."
 
@@ -238,6 +241,11 @@ def is_service_object(name: str) -> bool:
 def _ipv4(value: Any) -> str | None:
     if not isinstance(value, str):
         return None
+    return _ipv4_str(value)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _ipv4_str(value: str) -> str | None:
     try:
         return str(ipaddress.IPv4Address(value))
     except ValueError:
@@ -441,25 +449,28 @@ def skeleton(table: Table) -> tuple[Any, ...]:
             tuple(sorted((n, d) for n, d in table.sets.items() if not is_service_object(n))))
 
 
+@dataclass(frozen=True)
+class _Fragment:
+    """What one service port adds to the table (reused while its inputs are unchanged)."""
+
+    owner: str
+    chains: tuple[tuple[str, Chain], ...]
+    sets: tuple[tuple[str, SetDecl], ...]
+    elements: tuple[tuple[str, str, str], ...]  # (map or set, key, value)
+
+
 class _Builder:
-    def __init__(self, opts: ProxyOptions) -> None:
+    """Builds the fragment of one service port."""
+
+    def __init__(self, opts: ProxyOptions, cluster_cidr: str | None) -> None:
         self.opts = opts
-        self.table = _base_table(opts)
         self.chains: dict[str, list[str]] = {}
-        self.cluster_cidr = (str(ipaddress.IPv4Network(opts.cluster_cidr))
-                             if opts.cluster_cidr else None)
+        self.sets: dict[str, SetDecl] = {}
+        self.elements: list[tuple[str, str, str]] = []
+        self.cluster_cidr = cluster_cidr
 
     def element(self, map_name: str, key: str, value: str, owner: str) -> None:
-        elems = self.table.elements[map_name]
-        if key in elems:
-            # Two Services claiming one address:port (a race the allocator lost, or
-            # hand-made objects): the first in name order keeps it; nft would refuse
-            # the whole transaction otherwise.
-            if (map_name, key, owner) not in _reported_clashes:
-                _reported_clashes.add((map_name, key, owner))
-                log.warning("service proxy: %s %s of %s is taken; skipped", map_name, key, owner)
-            return
-        elems[key] = value
+        self.elements.append((map_name, key, value))
 
     def chain(self, name: str) -> list[str]:
         return self.chains.setdefault(name, [])
@@ -480,7 +491,7 @@ class _Builder:
         rules.append(f"ip saddr {ep.ip} jump {MARK_MASQ_CHAIN}")  # hairpin
         if sp.affinity_timeout is not None:
             aff = affinity_set(sp, ep)
-            self.table.sets[aff] = SetDecl(
+            self.sets[aff] = SetDecl(
                 "set", f"type ipv4_addr; flags dynamic,timeout; timeout {sp.affinity_timeout}s;")
             rules.append(f"update @{aff} {{ ip saddr }}")
         rules.append(f"meta l4proto {sp.protocol} dnat to {ep.addr}")
@@ -503,7 +514,7 @@ class _Builder:
         else:
             internal_verdict = external_verdict = "drop"
 
-        self.table.elements[CLUSTER_IPS_SET][sp.cluster_ip] = ""
+        self.element(CLUSTER_IPS_SET, sp.cluster_ip, "", owner)
         key = f"{sp.cluster_ip} . {proto_port}"
         if has_internal:
             self.element(SERVICE_IPS_MAP, key, f"goto {internal_chain}", owner)
@@ -563,33 +574,101 @@ class _Builder:
             else:
                 self.chain(svc_chain).append(f"goto {REJECT_CHAIN}")
 
-    def finish(self) -> Table:
-        for name, rules in self.chains.items():
-            self.table.chains[name] = Chain(tuple(rules))
-        return self.table
+    def finish(self, owner: str) -> _Fragment:
+        return _Fragment(owner, tuple((n, Chain(tuple(r))) for n, r in self.chains.items()),
+                         tuple(self.sets.items()), tuple(self.elements))
+
+
+def _merge(table: Table, frag: _Fragment) -> None:
+    table.chains.update(frag.chains)
+    table.sets.update(frag.sets)
+    for map_name, key, value in frag.elements:
+        elems = table.elements[map_name]
+        if key in elems:
+            if map_name == CLUSTER_IPS_SET:
+                continue
+            # Two Services claiming one address:port (a race the allocator lost, or
+            # hand-made objects): the first in name order keeps it; nft would refuse
+            # the whole transaction otherwise.
+            if (map_name, key, frag.owner) not in _reported_clashes:
+                _reported_clashes.add((map_name, key, frag.owner))
+                log.warning("service proxy: %s %s of %s is taken; skipped", map_name, key, frag.owner)
+            continue
+        elems[key] = value
+
+
+class Renderer:
+    """`render` with a memory: the fragment of a service port whose Service and
+    endpoints did not change since the previous rendering, and the endpoints of an
+    EndpointSlice whose resourceVersion did not change, are reused, so a change
+    costs about the work of the Services it touches (plus one pass over the rest)."""
+
+    def __init__(self, opts: ProxyOptions) -> None:
+        self.opts = opts
+        self.cluster_cidr = (str(ipaddress.IPv4Network(opts.cluster_cidr))
+                             if opts.cluster_cidr else None)
+        self._fragments: dict[tuple[ServicePort, tuple[Endpoint, ...]], _Fragment] = {}
+        self._parsed: dict[tuple[str, str, str, str], list[Endpoint]] = {}
+        _base_table(opts)  # bad options fail here, not at the first render
+
+    def _slice_endpoints(self, es: Mapping[str, Any], sp: ServicePort,
+                         parsed: dict[tuple[str, str, str, str], list[Endpoint]]) -> list[Endpoint]:
+        md = _meta(es)
+        uid, rv = md.get("uid"), md.get("resourceVersion")
+        if not (isinstance(uid, str) and uid and isinstance(rv, str) and rv):
+            return slice_endpoints(es, sp.port_name, sp.protocol)  # hand-made: no identity
+        key = (uid, rv, sp.port_name, sp.protocol)
+        got = self._parsed.get(key)
+        if got is None:
+            got = slice_endpoints(es, sp.port_name, sp.protocol)
+        parsed[key] = got
+        return got
+
+    def render(self, services: Iterable[Mapping[str, Any]],
+               slices: Iterable[Mapping[str, Any]]) -> Table:
+        """The whole desired table for these Services and EndpointSlices on this node."""
+        table = _base_table(self.opts)
+        by_svc = slices_by_service(slices)
+        ports: list[ServicePort] = []
+        for svc in services:
+            try:
+                ports.extend(service_ports(svc))
+            except (TypeError, ValueError, AttributeError) as e:  # one object never stops the node
+                md = _meta(svc) if isinstance(svc, Mapping) else {}
+                log.warning("service proxy: skipping %s/%s: %r", md.get("namespace"), md.get("name"), e)
+        ports.sort(key=lambda p: (p.namespace, p.name, p.protocol, p.port_name, p.port))
+        seen: set[tuple[str, str, str, str]] = set()
+        fragments: dict[tuple[ServicePort, tuple[Endpoint, ...]], _Fragment] = {}
+        parsed: dict[tuple[str, str, str, str], list[Endpoint]] = {}
+        for sp in ports:
+            ident = (sp.namespace, sp.name, sp.protocol, sp.port_name)
+            if ident in seen:  # two ports with one name and protocol: invalid, keep the first
+                continue
+            seen.add(ident)
+            found: dict[tuple[str, int], Endpoint] = {}
+            for es in sorted(by_svc.get((sp.namespace, sp.name), []),
+                             key=lambda s: str(_meta(s).get("name") or "")):
+                for e in self._slice_endpoints(es, sp, parsed):
+                    found.setdefault((e.ip, e.port), e)
+            key = (sp, tuple(sorted(found.values())))
+            frag = self._fragments.get(key)
+            if frag is None:
+                b = _Builder(self.opts, self.cluster_cidr)
+                b.service_port(sp, key[1])
+                frag = b.finish(sp.key)
+            fragments[key] = frag
+            _merge(table, frag)
+        # Only what this rendering used is kept: memory follows the cluster's size.
+        self._fragments, self._parsed = fragments, parsed
+        return table
 
 
 def render(services: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, Any]],
            opts: ProxyOptions) -> Table:
     """The whole desired table for these Services and EndpointSlices on this node."""
-    b = _Builder(opts)
-    by_svc = slices_by_service(slices)
-    ports: list[ServicePort] = []
-    for svc in services:
-        try:
-            ports.extend(service_ports(svc))
-        except (TypeError, ValueError, AttributeError) as e:  # one object never stops the node
-            md = _meta(svc) if isinstance(svc, Mapping) else {}
-            log.warning("service proxy: skipping %s/%s: %r", md.get("namespace"), md.get("name"), e)
-    ports.sort(key=lambda p: (p.namespace, p.name, p.protocol, p.port_name, p.port))
-    seen: set[tuple[str, str, str, str]] = set()
-    for sp in ports:
-        ident = (sp.namespace, sp.name, sp.protocol, sp.port_name)
-        if ident in seen:  # two ports with one name and protocol: invalid, keep the first
-            continue
-        seen.add(ident)
-        b.service_port(sp, port_endpoints(sp, by_svc.get((sp.namespace, sp.name), [])))
-    return b.finish()
+    return Renderer(opts).render(services, slices)
+
+
 
 
 def render_text(table: Table) -> str:
@@ -613,6 +692,7 @@ __all__ = [
     "Chain",
     "Endpoint",
     "ProxyOptions",
+    "Renderer",
     "ServicePort",
     "SetDecl",
     "Table",

@@ -38,7 +38,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from fleet._core.supervise import REGISTRY
 from fleet.network import nft
 from fleet.network.proxy_diff import Op, diff, full, needs_full, script
-from fleet.network.proxy_rules import DEFAULT_TABLE, ProxyOptions, Table, render
+from fleet.network.proxy_rules import DEFAULT_TABLE, ProxyOptions, Renderer, Table
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ class ServiceRules:
 
     def __init__(self, opts: ProxyOptions, *, netns: str | None = None) -> None:
         self.opts = opts
+        self.renderer = Renderer(opts)
         self.netns = netns
         self.applied: Table | None = None  # None: next sync replaces the table whole
         self._lock = trio.Lock()
@@ -81,7 +82,7 @@ class ServiceRules:
     def plan(self, services: Iterable[Mapping[str, Any]],
              slices: Iterable[Mapping[str, Any]]) -> tuple[Table, list[Op], bool]:
         """Pure: the desired table and the operations from what was applied to it."""
-        new = render(services, slices, self.opts)
+        new = self.renderer.render(services, slices)
         if needs_full(self.applied, new):
             return new, full(new), True
         assert self.applied is not None
@@ -94,6 +95,7 @@ class ServiceRules:
         async with self._lock:
             if node_ips is not None and tuple(node_ips) != self.opts.node_ips:
                 self.opts = replace(self.opts, node_ips=tuple(node_ips))
+                self.renderer = Renderer(self.opts)
             services, slices = list(services), list(slices)
             t0 = time.perf_counter()
             new, ops, is_full = await trio.to_thread.run_sync(self.plan, services, slices)

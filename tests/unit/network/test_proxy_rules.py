@@ -313,3 +313,26 @@ def test_base_chains_and_table_name() -> None:
     assert t.chains["masquerading"].rules == ("meta mark & 0x4000 == 0 return",
                                               "meta mark set meta mark ^ 0x4000",
                                               "masquerade fully-random")
+
+
+def test_the_renderer_reuses_unchanged_services_and_matches_render() -> None:
+    from fleet.network.proxy_rules import Renderer
+
+    def world(last: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        services = [svc(f"s{i}", ip=f"10.43.0.{i + 2}") for i in range(4)]
+        slices = [eps(f"s{i}", [ep(f"10.42.0.{i + 2}"), ep(last if i == 3 else f"10.42.1.{i + 2}")])
+                  for i in range(4)]
+        for i, s in enumerate(slices):  # API objects: identity and revision
+            s["metadata"].update(uid=f"u{i}", resourceVersion="9" if i == 3 and last != "10.42.1.5" else "1")
+        return services, slices
+
+    r = Renderer(OPTS)
+    first = r.render(*world("10.42.1.5"))
+    second = r.render(*world("10.42.9.9"))
+    assert first == render(*world("10.42.1.5"), OPTS)
+    assert second == render(*world("10.42.9.9"), OPTS)
+    # Unchanged services' chains are the very same objects (cheap to compare).
+    s0 = service_chain(sp_of(svc("s0", ip="10.43.0.2")))
+    assert first.chains[s0] is second.chains[s0]
+    s3 = service_chain(sp_of(svc("s3", ip="10.43.0.5")))
+    assert first.chains[s3] != second.chains[s3]
