@@ -609,7 +609,23 @@ class Renderer:
                              if opts.cluster_cidr else None)
         self._fragments: dict[tuple[ServicePort, tuple[Endpoint, ...]], _Fragment] = {}
         self._parsed: dict[tuple[str, str, str, str], list[Endpoint]] = {}
+        # Fragments by the identity of their inputs (service port + each slice's uid and
+        # resourceVersion): an untouched Service costs a dict lookup, not a re-parse.
+        self._by_revision: dict[tuple[Any, ...], _Fragment] = {}
+        self._services: dict[tuple[str, str], list[ServicePort]] = {}
         _base_table(opts)  # bad options fail here, not at the first render
+
+    def _service_ports(self, svc: Mapping[str, Any],
+                       seen: dict[tuple[str, str], list[ServicePort]]) -> list[ServicePort]:
+        md = _meta(svc)
+        uid, rv = md.get("uid"), md.get("resourceVersion")
+        if not (isinstance(uid, str) and uid and isinstance(rv, str) and rv):
+            return service_ports(svc)
+        got = self._services.get((uid, rv))
+        if got is None:
+            got = service_ports(svc)
+        seen[(uid, rv)] = got
+        return got
 
     def _slice_endpoints(self, es: Mapping[str, Any], sp: ServicePort,
                          parsed: dict[tuple[str, str, str, str], list[Endpoint]]) -> list[Endpoint]:
@@ -630,9 +646,10 @@ class Renderer:
         table = _base_table(self.opts)
         by_svc = slices_by_service(slices)
         ports: list[ServicePort] = []
+        services_seen: dict[tuple[str, str], list[ServicePort]] = {}
         for svc in services:
             try:
-                ports.extend(service_ports(svc))
+                ports.extend(self._service_ports(svc, services_seen))
             except (TypeError, ValueError, AttributeError) as e:  # one object never stops the node
                 md = _meta(svc) if isinstance(svc, Mapping) else {}
                 log.warning("service proxy: skipping %s/%s: %r", md.get("namespace"), md.get("name"), e)
@@ -640,26 +657,40 @@ class Renderer:
         seen: set[tuple[str, str, str, str]] = set()
         fragments: dict[tuple[ServicePort, tuple[Endpoint, ...]], _Fragment] = {}
         parsed: dict[tuple[str, str, str, str], list[Endpoint]] = {}
+        by_revision: dict[tuple[Any, ...], _Fragment] = {}
         for sp in ports:
             ident = (sp.namespace, sp.name, sp.protocol, sp.port_name)
             if ident in seen:  # two ports with one name and protocol: invalid, keep the first
                 continue
             seen.add(ident)
-            found: dict[tuple[str, int], Endpoint] = {}
-            for es in sorted(by_svc.get((sp.namespace, sp.name), []),
-                             key=lambda s: str(_meta(s).get("name") or "")):
-                for e in self._slice_endpoints(es, sp, parsed):
-                    found.setdefault((e.ip, e.port), e)
-            key = (sp, tuple(sorted(found.values())))
-            frag = self._fragments.get(key)
+            mine = sorted(by_svc.get((sp.namespace, sp.name), []),
+                          key=lambda s: str(_meta(s).get("name") or ""))
+            revisions = tuple((_meta(es).get("uid"), _meta(es).get("resourceVersion")) for es in mine)
+            rev_key = (sp, revisions) if all(u and r for u, r in revisions) else None
+            frag = self._by_revision.get(rev_key) if rev_key is not None else None
             if frag is None:
-                b = _Builder(self.opts, self.cluster_cidr)
-                b.service_port(sp, key[1])
-                frag = b.finish(sp.key)
-            fragments[key] = frag
+                found: dict[tuple[str, int], Endpoint] = {}
+                for es in mine:
+                    for e in self._slice_endpoints(es, sp, parsed):
+                        found.setdefault((e.ip, e.port), e)
+                key = (sp, tuple(sorted(found.values())))
+                frag = self._fragments.get(key)
+                if frag is None:
+                    b = _Builder(self.opts, self.cluster_cidr)
+                    b.service_port(sp, key[1])
+                    frag = b.finish(sp.key)
+                fragments[key] = frag
+            else:
+                for uid, rv in revisions:  # keep their parsed endpoints for next time
+                    pkey = (uid, rv, sp.port_name, sp.protocol)
+                    if pkey in self._parsed:
+                        parsed[pkey] = self._parsed[pkey]
+            if rev_key is not None:
+                by_revision[rev_key] = frag
             _merge(table, frag)
         # Only what this rendering used is kept: memory follows the cluster's size.
-        self._fragments, self._parsed = fragments, parsed
+        self._fragments, self._parsed, self._by_revision = fragments, parsed, by_revision
+        self._services = services_seen
         return table
 
 
@@ -667,8 +698,6 @@ def render(services: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, 
            opts: ProxyOptions) -> Table:
     """The whole desired table for these Services and EndpointSlices on this node."""
     return Renderer(opts).render(services, slices)
-
-
 
 
 def render_text(table: Table) -> str:
