@@ -17,6 +17,9 @@ A per-service chain is only ever rewritten whole (flush + its rules), like
 kube-proxy's; unchanged chains, elements and sets are not mentioned at all, so a
 one-endpoint change touches that one service's chains and elements only.
 
+`hold_chain_deletes` postpones deleting the chains that go (flushed at once) to a
+later transaction, for kernels before 6.2 (see there).
+
 `full(new)` is the first sync: `add table; delete table; add table` followed by
 `diff(EMPTY, new)` — the table is replaced atomically, never seen half built.
 A change to the skeleton (table name, hooks, the fixed maps) also takes `full`.
@@ -116,6 +119,34 @@ def full(new: Table) -> list[Op]:
     """Replace the table wholesale, atomically (the first sync after start)."""
     return [Op("add", "table"), Op("delete", "table"), Op("add", "table"),
             *diff(Table(new.name, new.family), new)]
+
+
+def hold_chain_deletes(ops: Sequence[Op], new: Table, stale: dict[str, float], now: float,
+                       grace: float) -> tuple[list[Op], Table, dict[str, float]]:
+    """Keep per-service chains that go for `grace` seconds before deleting them.
+
+    Kernels before 6.2 only notice a little after a transaction that a chain is no
+    longer referenced by a map element, and refuse to delete it in that transaction
+    (kube-proxy's "stale chains").  So a chain that goes is flushed at once (nothing
+    reaches it any more) but deleted by a later transaction, `grace` seconds after it
+    was first found stale.  Returns the operations to run, the table the kernel then
+    holds (`new` plus the held, empty chains: the next `diff` starts from it) and the
+    chains still held, with the time each became stale."""
+    out: list[Op] = []
+    held: dict[str, float] = {}
+    for op in ops:
+        if (op.verb, op.what) == ("delete", "chain") and "/" in op.name:
+            since = stale.get(op.name, now)
+            if now - since < grace:
+                held[op.name] = since
+                continue
+        out.append(op)
+    if not held:
+        return out, new, held
+    applied = new.copy()
+    for name in held:
+        applied.chains[name] = Chain(())
+    return out, applied, held
 
 
 def touched(ops: Iterable[Op]) -> set[str]:
@@ -240,6 +271,7 @@ __all__ = [
     "apply_ops",
     "diff",
     "full",
+    "hold_chain_deletes",
     "needs_full",
     "script",
     "touched",

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,10 +37,14 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from fleet._core.supervise import REGISTRY
 from fleet.network import nft
-from fleet.network.proxy_diff import Op, diff, full, needs_full, script
+from fleet.network.proxy_diff import Op, diff, full, hold_chain_deletes, needs_full, script
 from fleet.network.proxy_rules import DEFAULT_TABLE, ProxyOptions, Renderer, Table
 
 log = logging.getLogger(__name__)
+
+#: Seconds a chain that went stays (flushed) before it is deleted: see
+#: `fleet.network.proxy_diff.hold_chain_deletes` (kube-proxy waits one second too).
+STALE_CHAIN_GRACE = 1.0
 
 SYNC_SECONDS = Histogram(
     "fleet_service_proxy_sync_seconds",
@@ -68,12 +72,24 @@ class SyncResult:
 class ServiceRules:
     """One proxy table in one network namespace, kept equal to the latest rendering."""
 
-    def __init__(self, opts: ProxyOptions, *, netns: str | None = None) -> None:
+    def __init__(self, opts: ProxyOptions, *, netns: str | None = None,
+                 stale_chain_grace: float = STALE_CHAIN_GRACE,
+                 apply: Callable[[str, str | None], Awaitable[None]] | None = None) -> None:
         self.opts = opts
         self.renderer = Renderer(opts)
         self.netns = netns
         self.applied: Table | None = None  # None: next sync replaces the table whole
+        #: Per-service chains flushed but not yet deleted (`hold_chain_deletes`).
+        self.stale: dict[str, float] = {}
+        self.stale_chain_grace = stale_chain_grace
+        self._apply = apply or (lambda text, netns: nft.apply(text, netns=netns))
         self._lock = trio.Lock()
+
+    def next_cleanup(self) -> float | None:
+        """Seconds until held chains are due for deletion (None: nothing held)."""
+        if not self.stale:
+            return None
+        return max(0.0, min(self.stale.values()) + self.stale_chain_grace - trio.current_time())
 
     @property
     def table(self) -> str:
@@ -99,18 +115,23 @@ class ServiceRules:
             services, slices = list(services), list(slices)
             t0 = time.perf_counter()
             new, ops, is_full = await trio.to_thread.run_sync(self.plan, services, slices)
+            stale: dict[str, float] = {}
+            applied = new
+            if not is_full:
+                ops, applied, stale = hold_chain_deletes(ops, new, self.stale, trio.current_time(),
+                                                         self.stale_chain_grace)
             text = script(new, ops) if ops else ""
             t1 = time.perf_counter()
             kind = "full" if is_full else "incremental" if ops else "noop"
             if ops:
                 try:
-                    await nft.apply(text, netns=self.netns)
+                    await self._apply(text, self.netns)
                 except nft.NftError:
                     SYNC_FAILURES.inc()
-                    self.applied = None  # we no longer know what the kernel holds
+                    self.applied, self.stale = None, {}  # we no longer know what the kernel holds
                     raise
             t2 = time.perf_counter()
-            self.applied = new
+            self.applied, self.stale = applied, stale
             SYNC_SECONDS.labels(kind).observe(t2 - t0)
             RULES.set(new.rule_count())
             return SyncResult(kind, ops, text, t1 - t0, t2 - t1)
@@ -119,12 +140,12 @@ class ServiceRules:
         """False (and the next sync is a full one) if someone deleted our table."""
         present = await nft.table_exists("ip", self.table, netns=self.netns)
         if not present:
-            self.applied = None
+            self.applied, self.stale = None, {}
         return present
 
     async def uninstall(self) -> bool:
         """Delete the table (node reset, tests); returns whether it existed."""
-        self.applied = None
+        self.applied, self.stale = None, {}
         return await nft.delete_table("ip", self.table, netns=self.netns)
 
 
@@ -208,7 +229,10 @@ async def run_service_proxy(client: Any, cfg: ServiceProxyConfig, *,
         n.start_soon(checker)
         while True:
             if started:
-                await dirty.wait()
+                # Wait for a change, or for held stale chains to be due for deletion.
+                cleanup = rules.next_cleanup()
+                with trio.move_on_after(cleanup if cleanup is not None else float("inf")):
+                    await dirty.wait()
                 # Let a burst of changes (a rollout, a relist) land in one transaction.
                 await trio.sleep(cfg.min_sync_interval)
             dirty = trio.Event()

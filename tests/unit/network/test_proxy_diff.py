@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -173,3 +174,49 @@ def test_applying_the_diff_gives_the_new_table(wa: Any, wb: Any) -> None:
     for name in touched(ops):
         assert a.chains.get(name) != b.chains.get(name) or a.sets.get(name) != b.sets.get(name) \
             or any(f"@{s} " in r for r in a.chains.get(name, Chain()).rules for s in redeclared)
+
+
+def test_chains_that_go_are_flushed_now_and_deleted_after_the_grace() -> None:
+    from fleet.network.proxy_diff import hold_chain_deletes
+
+    a = world({"a": ["10.42.0.2"], "b": ["10.42.0.3"]})
+    b = world({"a": ["10.42.0.2"]})
+    ops, applied, held = hold_chain_deletes(diff(a, b), b, {}, now=100.0, grace=1.0)
+    assert held and all("/b/" in n for n in held) and set(held.values()) == {100.0}
+    assert not [o for o in ops if (o.verb, o.what) == ("delete", "chain")]
+    assert [o for o in ops if (o.verb, o.what) == ("flush", "chain")]
+    # What the kernel holds afterwards: b plus the empty held chains, consistently.
+    assert apply_ops(a, ops).normalized() == applied.normalized()
+    # Before the grace: nothing to do; after it: the deletions, and nothing held.
+    ops2, applied2, held2 = hold_chain_deletes(diff(applied, b), b, held, now=100.5, grace=1.0)
+    assert ops2 == [] and held2 == held
+    ops3, applied3, held3 = hold_chain_deletes(diff(applied2, b), b, held2, now=101.0, grace=1.0)
+    assert {o.name for o in ops3} == set(held) and held3 == {}
+    assert apply_ops(applied2, ops3).normalized() == b.normalized() == applied3.normalized()
+    # A held chain the next rendering needs again is simply refilled.
+    ops4, _, held4 = hold_chain_deletes(diff(applied, a), a, held, now=100.2, grace=1.0)
+    assert held4 == {} and apply_ops(applied, ops4).normalized() == a.normalized()
+
+
+async def test_service_rules_hold_deletes_until_the_grace(autojump_clock: Any) -> None:
+    from fleet.network.service_proxy import ServiceRules
+
+    scripts: list[str] = []
+
+    async def fake_apply(text: str, netns: str | None) -> None:
+        scripts.append(text)
+
+    rules = ServiceRules(OPTS, apply=fake_apply)
+    both = ([svc("a", ip="10.43.0.2"), svc("b", ip="10.43.0.3")],
+            [eps("a", [ep("10.42.0.2")]), eps("b", [ep("10.42.0.3")])])
+    only_a = (both[0][:1], both[1][:1])
+    assert (await rules.sync(*both)).kind == "full"
+    res = await rules.sync(*only_a)
+    assert res.kind == "incremental" and "flush chain" in res.script and "delete chain" not in res.script
+    assert rules.next_cleanup() == pytest.approx(1.0)
+    assert (await rules.sync(*only_a)).kind == "noop"
+    await trio.sleep(1.0)
+    assert rules.next_cleanup() == 0.0
+    res = await rules.sync(*only_a)
+    assert res.kind == "incremental" and res.script.count("delete chain") == 2, res.script
+    assert rules.next_cleanup() is None and len(scripts) == 3
