@@ -50,6 +50,7 @@ import functools
 import hashlib
 import ipaddress
 import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -252,6 +253,15 @@ def _ipv4_str(value: str) -> str | None:
         return None
 
 
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def _is_name(value: Any) -> bool:
+    """A DNS-label/subdomain-like name (namespaces, Services, port names): safe inside
+    nftables identifiers, which allow [A-Za-z0-9_./-]."""
+    return isinstance(value, str) and len(value) <= 253 and _NAME.fullmatch(value) is not None
+
+
 def _port(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
         return None
@@ -278,9 +288,9 @@ def service_ports(svc: Mapping[str, Any]) -> list[ServicePort]:
     cluster_ip = _ipv4(spec.get("clusterIP"))
     if cluster_ip is None:  # "None" (headless), "", missing, or IPv6 only
         return []
-    ns, name = str(md.get("namespace") or "default"), str(md.get("name") or "")
-    if not name:
-        return []
+    ns, name = md.get("namespace") or "default", md.get("name")
+    if not (_is_name(ns) and _is_name(name)):
+        return []  # the API never stores these; they would not make nft identifiers
     external_ips = tuple(sorted({ip for ip in map(_ipv4, spec.get("externalIPs") or []) if ip}))
     lb_ips: tuple[str, ...] = ()
     if spec.get("type") == "LoadBalancer":
@@ -298,11 +308,12 @@ def service_ports(svc: Mapping[str, Any]) -> list[ServicePort]:
     for p in _dicts(spec.get("ports")):
         proto = p.get("protocol") or "TCP"
         port = _port(p.get("port"))
-        if proto not in PROTOCOLS or port is None:
+        port_name = p.get("name") or ""
+        if proto not in PROTOCOLS or port is None or not (port_name == "" or _is_name(port_name)):
             continue
         node_port = _port(p.get("nodePort")) if node_ports_allowed else None
         out.append(ServicePort(
-            namespace=ns, name=name, port_name=str(p.get("name") or ""),
+            namespace=ns, name=name, port_name=port_name,
             protocol=proto.lower(), port=port, cluster_ip=cluster_ip,
             node_port=node_port or 0, external_ips=external_ips, lb_ips=lb_ips,
             affinity_timeout=timeout,

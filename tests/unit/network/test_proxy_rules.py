@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleet.network.proxy_rules import (
     Endpoint,
@@ -68,6 +71,9 @@ def test_chain_names_are_stable_hashed_and_readable() -> None:
     (svc("a", type="NodePort", ports=[{"port": 80, "nodePort": 30080}]), [("", "tcp", 80, 30080)]),
     ({"metadata": {"name": "x"}, "spec": "garbage"}, []),
     ({"metadata": {"name": "x"}, "spec": {"clusterIP": "10.43.0.1", "ports": "garbage"}}, []),
+    ({"metadata": {"name": "x y"}, "spec": {"clusterIP": "10.43.0.1", "ports": [{"port": 80}]}}, []),
+    (svc("a", ports=[{"port": 80, "name": "a b"}, {"port": 81, "name": ["x"]}, {"port": 82, "name": "ok"}]),
+     [("ok", "tcp", 82, 0)]),
 ])
 def test_service_ports(service: dict[str, Any], expect: list[tuple[str, str, int, int]]) -> None:
     assert [(p.port_name, p.protocol, p.port, p.node_port) for p in service_ports(service)] == expect
@@ -336,3 +342,30 @@ def test_the_renderer_reuses_unchanged_services_and_matches_render() -> None:
     assert first.chains[s0] is second.chains[s0]
     s3 = service_chain(sp_of(svc("s3", ip="10.43.0.5")))
     assert first.chains[s3] != second.chains[s3]
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-5, 70000) | st.text(max_size=12)
+                     | st.sampled_from(["10.43.0.1", "None", "TCP", "UDP", "IPv4", "ClientIP", "Local",
+                                        "NodePort", "LoadBalancer", "http", "10.42.0.2"]),
+                     lambda children: st.lists(children, max_size=3)
+                     | st.dictionaries(st.sampled_from(
+                         ["metadata", "spec", "status", "name", "namespace", "labels", "clusterIP",
+                          "ports", "port", "protocol", "nodePort", "type", "addresses", "endpoints",
+                          "addressType", "conditions", "ready", "externalIPs", "loadBalancer",
+                          "ingress", "ip", "sessionAffinityConfig", "clientIP", "timeoutSeconds"]),
+                         children, max_size=4), max_leaves=20)
+
+
+_objects = st.dictionaries(st.sampled_from(["metadata", "spec", "status", "endpoints", "ports",
+                                           "addressType"]), _json, max_size=5)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_objects, max_size=3), st.lists(_objects, max_size=3))
+def test_garbage_never_breaks_rendering(services: list[Any], slices: list[Any]) -> None:
+    """No object — however malformed below its top level — stops the node's rules."""
+    t = render([*services, svc("ok", ip="10.43.0.99")],
+               [*slices, eps("ok", [ep("10.42.0.2")])], OPTS)
+    assert t.elements["service-ips"].get("10.43.0.99 . tcp . 80", "").startswith("goto service-")
+    ident = re.compile(r"[A-Za-z_.][A-Za-z0-9/\-_.]*")
+    assert all(ident.fullmatch(n) for n in [*t.chains, *t.sets]), [*t.chains, *t.sets]
