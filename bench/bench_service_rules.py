@@ -37,7 +37,8 @@ import trio
 
 from bench.common import REPO, log, machine_info, summarize_ms, write_results
 from fleet.network import nft
-from fleet.network.proxy_rules import Endpoint, ProxyOptions, endpoint_chain, service_ports
+from fleet.network.proxy_objects import Endpoint, service_ports
+from fleet.network.proxy_rules import ProxyOptions, endpoint_chain
 from fleet.network.service_proxy import ServiceRules
 
 DOC = REPO / "docs" / "benchmarks.md"

@@ -33,7 +33,8 @@ sha256 of the rest, so names are stable and one service's change touches only it
   `update @affinity-… { ip saddr }` with affinity, `dnat to IP:PORT`;
 * sets `affinity-…` (`flags dynamic,timeout`) — ClientIP affinity per endpoint.
 
-Which endpoints (kube-proxy's CategorizeEndpoints): ready ones (`conditions.ready`
+Which endpoints (kube-proxy's CategorizeEndpoints, in `fleet.network.proxy_objects`,
+which also reads the objects): ready ones (`conditions.ready`
 absent counts as ready); when a policy has none, the serving-and-terminating ones.
 An EndpointSlice port is the service port's when the names (and protocols) match.
 A Service without any usable endpoint has its addresses in `no-endpoint-services`
@@ -50,18 +51,25 @@ import functools
 import hashlib
 import ipaddress
 import logging
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from fleet.network.proxy_objects import (
+    Endpoint,
+    ServicePort,
+    categorize,
+    ipv4_or_none,
+    object_meta,
+    service_ports,
+    slice_endpoints,
+    slices_by_service,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TABLE = "fleet-proxy"
 DEFAULT_MASQUERADE_MARK = 0x4000
-DEFAULT_AFFINITY_TIMEOUT = 10800  # seconds: Kubernetes' default ClientIP timeout
-LABEL_SERVICE_NAME = "kubernetes.io/service-name"
-PROTOCOLS = ("TCP", "UDP", "SCTP")
 
 # Fixed object names (kube-proxy's, for operators who know its table).
 SERVICES_CHAIN = "services"
@@ -148,57 +156,6 @@ class ProxyOptions:
     nodeport_addresses: str = "all"
 
 
-@dataclass(frozen=True)
-class ServicePort:
-    """One port of one Service, as the proxy sees it."""
-
-    namespace: str
-    name: str
-    port_name: str
-    protocol: str  # lower case: tcp, udp, sctp
-    port: int
-    cluster_ip: str
-    node_port: int = 0
-    external_ips: tuple[str, ...] = ()
-    lb_ips: tuple[str, ...] = ()
-    affinity_timeout: int | None = None  # seconds; None: no session affinity
-    external_local: bool = False
-    internal_local: bool = False
-
-    @property
-    def key(self) -> str:
-        """`ns/name/proto/portname`: the base of every chain name of this port."""
-        return f"{self.namespace}/{self.name}/{self.protocol}/{self.port_name}"
-
-    @property
-    def externally_accessible(self) -> bool:
-        return bool(self.node_port or self.external_ips or self.lb_ips)
-
-    @property
-    def uses_cluster_endpoints(self) -> bool:
-        return not self.internal_local or (self.externally_accessible and not self.external_local)
-
-    @property
-    def uses_local_endpoints(self) -> bool:
-        return self.internal_local or (self.externally_accessible and self.external_local)
-
-
-@dataclass(frozen=True, order=True)
-class Endpoint:
-    """One endpoint address:port of a service port."""
-
-    ip: str
-    port: int
-    node_name: str = ""
-    ready: bool = True
-    serving: bool = True
-    terminating: bool = False
-
-    @property
-    def addr(self) -> str:
-        return f"{self.ip}:{self.port}"
-
-
 # --------------------------------------------------------------------------- names
 
 
@@ -236,164 +193,6 @@ def is_service_object(name: str) -> bool:
     return "/" in name
 
 
-# --------------------------------------------------------------------------- reading objects
-
-
-def _ipv4(value: Any) -> str | None:
-    if not isinstance(value, str):
-        return None
-    return _ipv4_str(value)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _ipv4_str(value: str) -> str | None:
-    try:
-        return str(ipaddress.IPv4Address(value))
-    except ValueError:
-        return None
-
-
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
-
-
-def _is_name(value: Any) -> bool:
-    """A DNS-label/subdomain-like name (namespaces, Services, port names): safe inside
-    nftables identifiers, which allow [A-Za-z0-9_./-]."""
-    return isinstance(value, str) and len(value) <= 253 and _NAME.fullmatch(value) is not None
-
-
-def _port(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
-        return None
-    return value
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    md = obj.get("metadata")
-    return md if isinstance(md, Mapping) else {}
-
-
-def _dicts(value: Any) -> list[Mapping[str, Any]]:
-    return [x for x in value if isinstance(x, Mapping)] if isinstance(value, list) else []
-
-
-def service_ports(svc: Mapping[str, Any]) -> list[ServicePort]:
-    """The proxied ports of a Service ([] for headless, ExternalName, malformed)."""
-    md, spec, status = _meta(svc), svc.get("spec"), svc.get("status")
-    if not isinstance(spec, Mapping):
-        return []
-    status = status if isinstance(status, Mapping) else {}
-    if spec.get("type") == "ExternalName":
-        return []
-    cluster_ip = _ipv4(spec.get("clusterIP"))
-    if cluster_ip is None:  # "None" (headless), "", missing, or IPv6 only
-        return []
-    ns, name = md.get("namespace") or "default", md.get("name")
-    if not (_is_name(ns) and _is_name(name)):
-        return []  # the API never stores these; they would not make nft identifiers
-    external_ips = tuple(sorted({ip for ip in map(_ipv4, spec.get("externalIPs") or []) if ip}))
-    lb_ips: tuple[str, ...] = ()
-    if spec.get("type") == "LoadBalancer":
-        ingress = _dicts((status.get("loadBalancer") or {}).get("ingress")
-                         if isinstance(status.get("loadBalancer"), Mapping) else None)
-        lb_ips = tuple(sorted({ip for ip in (_ipv4(i.get("ip")) for i in ingress) if ip}))
-    timeout = None
-    if spec.get("sessionAffinity") == "ClientIP":
-        cfg = spec.get("sessionAffinityConfig")
-        client = cfg.get("clientIP") if isinstance(cfg, Mapping) else None
-        t = client.get("timeoutSeconds") if isinstance(client, Mapping) else None
-        timeout = t if isinstance(t, int) and not isinstance(t, bool) and t > 0 else DEFAULT_AFFINITY_TIMEOUT
-    node_ports_allowed = spec.get("type") in ("NodePort", "LoadBalancer")
-    out = []
-    for p in _dicts(spec.get("ports")):
-        proto = p.get("protocol") or "TCP"
-        port = _port(p.get("port"))
-        port_name = p.get("name") or ""
-        if proto not in PROTOCOLS or port is None or not (port_name == "" or _is_name(port_name)):
-            continue
-        node_port = _port(p.get("nodePort")) if node_ports_allowed else None
-        out.append(ServicePort(
-            namespace=ns, name=name, port_name=port_name,
-            protocol=proto.lower(), port=port, cluster_ip=cluster_ip,
-            node_port=node_port or 0, external_ips=external_ips, lb_ips=lb_ips,
-            affinity_timeout=timeout,
-            external_local=spec.get("externalTrafficPolicy") == "Local" and (
-                bool(node_port) or bool(external_ips) or bool(lb_ips)),
-            internal_local=spec.get("internalTrafficPolicy") == "Local"))
-    return out
-
-
-def _condition(conds: Mapping[str, Any], name: str, default: bool) -> bool:
-    v = conds.get(name)
-    return v if isinstance(v, bool) else default
-
-
-def slice_endpoints(es: Mapping[str, Any], port_name: str, protocol: str) -> list[Endpoint]:
-    """The endpoints one EndpointSlice gives the service port (`port_name`, `protocol`)."""
-    if es.get("addressType") != "IPv4":
-        return []
-    target = None
-    for p in _dicts(es.get("ports")):
-        if str(p.get("name") or "") == port_name and str(p.get("protocol") or "TCP").lower() == protocol:
-            target = _port(p.get("port"))
-            break
-    if target is None:
-        return []
-    out = []
-    for ep in _dicts(es.get("endpoints")):
-        addrs = ep.get("addresses")
-        ip = _ipv4(addrs[0]) if isinstance(addrs, list) and addrs else None
-        if ip is None:
-            continue
-        conds = ep.get("conditions") if isinstance(ep.get("conditions"), Mapping) else {}
-        ready = _condition(conds, "ready", True)
-        out.append(Endpoint(ip=ip, port=target, node_name=str(ep.get("nodeName") or ""),
-                            ready=ready, serving=_condition(conds, "serving", ready),
-                            terminating=_condition(conds, "terminating", False)))
-    return out
-
-
-def slices_by_service(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], list[Mapping[str, Any]]]:
-    """EndpointSlices grouped by (namespace, kubernetes.io/service-name)."""
-    out: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    for es in slices:
-        md = _meta(es)
-        labels = md.get("labels") if isinstance(md.get("labels"), Mapping) else {}
-        svc = labels.get(LABEL_SERVICE_NAME)
-        if isinstance(svc, str) and svc:
-            out.setdefault((str(md.get("namespace") or "default"), svc), []).append(es)
-    return out
-
-
-def port_endpoints(sp: ServicePort, slices: Sequence[Mapping[str, Any]]) -> list[Endpoint]:
-    """Every endpoint of `sp` across its slices, one per address:port, sorted."""
-    seen: dict[tuple[str, int], Endpoint] = {}
-    for es in sorted(slices, key=lambda s: str(_meta(s).get("name") or "")):
-        for ep in slice_endpoints(es, sp.port_name, sp.protocol):
-            seen.setdefault((ep.ip, ep.port), ep)
-    return sorted(seen.values())
-
-
-@dataclass(frozen=True)
-class Categorized:
-    """The endpoints each traffic policy uses, and whether any is usable anywhere."""
-
-    cluster: tuple[Endpoint, ...]
-    local: tuple[Endpoint, ...]
-    has_any: bool
-
-
-def categorize(endpoints: Sequence[Endpoint], node_name: str) -> Categorized:
-    """Ready endpoints, else serving+terminating ones — per policy, as kube-proxy does."""
-    def pick(eps: Sequence[Endpoint]) -> tuple[Endpoint, ...]:
-        ready = tuple(e for e in eps if e.ready)
-        return ready or tuple(e for e in eps if e.serving and e.terminating)
-
-    cluster = pick(endpoints)
-    local = pick([e for e in endpoints if node_name and e.node_name == node_name])
-    return Categorized(cluster=cluster, local=local, has_any=bool(cluster))
-
-
 # --------------------------------------------------------------------------- rendering
 
 
@@ -427,7 +226,7 @@ def _base_table(opts: ProxyOptions) -> Table:
     if opts.nodeport_addresses == "primary":
         nodeport_match = f"ip daddr @{NODEPORT_IPS_SET}"
         t.sets[NODEPORT_IPS_SET] = SetDecl("set", "type ipv4_addr;")
-        t.elements[NODEPORT_IPS_SET] = {ip: "" for ip in opts.node_ips if _ipv4(ip)}
+        t.elements[NODEPORT_IPS_SET] = {ip: "" for ip in opts.node_ips if ipv4_or_none(ip)}
     else:
         nodeport_match = "fib daddr type local ip daddr != 127.0.0.0/8"
     t.chains[SERVICES_CHAIN] = Chain((
@@ -628,7 +427,7 @@ class Renderer:
 
     def _service_ports(self, svc: Mapping[str, Any],
                        seen: dict[tuple[str, str], list[ServicePort]]) -> list[ServicePort]:
-        md = _meta(svc)
+        md = object_meta(svc)
         uid, rv = md.get("uid"), md.get("resourceVersion")
         if not (isinstance(uid, str) and uid and isinstance(rv, str) and rv):
             return service_ports(svc)
@@ -640,7 +439,7 @@ class Renderer:
 
     def _slice_endpoints(self, es: Mapping[str, Any], sp: ServicePort,
                          parsed: dict[tuple[str, str, str, str], list[Endpoint]]) -> list[Endpoint]:
-        md = _meta(es)
+        md = object_meta(es)
         uid, rv = md.get("uid"), md.get("resourceVersion")
         if not (isinstance(uid, str) and uid and isinstance(rv, str) and rv):
             return slice_endpoints(es, sp.port_name, sp.protocol)  # hand-made: no identity
@@ -662,7 +461,7 @@ class Renderer:
             try:
                 ports.extend(self._service_ports(svc, services_seen))
             except (TypeError, ValueError, AttributeError) as e:  # one object never stops the node
-                md = _meta(svc) if isinstance(svc, Mapping) else {}
+                md = object_meta(svc) if isinstance(svc, Mapping) else {}
                 log.warning("service proxy: skipping %s/%s: %r", md.get("namespace"), md.get("name"), e)
         ports.sort(key=lambda p: (p.namespace, p.name, p.protocol, p.port_name, p.port))
         seen: set[tuple[str, str, str, str]] = set()
@@ -675,8 +474,8 @@ class Renderer:
                 continue
             seen.add(ident)
             mine = sorted(by_svc.get((sp.namespace, sp.name), []),
-                          key=lambda s: str(_meta(s).get("name") or ""))
-            revisions = tuple((_meta(es).get("uid"), _meta(es).get("resourceVersion")) for es in mine)
+                          key=lambda s: str(object_meta(s).get("name") or ""))
+            revisions = tuple((object_meta(es).get("uid"), object_meta(es).get("resourceVersion")) for es in mine)
             rev_key = (sp, revisions) if all(u and r for u, r in revisions) else None
             frag = self._by_revision.get(rev_key) if rev_key is not None else None
             if frag is None:
@@ -728,26 +527,18 @@ def render_text(table: Table) -> str:
 
 __all__ = [
     "DEFAULT_TABLE",
-    "Categorized",
     "Chain",
-    "Endpoint",
     "ProxyOptions",
     "Renderer",
-    "ServicePort",
     "SetDecl",
     "Table",
     "affinity_set",
-    "categorize",
     "endpoint_chain",
     "external_chain",
     "hash_name",
     "local_chain",
-    "port_endpoints",
     "render",
     "render_text",
     "service_chain",
-    "service_ports",
     "skeleton",
-    "slice_endpoints",
-    "slices_by_service",
 ]

@@ -9,12 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.network.proxy_rules import (
+from fleet.network.proxy_objects import (
     Endpoint,
-    ProxyOptions,
     ServicePort,
-    affinity_set,
     categorize,
+    service_ports,
+    slice_endpoints,
+)
+from fleet.network.proxy_rules import (
+    ProxyOptions,
+    affinity_set,
     endpoint_chain,
     external_chain,
     hash_name,
@@ -22,8 +26,6 @@ from fleet.network.proxy_rules import (
     render,
     render_text,
     service_chain,
-    service_ports,
-    slice_endpoints,
 )
 from tests.unit.network.proxy_objects import ep, eps, svc
 
