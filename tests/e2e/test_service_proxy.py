@@ -62,6 +62,13 @@ NODE_PORT = 30080
 SERVER = r"""
 import socket, sys, threading
 name = sys.argv[1]
+def udp():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("0.0.0.0", 5353))
+    while True:
+        data, addr = u.recvfrom(100)
+        u.sendto(f"{name} {addr[0]}".encode(), addr)
+threading.Thread(target=udp, daemon=True).start()
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", 8080))
@@ -90,6 +97,21 @@ for _ in range(n):
         print(data.decode().strip() or "EMPTY", flush=True)
     except OSError as e:
         print(f"ERR {type(e).__name__} {time.monotonic() - t0:.2f}", flush=True)
+"""
+
+
+UDP_CLIENT = r"""
+import socket, sys
+ip, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for _ in range(n):
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.settimeout(2)
+    u.sendto(b"q", (ip, port))
+    try:
+        print(u.recv(100).decode().split()[0], flush=True)
+    except OSError as e:
+        print(f"ERR {type(e).__name__}", flush=True)
+    u.close()
 """
 
 
@@ -354,3 +376,21 @@ async def test_agent_loop_follows_the_api(cluster: Cluster, fleet_server: Any) -
         await client.delete("v1", "namespaces", ns)
     # Stopping the proxy leaves the table in place (a restarted agent reconciles it).
     assert await nft.table_exists("ip", TABLE, netns=cluster.node_ns)
+
+
+async def test_udp_service(cluster: Cluster) -> None:
+    """A UDP port (DNS-like, named "dns", endpoint port 5353) through its ClusterIP."""
+    rules = cluster.rules
+    assert rules is not None
+    a, b, c = cluster.pods["a"], cluster.pods["b"], cluster.pods["c"]
+    svc = {"metadata": {"namespace": "kube-system", "name": "dns"},
+           "spec": {"clusterIP": "10.43.7.53", "ports": [{"name": "dns", "port": 53, "protocol": "UDP"}]}}
+    es = {"metadata": {"namespace": "kube-system", "name": "dns-1",
+                       "labels": {"kubernetes.io/service-name": "dns"}},
+          "addressType": "IPv4", "ports": [{"name": "dns", "port": 5353, "protocol": "UDP"}],
+          "endpoints": [{"addresses": [p.ip]} for p in (a, b)]}
+    await rules.sync([svc], [es])
+    p = await trio.run_process(["nsenter", f"--net={c.netns}", sys.executable, "-c", UDP_CLIENT,
+                                "10.43.7.53", "53", "30"], capture_stdout=True)
+    assert set(p.stdout.decode().split()) == {"a", "b"}, p.stdout
+
