@@ -199,8 +199,14 @@ async def run_service_proxy(client: Any, cfg: ServiceProxyConfig, *,
     def changed(etype: str, old: Any, new: Any) -> None:
         dirty.set()
 
-    for inf in (services, slices, nodes):
-        inf.add_handler(changed)
+    def node_changed(etype: str, old: Any, new: Any) -> None:
+        # The Node's status is rewritten every heartbeat; only its addresses matter here.
+        if node_addresses(old) != node_addresses(new):
+            dirty.set()
+
+    services.add_handler(changed)
+    slices.add_handler(changed)
+    nodes.add_handler(node_changed)
 
     async def sync_now() -> None:
         node = nodes.get(f"/{cfg.node_name}")

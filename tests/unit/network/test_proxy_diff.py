@@ -220,3 +220,15 @@ async def test_service_rules_hold_deletes_until_the_grace(autojump_clock: Any) -
     res = await rules.sync(*only_a)
     assert res.kind == "incremental" and res.script.count("delete chain") == 2, res.script
     assert rules.next_cleanup() is None and len(scripts) == 3
+
+
+def test_node_addresses() -> None:
+    from fleet.network.service_proxy import node_addresses
+
+    node = {"status": {"addresses": [{"type": "Hostname", "address": "n1"},
+                                     {"type": "InternalIP", "address": "192.0.2.1"},
+                                     {"type": "InternalIP", "address": "fd00::1"},
+                                     {"type": "ExternalIP", "address": "198.51.100.1"},
+                                     "junk"]}}
+    assert node_addresses(node) == ("192.0.2.1", "198.51.100.1")
+    assert node_addresses(None) == () and node_addresses({"status": "x"}) == ()
