@@ -394,3 +394,21 @@ async def test_udp_service(cluster: Cluster) -> None:
                                 "10.43.7.53", "53", "30"], capture_stdout=True)
     assert set(p.stdout.decode().split()) == {"a", "b"}, p.stdout
 
+
+
+async def test_load_balancer_on_the_node_address_and_external_ips(cluster: Cluster) -> None:
+    """ServiceLB style: `status.loadBalancer.ingress` is the node's own address, so
+    node:port (the service port, not a NodePort) reaches the Service; an externalIP
+    routed to the node does too."""
+    rules = cluster.rules
+    assert rules is not None
+    a, b = cluster.pods["a"], cluster.pods["b"]
+    sh("ip", "netns", "exec", Path(cluster.outside_ns).name, "ip", "route", "add",
+       "198.51.100.7/32", "via", NODE_IP)
+    lb = service(type="LoadBalancer", externalIPs=["198.51.100.7"])
+    lb["spec"]["ports"][0]["nodePort"] = NODE_PORT
+    lb["status"] = {"loadBalancer": {"ingress": [{"ip": NODE_IP}]}}
+    await rules.sync([lb], [endpoint_slice([a, b])])
+    for ip, port in ((NODE_IP, 80), ("198.51.100.7", 80), (NODE_IP, NODE_PORT)):
+        lines = await cluster.connect(cluster.outside_ns, ip, port, 20)
+        assert {ln.split()[0] for ln in lines} == {"a", "b"}, (ip, port, lines)
