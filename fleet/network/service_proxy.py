@@ -74,7 +74,8 @@ class ServiceRules:
 
     def __init__(self, opts: ProxyOptions, *, netns: str | None = None,
                  stale_chain_grace: float = STALE_CHAIN_GRACE,
-                 apply: Callable[[str, str | None], Awaitable[None]] | None = None) -> None:
+                 apply: Callable[[str, str | None], Awaitable[None]] | None = None,
+                 plan_in_thread: bool = True) -> None:
         self.opts = opts
         self.renderer = Renderer(opts)
         self.netns = netns
@@ -83,6 +84,8 @@ class ServiceRules:
         self.stale: dict[str, float] = {}
         self.stale_chain_grace = stale_chain_grace
         self._apply = apply or (lambda text, netns: nft.apply(text, netns=netns))
+        # Tests under a MockClock plan on the event loop (a thread's time is not mocked).
+        self.plan_in_thread = plan_in_thread
         self._lock = trio.Lock()
 
     def next_cleanup(self) -> float | None:
@@ -114,7 +117,10 @@ class ServiceRules:
                 self.renderer = Renderer(self.opts)
             services, slices = list(services), list(slices)
             t0 = time.perf_counter()
-            new, ops, is_full = await trio.to_thread.run_sync(self.plan, services, slices)
+            if self.plan_in_thread:
+                new, ops, is_full = await trio.to_thread.run_sync(self.plan, services, slices)
+            else:
+                new, ops, is_full = self.plan(services, slices)
             stale: dict[str, float] = {}
             applied = new
             if not is_full:
@@ -185,11 +191,13 @@ class ServiceProxyConfig:
 
 
 async def run_service_proxy(client: Any, cfg: ServiceProxyConfig, *,
+                            rules: ServiceRules | None = None,
                             task_status: trio.TaskStatus[ServiceRules] = trio.TASK_STATUS_IGNORED) -> None:
-    """The agent's service proxy task; `started(rules)` after the first sync."""
+    """The agent's service proxy task; `started(rules)` after the first sync.
+    (`rules`: tests pass one whose transactions they record.)"""
     from fleet.client.informer import Informer
 
-    rules = ServiceRules(cfg.options(), netns=cfg.netns)
+    rules = rules or ServiceRules(cfg.options(), netns=cfg.netns)
     services = Informer(client, "v1", "services", component="service-proxy")
     slices = Informer(client, "discovery.k8s.io/v1", "endpointslices", component="service-proxy")
     nodes = Informer(client, "v1", "nodes", field_selector=f"metadata.name={cfg.node_name}",

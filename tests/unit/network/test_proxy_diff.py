@@ -206,7 +206,7 @@ async def test_service_rules_hold_deletes_until_the_grace(autojump_clock: Any) -
     async def fake_apply(text: str, netns: str | None) -> None:
         scripts.append(text)
 
-    rules = ServiceRules(OPTS, apply=fake_apply)
+    rules = ServiceRules(OPTS, apply=fake_apply, plan_in_thread=False)
     both = ([svc("a", ip="10.43.0.2"), svc("b", ip="10.43.0.3")],
             [eps("a", [ep("10.42.0.2")]), eps("b", [ep("10.42.0.3")])])
     only_a = (both[0][:1], both[1][:1])
