@@ -28,7 +28,8 @@ pattern, so two agents on one machine (tests run several) never touch each other
 * mounts: mount points under the data dir, and the pod netns pins above;
 * cgroups: the pod cgroups recorded in sandboxes and the container cgroups recorded
   in bundles;
-* node level (killall only): the agent's bridge and nftables table, named in the
+* node level (killall only): the agent's bridge, its nftables table and the service
+  proxy's table (`proxy_table_for`), named in the
   agent record `<data_dir>/agent.json` that the agent writes at start (with its pid
   and `/proc` start time: the "pid file" killall checks).
 
@@ -110,6 +111,17 @@ def nft_table_for(bridge: str | None) -> str:
     return "fleet_" + "".join(ch if ch.isalnum() else "_" for ch in bridge)
 
 
+def proxy_table_for(bridge: str | None) -> str:
+    """The service proxy's nftables table (`fleet.network.service_proxy`) of the agent
+    whose bridge is `bridge`: `fleet-proxy` for the default bridge, else one of its own,
+    tied to the bridge the way `nft_table_for` is."""
+    from fleet.network.proxy_rules import DEFAULT_TABLE
+
+    if not bridge or bridge == DEFAULT_BRIDGE:
+        return DEFAULT_TABLE
+    return DEFAULT_TABLE + "_" + "".join(ch if ch.isalnum() else "_" for ch in bridge)
+
+
 # ---------------------------------------------------------------------------------------
 # The agent record (pid file)
 
@@ -124,6 +136,7 @@ class AgentRecord:
     netns_dir: str = DEFAULT_NETNS_DIR
     bridge: str | None = None  # None: no pod network (or not the bridge driver)
     nft_table: str | None = None
+    proxy_table: str | None = None  # the service proxy's table, when it runs
     cgroup_root: str = str(_cgroups.DEFAULT_ROOT)
 
     def running(self) -> bool:
@@ -148,12 +161,13 @@ def read_record(data_dir: Path) -> AgentRecord | None:
 
 
 def current_record(data_dir: Path, *, node_name: str, netns_dir: str | None,
-                   bridge: str | None) -> AgentRecord:
+                   bridge: str | None, proxy_table: str | None = None) -> AgentRecord:
     """The record for this process."""
     pid = os.getpid()
     return AgentRecord(pid=pid, pid_start=proc_start_time(pid) or 0, node_name=node_name,
                        netns_dir=netns_dir or DEFAULT_NETNS_DIR, bridge=bridge,
-                       nft_table=nft_table_for(bridge) if bridge else None)
+                       nft_table=nft_table_for(bridge) if bridge else None,
+                       proxy_table=proxy_table)
 
 
 # ---------------------------------------------------------------------------------------
@@ -189,6 +203,7 @@ class Inventory:
     cgroups: list[str] = field(default_factory=list)
     bridge: str | None = None  # present on the machine
     nft_table: str | None = None  # present on the machine
+    proxy_table: str | None = None  # present on the machine
 
     def describe(self, *, node_level: bool = True) -> list[str]:
         """One line per resource (pod state directories are not listed: they are files)."""
@@ -202,6 +217,7 @@ class Inventory:
         if node_level:
             out += [f"bridge {self.bridge}"] if self.bridge else []
             out += [f"nft table ip {self.nft_table}"] if self.nft_table else []
+            out += [f"nft table ip {self.proxy_table}"] if self.proxy_table else []
         return out
 
 
@@ -369,6 +385,8 @@ def take(data_dir: Path, record: AgentRecord | None = None, *,
             inv.bridge = bridge
         if record and record.nft_table and record.nft_table in _nft_tables():
             inv.nft_table = record.nft_table
+    if node_level and record and record.proxy_table and record.proxy_table in _nft_tables():
+        inv.proxy_table = record.proxy_table
     return inv
 
 
@@ -529,6 +547,9 @@ def remove(data_dir: Path, inv: Inventory, *, phase: str,
     if inv.nft_table:
         _attempt(r, phase, "nft", f"nft table ip {inv.nft_table}", remove_nft_table,
                  inv.nft_table)
+    if inv.proxy_table:
+        _attempt(r, phase, "nft", f"nft table ip {inv.proxy_table}", remove_nft_table,
+                 inv.proxy_table)
     for uid in sorted(inv.pod_uids):
         for d in (data_dir / "pods" / uid, _runtime_dir(data_dir) / "sandboxes" / uid):
             if d.exists():
@@ -637,6 +658,7 @@ __all__ = [
     "AgentRecord", "CleanupError", "Container", "Inventory", "Report", "collect_garbage",
     "current_record", "failures", "killall", "list_containers",
     "list_mounts", "list_netns", "list_pod_uids", "list_veths", "nft_table_for",
+    "proxy_table_for",
     "pod_leftovers", "read_record", "remove", "remove_pod", "stop_agent", "take",
     "write_record",
 ]

@@ -15,7 +15,10 @@ Start-up order, each step `nursery.start`-ed so the next one can rely on it:
    down, a crash mid-teardown), so nothing leaks across restarts;
 5. pod sync: recovery of surviving containers, then list + watch;
 6. the agent API (logs, exec, attach, stats) on `cfg.port`, when
-   `fleet.agent.api` is part of this build.
+   `fleet.agent.api` is part of this build;
+7. with pod networking (and `service_proxy`), the node's Service rules
+   (`fleet.network.service_proxy`, table `inventory.proxy_table_for(bridge)`),
+   supervised; they are left in place when the agent stops.
 
 Before anything else the agent writes its record, `<data_dir>/agent.json` (pid and
 its `/proc` start time, node name, netns dir, bridge and nftables table): the pid
@@ -88,8 +91,11 @@ async def run(cfg: AgentConfig, *,
     cfg.data_dir = Path(cfg.data_dir)
     await trio.to_thread.run_sync(lambda: cfg.data_dir.mkdir(parents=True, exist_ok=True))
     bridge = (cfg.bridge_name or "fleet0") if cfg.network_driver == "bridge" else None
+    proxy_table = (inventory.proxy_table_for(cfg.bridge_name)
+                   if cfg.pod_networking and cfg.service_proxy else None)
     record = inventory.current_record(cfg.data_dir, node_name=cfg.node_name,
-                                      netns_dir=cfg.netns_dir, bridge=bridge)
+                                      netns_dir=cfg.netns_dir, bridge=bridge,
+                                      proxy_table=proxy_table)
     await trio.to_thread.run_sync(inventory.write_record, cfg.data_dir, record)
     prefer = None if cfg.driver in ("", "auto") else cfg.driver
     driver = select_driver(cfg.data_dir / "runtime", prefer=prefer)
@@ -121,6 +127,11 @@ async def run(cfg: AgentConfig, *,
                 await n.start(env.events.run)
             n.start_soon(node.lease_loop)
             n.start_soon(node.status_loop)
+            if proxy_table:
+                # The node's Service rules (fleet.network.service_proxy).  Not waited
+                # for: pods start meanwhile; the rules of a previous run stay live
+                # until the first sync replaces them in one transaction.
+                n.start_soon(_run_service_proxy, client, cfg, proxy_table)
             await n.start(sync.run)
             # Under disk pressure, unused images go (least recently used first);
             # any image a pod on this node names is kept.
@@ -168,6 +179,15 @@ async def collect_garbage(client: Any, cfg: AgentConfig, record: inventory.Agent
     if report.removed or report.errors:
         log.info("garbage collection: removed %d leftover(s), %d could not be removed "
                  "(see the warnings above)", len(report.removed), len(report.errors))
+
+
+async def _run_service_proxy(client: Any, cfg: AgentConfig, table: str) -> None:
+    from fleet._core.supervise import supervise
+    from fleet.network.service_proxy import ServiceProxyConfig, run_service_proxy
+
+    pcfg = ServiceProxyConfig(node_name=cfg.node_name, cluster_cidr=cfg.cluster_cidr,
+                              service_cidr=cfg.service_cidr or None, table=table)
+    await supervise("service-proxy", partial(run_service_proxy, client, pcfg))
 
 
 def _allocatable(node: NodeAgent) -> dict[str, Any] | None:

@@ -192,6 +192,11 @@ def agent(
     bridge_name: str | None = None,
     cluster_cidr: Annotated[str, cyclopts.Parameter(
         help="The whole cluster's pod range (the server's --cluster-cidr): not masqueraded.")] = "10.42.0.0/16",
+    service_cidr: Annotated[str, cyclopts.Parameter(
+        help="The Service ClusterIP range (the server's --service-cidr).")] = "10.43.0.0/16",
+    service_proxy: Annotated[bool, cyclopts.Parameter(
+        help="Program the node's Service rules (nftables); --no-service-proxy leaves them to "
+             "another proxy.")] = True,
     insecure_registry: Annotated[list[str] | None, cyclopts.Parameter(help="Registry reachable over plain HTTP.")] = None,
     registries: Annotated[Path | None, cyclopts.Parameter(
         help="Registry mirrors, rewrites, auth and TLS (k3s' registries.yaml format; "
@@ -231,6 +236,7 @@ def agent(
                       insecure=insecure, data_dir=data_dir, port=port, address=address, driver=driver,
                       network_driver=None if network in ("none", "host", "") else network,
                       pod_cidr=pod_cidr, bridge_name=bridge_name, cluster_cidr=cluster_cidr,
+                      service_cidr=service_cidr, service_proxy=service_proxy,
                       insecure_registries=list(insecure_registry or []))
     if not simulate:
         cfg.registries = _registries(registries, data_dir, disable_default_registry_endpoint,

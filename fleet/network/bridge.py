@@ -20,7 +20,7 @@ What this module owns:
   change as pods come and go and every pod's ARP entry for it would go stale;
 * one veth pair per pod: the node end `veth` + 11 hex digits of sha256(uid) (15
   characters, the kernel's limit, and stable so a restarted agent finds it again) on
-  the bridge; the pod end created directly inside the pod's namespace as `eth0`, so
+  the bridge, in hairpin mode (a pod reaching itself through a Service ClusterIP); the pod end created directly inside the pod's namespace as `eth0`, so
   no temporary name ever appears in the node namespace;
 * the pod's address from `IPAM` (persisted under the state dir), loopback up, and a
   default route via the gateway;
@@ -380,6 +380,9 @@ class BridgeDriver:
                     if hidx is None or pidx is None:
                         raise NetworkError(f"{pod}: veth {host_if} was not created")
                 hipr.link("set", index=hidx, master=bridge, state="up")
+                # Hairpin mode (kubelet's hairpin-veth): a pod reaching itself through
+                # its own Service goes out of its veth and must come back in on it.
+                hipr.brport("set", index=hidx, mode=1)
 
                 want = (str(ip), plen)
                 for addr in _ipv4_addrs(pipr, pidx):

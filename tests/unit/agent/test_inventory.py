@@ -54,6 +54,13 @@ def test_nft_table_per_bridge() -> None:
     assert inventory.nft_table_for(None) == "fleet"
     assert inventory.nft_table_for("fleet0") == "fleet"
     assert inventory.nft_table_for("fltest-1") == "fleet_fltest_1"
+    # The service proxy's table follows the bridge the same way.
+    assert inventory.proxy_table_for(None) == "fleet-proxy"
+    assert inventory.proxy_table_for("fleet0") == "fleet-proxy"
+    assert inventory.proxy_table_for("fltest-1") == "fleet-proxy_fltest_1"
+    rec = inventory.current_record(Path("/nonexistent"), node_name="n", netns_dir=None,
+                                   bridge="br9", proxy_table="fleet-proxy_br9")
+    assert rec.proxy_table == "fleet-proxy_br9"
 
 
 def test_record_round_trip_and_running(tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
