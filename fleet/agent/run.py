@@ -51,6 +51,7 @@ from fleet.agent.node import NodeAgent
 from fleet.agent.sync import PodSync
 from fleet.agent.worker import WorkerEnv
 from fleet.client import ApiException
+from fleet.client.informer import Informer
 from fleet.runtime.driver import select_driver
 from fleet.server.limits import ClientTimeouts
 
@@ -110,13 +111,16 @@ async def run(cfg: AgentConfig, *,
             pod_cidr = await node.wait_pod_cidr()
             network = make_network(cfg, pod_cidr)
             log.info("pod network: %s driver on %s", cfg.network_driver, pod_cidr)
+        # One Service informer: the pods' service-link variables and the Service rules.
+        services = Informer(client, "v1", "services", component="agent")
         env = WorkerEnv(client=client, driver=driver,
                         images=StoreImages(store, cfg.insecure_registries, cfg.registries),
                         data_dir=cfg.data_dir, host_ip=node.address, network=network,
                         netns_dir=cfg.netns_dir,
                         env=agent_env, volumes=agent_volumes,
                         node_allocatable=lambda: _allocatable(node),
-                        events=EventRecorder(client, cfg.node_name))
+                        events=EventRecorder(client, cfg.node_name),
+                        services=services.list)
         sync = PodSync(cfg.node_name, env)
         await collect_garbage(client, cfg, record)
         async with trio.open_nursery() as n:
@@ -127,11 +131,14 @@ async def run(cfg: AgentConfig, *,
                 await n.start(env.events.run)
             n.start_soon(node.lease_loop)
             n.start_soon(node.status_loop)
+            # Pods start only once every Service has been read (as the kubelet's
+            # serviceHasSynced gate): their service-link variables need them.
+            await n.start(services.run)
             if proxy_table:
                 # The node's Service rules (fleet.network.service_proxy).  Not waited
                 # for: pods start meanwhile; the rules of a previous run stay live
                 # until the first sync replaces them in one transaction.
-                n.start_soon(_run_service_proxy, client, cfg, proxy_table)
+                n.start_soon(_run_service_proxy, client, cfg, proxy_table, services)
             await n.start(sync.run)
             # Under disk pressure, unused images go (least recently used first);
             # any image a pod on this node names is kept.
@@ -181,13 +188,13 @@ async def collect_garbage(client: Any, cfg: AgentConfig, record: inventory.Agent
                  "(see the warnings above)", len(report.removed), len(report.errors))
 
 
-async def _run_service_proxy(client: Any, cfg: AgentConfig, table: str) -> None:
+async def _run_service_proxy(client: Any, cfg: AgentConfig, table: str, services: Any) -> None:
     from fleet._core.supervise import supervise
     from fleet.network.service_proxy import ServiceProxyConfig, run_service_proxy
 
     pcfg = ServiceProxyConfig(node_name=cfg.node_name, cluster_cidr=cfg.cluster_cidr,
                               service_cidr=cfg.service_cidr or None, table=table)
-    await supervise("service-proxy", partial(run_service_proxy, client, pcfg))
+    await supervise("service-proxy", partial(run_service_proxy, client, pcfg, services=services))
 
 
 def _allocatable(node: NodeAgent) -> dict[str, Any] | None:

@@ -191,14 +191,18 @@ class ServiceProxyConfig:
 
 
 async def run_service_proxy(client: Any, cfg: ServiceProxyConfig, *,
-                            rules: ServiceRules | None = None,
+                            rules: ServiceRules | None = None, services: Any = None,
                             task_status: trio.TaskStatus[ServiceRules] = trio.TASK_STATUS_IGNORED) -> None:
     """The agent's service proxy task; `started(rules)` after the first sync.
-    (`rules`: tests pass one whose transactions they record.)"""
+    (`rules`: tests pass one whose transactions they record.  `services`: a Service
+    informer the caller already runs — the agent shares its own with the pod workers'
+    service-link variables — else one of its own.)"""
     from fleet.client.informer import Informer
 
     rules = rules or ServiceRules(cfg.options(), netns=cfg.netns)
-    services = Informer(client, "v1", "services", component="service-proxy")
+    own_services = services is None
+    if services is None:
+        services = Informer(client, "v1", "services", component="service-proxy")
     slices = Informer(client, "discovery.k8s.io/v1", "endpointslices", component="service-proxy")
     nodes = Informer(client, "v1", "nodes", field_selector=f"metadata.name={cfg.node_name}",
                      component="service-proxy")
@@ -235,33 +239,37 @@ async def run_service_proxy(client: Any, cfg: ServiceProxyConfig, *,
             except nft.NftError as e:
                 log.warning("service proxy: cannot list tables: %s", e)
 
-    async with trio.open_nursery() as n:
-        for inf in (services, slices, nodes):
-            await n.start(inf.run)
-        started = False
-        backoff = cfg.retry_backoff
-        n.start_soon(checker)
-        while True:
-            if started:
-                # Wait for a change, or for held stale chains to be due for deletion.
-                cleanup = rules.next_cleanup()
-                with trio.move_on_after(cleanup if cleanup is not None else float("inf")):
-                    await dirty.wait()
-                # Let a burst of changes (a rollout, a relist) land in one transaction.
-                await trio.sleep(cfg.min_sync_interval)
-            dirty = trio.Event()
-            try:
-                await sync_now()
-            except (nft.NftError, OSError) as e:
-                log.warning("service proxy: sync failed: %s; retrying in %.1fs", e, backoff)
-                await trio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
-                dirty.set()
-                continue
+    try:
+        async with trio.open_nursery() as n:
+            for inf in ((services, slices, nodes) if own_services else (slices, nodes)):
+                await n.start(inf.run)
+            started = False
             backoff = cfg.retry_backoff
-            if not started:
-                started = True
-                task_status.started(rules)
+            n.start_soon(checker)
+            while True:
+                if started:
+                    # Wait for a change, or for held stale chains to be due for deletion.
+                    cleanup = rules.next_cleanup()
+                    with trio.move_on_after(cleanup if cleanup is not None else float("inf")):
+                        await dirty.wait()
+                    # Let a burst of changes (a rollout, a relist) land in one transaction.
+                    await trio.sleep(cfg.min_sync_interval)
+                dirty = trio.Event()
+                try:
+                    await sync_now()
+                except (nft.NftError, OSError) as e:
+                    log.warning("service proxy: sync failed: %s; retrying in %.1fs", e, backoff)
+                    await trio.sleep(backoff)
+                    backoff = min(backoff * 2, 30.0)
+                    dirty.set()
+                    continue
+                backoff = cfg.retry_backoff
+                if not started:
+                    started = True
+                    task_status.started(rules)
+    finally:
+        if not own_services:
+            services.remove_handler(changed)
 
 
 __all__ = [
