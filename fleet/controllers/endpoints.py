@@ -28,7 +28,14 @@ from fleet.controllers.endpoints_util import (
     selects,
     services_for_pod_change,
 )
-from fleet.controllers.runtime import Context, QueueWorker, SharedInformer, key_of, split_key
+from fleet.controllers.runtime import (
+    Context,
+    QueueWorker,
+    SharedInformer,
+    key_of,
+    namespace_terminating,
+    split_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +111,7 @@ class EndpointsController(QueueWorker):
         except ApiException as e:
             if e.code == 409 or (e.code == 404 and current is not None):
                 return CONFLICT_RETRY  # the cache is behind: the informer brings the stored one
-            if e.code == 403 and "being terminated" in str(e):
+            if namespace_terminating(e):
                 return None
             if self.ctx.events is not None:
                 reason, verb = (("FailedToCreateEndpoint", "create") if current is None

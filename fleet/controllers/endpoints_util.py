@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fleet.api import meta
@@ -223,7 +223,7 @@ def managed_by(slice_: Obj) -> str | None:
     return (_md(slice_).get("labels") or {}).get(LABEL_MANAGED_BY)
 
 
-def slice_index(controller: str):  # type: ignore[no-untyped-def]
+def slice_index(controller: str) -> Callable[[dict[str, Any]], list[str]]:
     """An informer index function: "ns/service" of the slices `controller` manages."""
     def index(obj: dict[str, Any]) -> list[str]:
         if managed_by(obj) != controller:

@@ -50,6 +50,7 @@ from fleet.controllers.runtime import (
     SharedInformer,
     by_node_name,
     key_of,
+    namespace_terminating,
     split_key,
 )
 
@@ -78,7 +79,7 @@ async def apply_slice_plan(client: Any, tracker: SliceTracker, plan: SlicePlan, 
         try:
             created = await client.create(DISCOVERY_V1, SLICES, body, namespace)
         except ApiException as e:
-            if e.code == 403 and "being terminated" in str(e):
+            if namespace_terminating(e):
                 return
             raise
         tracker.update(created)

@@ -256,3 +256,33 @@ async def test_mirroring_controller(autojump_clock: Any) -> None:
     assert drain(ctl) == [f"{NS}/kube-dns"]
     await ctl.reconcile(f"{NS}/kube-dns")
     assert api.of("endpointslices") == []
+
+
+async def test_namespace_being_deleted_is_not_retried(autojump_clock: Any) -> None:
+    api = FakeAPI()
+    ctx = ctx_for(api)
+    eps, slices = EndpointsController(), EndpointSliceController()
+    eps.setup(ctx)
+    slices.setup(ctx)
+    wire(api, ctx)
+    api.put("nodes", node("n1"))
+    api.put("services", service())
+    api.put("pods", pod("a", "10.42.0.1"))
+    api.flush()
+
+    async def refuse(*a: Any, **kw: Any) -> dict[str, Any]:
+        raise ApiException({"code": 403, "reason": "Forbidden",
+                            "message": f"unable to create new content in namespace {NS} because it is being terminated",
+                            "details": {"causes": [{"reason": "NamespaceTerminating",
+                                                    "message": f"namespace {NS} is being terminated"}]}})
+    api.create = refuse  # type: ignore[method-assign]
+    assert await eps.reconcile(f"{NS}/web") is None
+    assert await slices.reconcile(f"{NS}/web") is None
+    # Any other refusal is an error: retried with back-off by the queue worker.
+    async def other(*a: Any, **kw: Any) -> dict[str, Any]:
+        raise ApiException({"code": 403, "reason": "Forbidden", "message": "no"})
+    api.create = other  # type: ignore[method-assign]
+    with pytest.raises(ApiException):
+        await eps.reconcile(f"{NS}/web")
+    with pytest.raises(ApiException):
+        await slices.reconcile(f"{NS}/web")
