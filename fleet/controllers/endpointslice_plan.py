@@ -273,7 +273,13 @@ def _reconcile_port_map(service: Obj, existing: list[dict[str, Any]], wanted: di
             plan.create.append(target)
         while pending and len(target["endpoints"]) < max_n:
             target["endpoints"].append(pending.pop(0))
-    plan.update.extend(by_name[n] for n in to_update)
+    # A slice left empty (only ever made by hand: ours never are) goes.
+    for n in to_update + unchanged:
+        s = by_name[n]
+        if not s.get("endpoints"):
+            plan.delete.append(s)
+        elif n in to_update:
+            plan.update.append(s)
 
 
 def _is_placeholder_of(stored: Obj, placeholder: Obj) -> bool:

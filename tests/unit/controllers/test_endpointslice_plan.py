@@ -313,3 +313,38 @@ def test_removing_endpoints_never_creates(ids: set[int], max_n: int, data: st.Da
     assert not plan.create or (not keep and len(plan.create) == 1 and not plan.update)
     store.apply(plan)
     _check(store, _pods(keep), max_n)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), max_n=st.integers(min_value=1, max_value=10))
+def test_any_starting_slices_converge_in_one_plan(data: st.DataObject, max_n: int) -> None:
+    """Whatever slices exist — stale endpoints, duplicates across slices, endpoints with
+    old conditions, empty slices, other labels — one plan leaves every wanted endpoint
+    in exactly one slice, none over the maximum, and a second plan has nothing to do."""
+    svc = service()
+    wanted = data.draw(pod_sets, label="wanted")
+    stale = data.draw(st.sets(st.integers(61, 90), max_size=15), label="stale")
+    not_ready = data.draw(st.sets(st.integers(1, 60)), label="not ready")
+    pods = _pods(wanted, not_ready)
+    # endpoints as they might be stored: the wanted ones (some with old conditions) and stale ones
+    stored_eps = [pod_to_endpoint(p, NODES[p["spec"]["nodeName"]], svc, "IPv4") for p in _pods(wanted | stale)]
+    flip = data.draw(st.sets(st.integers(0, max(0, len(stored_eps) - 1))), label="flipped")
+    for i in flip:
+        if i < len(stored_eps):
+            stored_eps[i]["conditions"] = {"ready": False, "serving": False, "terminating": True}
+    dup = data.draw(st.lists(st.sampled_from(stored_eps), max_size=5), label="duplicates") if stored_eps else []
+    pool = data.draw(st.permutations(stored_eps + dup), label="order")
+    store = FakeSlices()
+    template = plan_slices(svc, [], NODES, []).create[0]  # a placeholder: the shape of an empty slice
+    i = 0
+    while i < len(pool) or not store.items:
+        size = data.draw(st.integers(0, max_n), label="slice size")
+        body = {**template, "metadata": dict(template["metadata"]),
+                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}], "endpoints": pool[i:i + size]}
+        if data.draw(st.booleans(), label="other labels"):
+            body["metadata"]["labels"] = {**body["metadata"]["labels"], "old": "label"}
+        store.apply(type(plan_slices(svc, [], NODES, []))(create=[body]))
+        i += size
+    store.apply(plan_slices(svc, pods, NODES, store.list(), max_per_slice=max_n))
+    _check(store, pods, max_n)
+    assert plan_slices(svc, pods, NODES, store.list(), max_per_slice=max_n).empty
