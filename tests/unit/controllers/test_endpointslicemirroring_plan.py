@@ -7,7 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from fleet.controllers.endpoints_plan import repack_subsets
 from fleet.controllers.endpoints_util import (
     LAST_APPLIED,
     LAST_CHANGE_TRIGGER_TIME,
@@ -189,3 +192,32 @@ def test_slice_tracker() -> None:
     assert not tr.handle_deletion(_slice("2", "20"))  # someone else deleted it
     tr.delete_service(key)
     assert not tr.has(_slice("2", "20"))
+
+
+_ips = st.integers(min_value=1, max_value=12).map(lambda i: f"10.9.0.{i}") | st.sampled_from(["fd00::1", "fd00::2"])
+_subsets = st.lists(st.fixed_dictionaries({
+    "addresses": st.lists(_ips.map(lambda ip: {"ip": ip}), max_size=4),
+    "notReadyAddresses": st.lists(_ips.map(lambda ip: {"ip": ip}), max_size=3),
+    "ports": st.lists(st.integers(1, 3).map(lambda p: {"name": f"p{p}", "port": p, "protocol": "TCP"}),
+                      max_size=2, unique_by=lambda p: p["port"])}), max_size=4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(before=_subsets, after=_subsets)
+def test_mirror_converges_and_keeps_every_fact(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> None:
+    """From the slices of any earlier Endpoints, one plan mirrors the new ones: every
+    (address, port set, readiness) of the repacked subsets is in exactly one slice of
+    its family and ports, and planning again does nothing."""
+    store = mirror(endpoints(before))
+    store = mirror(endpoints(after), store)
+    want = sorted((a["ip"], tuple(sorted(p["port"] for p in ss.get("ports") or [])), ready)
+                  for ss in repack_subsets(after)
+                  for field, ready in (("addresses", True), ("notReadyAddresses", False))
+                  for a in ss.get(field) or [])
+    got = sorted((e["addresses"][0], tuple(sorted(p["port"] for p in s["ports"])), e["conditions"]["ready"])
+                 for s in store.list() for e in s["endpoints"])
+    assert got == want
+    for s in store.list():
+        assert s["endpoints"] and all((":" in e["addresses"][0]) == (s["addressType"] == "IPv6")
+                                      for e in s["endpoints"])
+    assert plan_mirror(endpoints(after), store.list()).empty
