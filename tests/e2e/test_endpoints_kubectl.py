@@ -24,8 +24,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -306,3 +309,35 @@ def test_selectorless_service_is_mirrored(srv: FleetServer, ns: str) -> None:
     wait_until(mirrored, timeout=30, what="mirrored again")
     kubectl(srv, "-n", ns, "delete", "endpoints", "fe-ext")
     wait_until(lambda: not slices(srv, ns, "fe-ext"), timeout=30, what="mirrored slices removed with the Endpoints")
+
+
+def test_max_endpoints_per_slice_flag(tmp_path: Any) -> None:
+    """`fleet server --max-endpoints-per-slice 2`: 5 pods make 3 slices of at most 2,
+    which kubectl lists and `describe svc` joins; a value out of 1-1000 is refused."""
+    p = subprocess.run([sys.executable, "-m", "fleet.cli.main", "server", "--data-dir", str(tmp_path / "bad"),
+                        "--max-endpoints-per-slice", "0"], capture_output=True, text=True, timeout=60,
+                       cwd=str(Path(__file__).resolve().parents[2]))
+    assert p.returncode != 0 and "--max-endpoints-per-slice must be between 1 and 1000" in p.stderr, p.stderr
+
+    base = _make_base("fleet-fe-maxslice-")
+    factory = ServerFactory(base)
+    sim: SimNodes | None = None
+    try:
+        srv = factory.start(extra_args=["--max-endpoints-per-slice", "2"])
+        sim = SimNodes(srv, count=1, prefix="fe-m").start()
+        kubectl(srv, "create", "deployment", "fe-many", "--image=busybox", "--replicas=5", "--port=80")
+        kubectl(srv, "expose", "deployment", "fe-many", "--port=80")
+        ips = running_ips(srv, "default", "app=fe-many", 5)
+        wait_until(lambda: ready_slice_ips(srv, "default", "fe-many") == ips, timeout=60, what="5 ready endpoints")
+        sizes = sorted(len(s["endpoints"]) for s in slices(srv, "default", "fe-many"))
+        assert sizes == [1, 2, 2], sizes
+        out = kubectl(srv, "get", "endpointslices", "-l", f"{SLICE_LABEL}=fe-many")
+        assert len(out.strip().splitlines()) == 4, out  # header + 3 slices
+        desc = kubectl(srv, "describe", "svc", "fe-many")
+        assert "+ 2 more..." in next(ln for ln in desc.splitlines() if ln.startswith("Endpoints:")), desc
+    finally:
+        if sim is not None:
+            sim.stop()
+        problems = factory.stop_all()
+        shutil.rmtree(base, ignore_errors=True)
+        assert not problems, problems
