@@ -341,3 +341,18 @@ def test_max_endpoints_per_slice_flag(tmp_path: Any) -> None:
         problems = factory.stop_all()
         shutil.rmtree(base, ignore_errors=True)
         assert not problems, problems
+
+
+def test_namespace_with_services_is_deleted(srv: FleetServer) -> None:
+    """Deleting a namespace with Services, their pods, Endpoints and slices finishes: the
+    controllers do not fight the namespace controller by re-creating what it removes."""
+    name = f"fe-{uuid.uuid4().hex[:6]}"
+    kubectl(srv, "create", "namespace", name)
+    kubectl(srv, "-n", name, "create", "deployment", "fe-web", "--image=busybox", "--replicas=2", "--port=80")
+    kubectl(srv, "-n", name, "expose", "deployment", "fe-web", "--port=80")
+    running_ips(srv, name, "app=fe-web", 2)
+    wait_until(lambda: len(ready_slice_ips(srv, name, "fe-web")) == 2, timeout=30, what="2 ready endpoints")
+    rc, out, err = run_kubectl(srv, "delete", "namespace", name, "--timeout=90s", timeout=120)
+    assert rc == 0, (out, err)
+    rc, _, err = run_kubectl(srv, "get", "namespace", name)
+    assert rc != 0 and "NotFound" in err, err
