@@ -70,6 +70,8 @@ def server(
              "(kubectl top, the HPA).")] = 15.0,
     hpa_sync_period: Annotated[float, cyclopts.Parameter(
         help="Seconds between two syncs of each HorizontalPodAutoscaler.")] = 15.0,
+    max_endpoints_per_slice: Annotated[int, cyclopts.Parameter(
+        help="Most endpoints the EndpointSlice controller puts in one slice (1-1000).")] = 100,
     keep_alive_timeout: Annotated[float, cyclopts.Parameter(
         help="Seconds a connection may stay idle, or take to send a request's line and headers.")] = 32.0,
     tls_handshake_timeout: Annotated[float, cyclopts.Parameter(
@@ -110,6 +112,9 @@ def server(
     cfg.large_cluster_size_threshold = large_cluster_size_threshold
     cfg.metric_resolution = metric_resolution
     cfg.hpa_sync_period = hpa_sync_period
+    if not 1 <= max_endpoints_per_slice <= 1000:
+        sys.exit("fleet server: --max-endpoints-per-slice must be between 1 and 1000")
+    cfg.max_endpoints_per_slice = max_endpoints_per_slice
     cfg.keep_alive_timeout = keep_alive_timeout
     cfg.tls_handshake_timeout = tls_handshake_timeout
     cfg.request_body_timeout = request_body_timeout

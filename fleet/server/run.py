@@ -106,6 +106,8 @@ class ServerConfig:
     metric_resolution: float = 15.0
     # The HPA controller's sync period (--horizontal-pod-autoscaler-sync-period).
     hpa_sync_period: float = 15.0
+    # The EndpointSlice controller's --max-endpoints-per-slice.
+    max_endpoints_per_slice: int = 100
     # Slow clients, on the API and metrics ports (fleet/server/limits.py; kube-apiserver's
     # ReadHeaderTimeout and --request-timeout): how long a connection may stay idle
     # between requests or take to send a request's line and headers, how long the
@@ -289,6 +291,7 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
     # begin from a clean list, as a restarted kube-controller-manager does.
     manager = default_manager(
         cfg.controllers, hpa_sync_period=cfg.hpa_sync_period,
+        max_endpoints_per_slice=cfg.max_endpoints_per_slice,
         node_ipam=NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr),
         node_lifecycle=NodeLifecycleConfig(
             monitor_grace_period=cfg.node_monitor_grace_period,
