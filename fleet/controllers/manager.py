@@ -34,6 +34,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
     from fleet.controllers.replicaset import ReplicaSetController
     from fleet.controllers.resourcequota import ResourceQuotaController
     from fleet.controllers.serviceaccount import ServiceAccountController
+    from fleet.controllers.servicelb import ServiceLBController
     from fleet.controllers.statefulset import StatefulSetController
 
     return [
@@ -47,6 +48,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
         DisruptionController(),
         ResourceQuotaController(),
         JobController(), CronJobController(),
+        ServiceLBController(),
     ]
 
 
