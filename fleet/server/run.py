@@ -259,7 +259,12 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                          PortRange.parse(cfg.service_node_port_range))
             await nursery.start(_supervised("service-allocator", allocator.run, store))
             rest.allocators[("", "services")] = allocator
-            await _ensure_system_services(store, registry, allocator, cfg, host)
+            # System Services (`default/kubernetes`; the DNS part adds `kube-system/kube-dns`
+            # here): ensured now and again at every pass of the repair loop.
+            system_services = [partial(systemsvc.ensure_kubernetes_service, store, registry, allocator,
+                                       advertise_address=cfg.advertise_address or host, port=cfg.port)]
+            await systemsvc.ensure_default_service_cidr(store, registry, allocator.ip_range.cidr)
+            await systemsvc.ensure_all(system_services)
             api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), admission,
                             rest, metrics, watches, f"{host}:{cfg.port}")
             # Server-side drains (nodes/{name}/drain): resumes the ones a restart interrupted.
@@ -283,25 +288,13 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             # start-up cannot look like a failed server start.
             client_cfg = ClientConfig(server=url, token=token, ca_data=tls.ca_cert_pem)
             nursery.start_soon(_supervised("service-allocation-repair", svcrepair.run_repair, store, allocator,
-                                           client_cfg, cfg.service_repair_interval))
+                                           client_cfg, cfg.service_repair_interval, system_services))
             if cfg.scheduler:
                 nursery.start_soon(_supervised("scheduler", scheduler.run, client_cfg))
             # Node IPAM and node lifecycle are controllers of the manager, like the others.
             nursery.start_soon(_supervised("controller-manager", _run_controllers, cfg, client_cfg))
             if cfg.agent:
                 nursery.start_soon(_supervised("agent", _run_agent, cfg, url, token, tls.ca_cert_pem))
-
-
-async def _ensure_system_services(store: Store, registry: Registry, allocator: ServiceAllocator,
-                                  cfg: ServerConfig, host: str) -> None:
-    """The default ServiceCIDR and `default/kubernetes` with its Endpoints; a failure
-    (the address taken by a Service from an older range...) is logged, not fatal."""
-    try:
-        await systemsvc.ensure_default_service_cidr(store, registry, allocator.ip_range.cidr)
-        await systemsvc.ensure_kubernetes_service(store, registry, allocator,
-                                                  advertise_address=cfg.advertise_address or host, port=cfg.port)
-    except (ValueError, RuntimeError) as e:
-        log.error("could not ensure the kubernetes Service: %s", e)
 
 
 def _supervised(name: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Callable[..., Awaitable[None]]:

@@ -19,6 +19,9 @@ IPAddresses, NodePort reservations and Services at one store revision and
   has it in flight (`ServiceAllocator.pending`): an in-flight create is never
   robbed of the value it just took.
 
+Before each pass the system Services (`systemsvc.py`: `default/kubernetes`...)
+are ensured again, as kube-apiserver's bootstrap controller does every 10 s.
+
 IPAddresses not written by the allocator (another `managed-by`, or a parent that
 is not a Service) are not ours to judge.
 """
@@ -26,7 +29,7 @@ is not a Service) are not ours to judge.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +37,7 @@ import trio
 
 from fleet.api import meta
 from fleet.api.kinds import networking
+from fleet.server import systemsvc
 from fleet.server.svcalloc import (
     IP_PREFIX,
     PORT_PREFIX,
@@ -183,14 +187,17 @@ class AllocationRepair:
     """The thin loop around `plan`: read, decide, write, report."""
 
     def __init__(self, store: Store, allocator: ServiceAllocator, *, interval: float = 60.0,
-                 events: Any = None) -> None:
+                 events: Any = None, system_services: Iterable[Callable[[], Awaitable[Any]]] = ()) -> None:
         self.store = store
         self.allocator = allocator
         self.interval = interval
         self.events = events  # a fleet.client.events.EventRecorder, or None (log only)
+        # Ensure functions of the system Services (systemsvc.py), run before each pass.
+        self.system_services = list(system_services)
         self.suspects: dict[str, int] = {}
 
     async def run_once(self) -> RepairPlan:
+        await systemsvc.ensure_all(self.system_services)
         ips = await self.store.list(IP_PREFIX)
         ports = await self.store.list(PORT_PREFIX, revision=ips.revision)
         services = await self.store.list(SERVICES_PREFIX, revision=ips.revision)
@@ -226,7 +233,8 @@ class AllocationRepair:
             await self.run_once()
 
 
-async def run_repair(store: Store, allocator: ServiceAllocator, client_cfg: Any, interval: float, *,
+async def run_repair(store: Store, allocator: ServiceAllocator, client_cfg: Any, interval: float,
+                     system_services: Iterable[Callable[[], Awaitable[Any]]] = (), *,
                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """The loop as a server component: Warning events through an API client
     (`client_cfg`, a fleet.client.ClientConfig) and the one event recorder."""
@@ -237,4 +245,5 @@ async def run_repair(store: Store, allocator: ServiceAllocator, client_cfg: Any,
         events = EventRecorder(client, "ipallocator-repair-controller", senders=1)
         async with trio.open_nursery() as n:
             await n.start(events.run)
-            await AllocationRepair(store, allocator, interval=interval, events=events).run(task_status=task_status)
+            await AllocationRepair(store, allocator, interval=interval, events=events,
+                                   system_services=system_services).run(task_status=task_status)

@@ -3,8 +3,11 @@
 
 kube-apiserver's bootstrap controller creates the `kubernetes` Service and its
 endpoint reconciler writes the Endpoints pointing at the API servers; Fleet does
-both at every server start with `ensure_system_service`, which any part of the
-server can call for its own selector-less Service:
+both at every server start with `ensure_system_service`, and again at every pass
+of the allocation repair loop (`svcrepair.run_repair`), so a deleted or edited
+system Service comes back as with kube-apiserver's bootstrap controller.  Any
+part of the server can use it for its own selector-less Service — in run.py, add
+a `functools.partial` of it to the `system_services` list:
 
     await ensure_system_service(store, registry, allocator,
                                 namespace="kube-system", name="kube-dns", cluster_ip="10.43.0.10",
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from fleet.api.registry import Registry
@@ -147,6 +151,16 @@ async def ensure_kubernetes_service(store: Store, registry: Registry, allocator:
         endpoint_ips=[advertise_address],
         endpoint_ports=[{"name": "https", "port": port, "protocol": "TCP"}],
         labels=KUBERNETES_LABELS)
+
+
+async def ensure_all(ensures: Iterable[Callable[[], Awaitable[Any]]]) -> None:
+    """Run each ensure function; a failure (the address taken by a Service from an
+    older range, a store conflict storm) is logged and the others still run."""
+    for ensure in ensures:
+        try:
+            await ensure()
+        except (ValueError, RuntimeError) as e:
+            log.error("could not ensure a system Service: %s", e)
 
 
 async def ensure_default_service_cidr(store: Store, registry: Registry, cidr: str) -> None:

@@ -281,6 +281,18 @@ def test_repair_recreates_a_deleted_ipaddress_with_an_event(fleet_server_factory
         assert ev[0]["type"] == "Warning"
         assert ev[0]["message"] == f"Cluster IP [IPv4]:{ip} is not allocated; repairing"
 
+        # The `kubernetes` Service comes back when deleted (the bootstrap controller's job).
+        r = c.delete("/api/v1/namespaces/default/services/kubernetes")
+        assert r.status_code == 200, r.text
+
+        def kubernetes_back() -> bool:
+            r = c.get("/api/v1/namespaces/default/services/kubernetes")
+            return r.status_code == 200 and r.json()["spec"]["clusterIP"] == "10.43.0.1"
+
+        wait_until(kubernetes_back, timeout=20, what="the kubernetes Service to be recreated")
+        r = c.get("/apis/networking.k8s.io/v1/ipaddresses/10.43.0.1")
+        assert r.status_code == 200 and r.json()["spec"]["parentRef"]["name"] == "kubernetes"
+
 
 # ----------------------------------------------------------------------- ServiceLB
 

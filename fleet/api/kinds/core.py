@@ -343,6 +343,12 @@ def validate_service(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Ca
                 errs = ["should be a domain with at least two segments separated by dots"]
             for msg in errs:
                 out.append(v.invalid("spec.externalName", ext, msg))
+    if stype == "ExternalName" and (cluster_ip or lst(spec, "clusterIPs")):
+        out.append(v.forbidden("spec.clusterIPs", "may not be set for ExternalName services"))
+    hc = spec.get("healthCheckNodePort")
+    if hc not in (None, 0) and not (stype == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local"):
+        out.append(v.invalid("spec.healthCheckNodePort", hc, "may only be set when `type` is 'LoadBalancer' "
+                                                            "and `externalTrafficPolicy` is 'Local'"))
     if cluster_ip and not headless and not _valid_ip(cluster_ip):
         out.append(v.invalid("spec.clusterIP", cluster_ip,
                              "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
@@ -402,7 +408,7 @@ def prepare_service_update(new: dict[str, Any], old: dict[str, Any]) -> None:
     if nspec.get("type", "ClusterIP") == ospec.get("type", "ClusterIP"):
         return
     if nspec.get("type") == "ExternalName":
-        for f in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"):
+        for f in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "internalTrafficPolicy"):
             if nspec.get(f) == ospec.get(f):
                 nspec.pop(f, None)
     if not _needs_node_port(nspec):
