@@ -105,7 +105,7 @@ def validate_service_cidr(obj: dict[str, Any], old: dict[str, Any] | None) -> li
 
 IP_ADDRESS = KindInfo(
     group=GROUP, version="v1", kind="IPAddress", plural="ipaddresses", singular="ipaddress",
-    namespaced=False, short_names=("ip",),
+    namespaced=False,
     # kubectl prints NAME and PARENTREF only (kube's printer defines no AGE column).
     columns_override=(NAME_COLUMN, col("ParentRef", parent_ref_string,
                                        description="ParentRef references the resource that an "
