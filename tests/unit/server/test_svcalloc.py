@@ -18,13 +18,11 @@ SVCS = f"/api/v1/namespaces/{NS}/services"
 
 @asynccontextmanager
 async def api_with_allocator(tmp_path, cidr="10.43.0.0/16", ports="30000-32767"):
-    async with open_api(tmp_path, namespace_controller=False, sync="OFF") as api:
-        alloc = ServiceAllocator(api.store, ServiceIPRange(cidr), PortRange.parse(ports), rng=random.Random(5))
-        async with trio.open_nursery() as n:
-            await n.start(alloc.run, api.store)
-            api.server.resources.allocators[("", "services")] = alloc
-            yield api, alloc
-            n.cancel_scope.cancel()
+    def allocator(store):
+        return ServiceAllocator(store, ServiceIPRange(cidr), PortRange.parse(ports), rng=random.Random(5))
+
+    async with open_api(tmp_path, namespace_controller=False, sync="OFF", service_allocator=allocator) as api:
+        yield api, api.server.resources.allocators[("", "services")]
 
 
 def svc(name: str, **spec: Any) -> dict[str, Any]:
