@@ -4,6 +4,11 @@ write loop, and delete / deletecollection with their per-kind strategies
 (graceful pods in deletion.py, a namespace's finalization here), and the
 namespace's `finalize` subresource through which the namespace controller
 (fleet/controllers/namespace.py) hands a namespace it has emptied back.
+
+Kinds with values to allocate (a Service's ClusterIP and NodePorts) get their
+`AllocationStrategy` (allocation.py) called around the store write: create and
+update allocate after validation and commit or revert with the write; a delete
+that removes the object, or an update that removes its last finalizer, releases.
 """
 
 from __future__ import annotations
