@@ -313,9 +313,15 @@ class ServiceAllocator:
                 if isinstance(np, int) and np > 0:
                     await take(np, f"spec.ports[{i}].nodePort")
             if wants_node_ports(spec):
+                # Ports with the same number (53/UDP and 53/TCP) share one NodePort,
+                # the one asked for on either if any (kube's initNodePorts).
+                by_port: dict[Any, int] = {p.get("port"): p["nodePort"] for p in ports
+                                           if isinstance(p.get("nodePort"), int) and p["nodePort"] > 0}
                 for p in ports:
                     if not (isinstance(p.get("nodePort"), int) and p["nodePort"] > 0):
-                        p["nodePort"] = await take_next()
+                        if p.get("port") not in by_port:
+                            by_port[p.get("port")] = await take_next()
+                        p["nodePort"] = by_port[p.get("port")]
         else:
             for p in ports:
                 p.pop("nodePort", None)

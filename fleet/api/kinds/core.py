@@ -291,6 +291,7 @@ def validate_service(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Ca
         out.append(v.required("spec.ports"))
     names: set[str] = set()
     pairs: set[tuple[Any, Any]] = set()
+    node_ports: set[tuple[Any, Any]] = set()
     for i, p in enumerate(ports):
         pp = f"spec.ports[{i}]"
         if not isinstance(p, dict):
@@ -328,6 +329,10 @@ def validate_service(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Ca
                 # to check (fleet/server/svcalloc.py), as in kube-apiserver.
                 for msg in v.is_valid_port_num(np):
                     out.append(v.invalid(f"{pp}.nodePort", np, msg))
+        if np not in (None, 0):
+            if (np, proto) in node_ports:
+                out.append(v.duplicate(f"{pp}.nodePort", np))
+            node_ports.add((np, proto))
         key = (port, proto)
         if key in pairs:
             out.append(v.duplicate(pp, {"port": port, "protocol": proto}))

@@ -56,3 +56,29 @@ def test_prepare_update(name, old, new, want):
     new = copy.deepcopy(new)
     prepare_service_update(new, copy.deepcopy(old))
     assert new == want
+
+
+@pytest.mark.parametrize(("spec", "field", "message"), [
+    ({"type": "ExternalName", "externalName": "a.example.com", "clusterIP": "10.43.0.9"}, "spec.clusterIPs",
+     "Forbidden: may not be set for ExternalName services"),
+    ({"type": "NodePort", "ports": [{"name": "a", "port": 80, "nodePort": 30080},
+                                    {"name": "b", "port": 81, "nodePort": 30080}]},
+     "spec.ports[1].nodePort", "Duplicate value: 30080"),
+    ({"type": "NodePort", "healthCheckNodePort": 30500, "ports": [{"port": 80}]}, "spec.healthCheckNodePort",
+     "Invalid value: 30500: may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"),
+    ({"type": "NodePort", "ports": [{"port": 80, "nodePort": 70000}]}, "spec.ports[0].nodePort",
+     "Invalid value: 70000: must be between 1 and 65535, inclusive"),
+])
+def test_validation_of_allocated_fields(spec, field, message):
+    from fleet.api.kinds.core import validate_service
+
+    causes = validate_service({"metadata": {"name": "s", "namespace": "default"}, "spec": spec}, None)
+    assert {"field": field, "message": message} in [{"field": c["field"], "message": c["message"]} for c in causes]
+
+
+def test_same_node_port_for_two_protocols_is_valid():
+    from fleet.api.kinds.core import validate_service
+
+    spec = {"type": "NodePort", "ports": [{"name": "a", "port": 53, "protocol": "UDP", "nodePort": 30053},
+                                          {"name": "b", "port": 53, "protocol": "TCP", "nodePort": 30053}]}
+    assert validate_service({"metadata": {"name": "s", "namespace": "default"}, "spec": spec}, None) == []

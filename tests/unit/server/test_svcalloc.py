@@ -107,6 +107,23 @@ async def test_node_ports(tmp_path):
         assert list(ips.values()) == [(NS, "fa-a")]
 
 
+async def test_same_port_number_shares_one_node_port(tmp_path):
+    async with api_with_allocator(tmp_path) as (api, _):
+        code, a = await api.json("POST", SVCS, svc("fa-dns", type="NodePort", ports=[
+            {"name": "dns", "port": 53, "protocol": "UDP"}, {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+            {"name": "x", "port": 54}]))
+        assert code == 201, a
+        nps = [p["nodePort"] for p in a["spec"]["ports"]]
+        assert nps[0] == nps[1] != nps[2]
+        _, ports = await reserved(api)
+        assert set(ports) == {nps[0], nps[2]}
+        code, b = await api.json("POST", SVCS, svc("fa-dns2", type="NodePort", ports=[
+            {"name": "dns", "port": 53, "protocol": "UDP"},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "nodePort": 30053}]))
+        assert code == 201, b
+        assert [p["nodePort"] for p in b["spec"]["ports"]] == [30053, 30053]
+
+
 async def test_load_balancer_ports(tmp_path):
     async with api_with_allocator(tmp_path) as (api, _):
         code, a = await api.json("POST", SVCS, svc("fa-lb", type="LoadBalancer", externalTrafficPolicy="Local"))
