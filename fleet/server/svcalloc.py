@@ -206,6 +206,12 @@ class ServiceAllocator:
             raise _invalid(svc, [v.invalid("spec.clusterIPs", ips, "this cluster is single-stack "
                                                                    f"({self.ip_range.family}): at most one "
                                                                    "IP may be given")])
+        if spec.get("ipFamilyPolicy") == "RequireDualStack":
+            raise _invalid(svc, [v.invalid("spec.ipFamilyPolicy", "RequireDualStack",
+                                           "this cluster is not configured for dual-stack services")])
+        for i, fam in enumerate(spec.get("ipFamilies") or []):
+            if fam != self.ip_range.family:
+                raise _invalid(svc, [v.invalid(f"spec.ipFamilies[{i}]", fam, "not configured on this cluster")])
         spec["ipFamilies"] = [self.ip_range.family]
         spec.setdefault("ipFamilyPolicy", "SingleStack")
         if requested == "None":

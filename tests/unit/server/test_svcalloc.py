@@ -73,6 +73,18 @@ async def test_requested_ip_honoured_duplicate_and_out_of_range_refused(tmp_path
         assert (await api.json("GET", f"{SVCS}/fa-b"))[0] == 404
 
 
+async def test_single_stack_cluster_refuses_other_families(tmp_path):
+    async with api_with_allocator(tmp_path) as (api, _):
+        code, body = await api.json("POST", SVCS, svc("fa-a", ipFamilyPolicy="RequireDualStack"))
+        assert code == 422 and "spec.ipFamilyPolicy" in body["message"], body
+        code, body = await api.json("POST", SVCS, svc("fa-b", ipFamilies=["IPv6"]))
+        assert code == 422 and 'spec.ipFamilies[0]: Invalid value: "IPv6"' in body["message"], body
+        code, body = await api.json("POST", SVCS, svc("fa-c", ipFamilyPolicy="PreferDualStack"))
+        assert code == 201 and body["spec"]["ipFamilies"] == ["IPv4"], body
+        ips, _ = await reserved(api)
+        assert list(ips.values()) == [(NS, "fa-c")]
+
+
 async def test_headless_and_external_name_get_no_address(tmp_path):
     async with api_with_allocator(tmp_path) as (api, _):
         code, h = await api.json("POST", SVCS, svc("fa-h", clusterIP="None"))
