@@ -309,7 +309,8 @@ def test_repair_recreates_a_deleted_ipaddress_with_an_event(fleet_server_factory
 
 def test_servicelb_ingress_follows_ready_nodes(fleet_server: FleetServer, namespace: str) -> None:
     def node(name: str, addrs: list[dict[str, str]]) -> dict[str, Any]:
-        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        # Unschedulable: pods of the other tests of this module must not land on them.
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {"unschedulable": True},
                 "status": {"addresses": addrs, "conditions": [
                     {"type": "Ready", "status": "True", "reason": "KubeletReady",
                      "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
