@@ -340,3 +340,30 @@ def test_servicelb_ingress_follows_ready_nodes(fleet_server: FleetServer, namesp
         finally:
             for n in ("fa-node-a", "fa-node-b"):
                 c.delete(f"/api/v1/nodes/{n}")
+
+
+@needs_kubectl
+def test_small_service_cidr_exhausted(fleet_server_factory: ServerFactory) -> None:
+    srv = fleet_server_factory.start(extra_args=["--service-cidr", "10.96.0.0/29",
+                                                 "--service-node-port-range", "31000-31009"])
+    rc, out, err = srv.kubectl("get", "svc", "kubernetes", "-o", "jsonpath={.spec.clusterIP}")
+    assert (rc, out) == (0, "10.96.0.1"), err
+    for i in range(5):  # .2 to .6
+        rc, _, err = srv.kubectl("create", "service", "nodeport", f"fa-{i}", "--tcp=80")
+        assert rc == 0, err
+    rc, _, err = srv.kubectl("create", "service", "clusterip", "fa-full", "--tcp=80")
+    assert rc != 0
+    assert "failed to allocate a serviceIP: range is full" in err and "10.96.0.0/29" in err, err
+    rc, out, _ = srv.kubectl("get", "svc", "-o", "jsonpath={.items[*].spec.ports[*].nodePort}")
+    assert all(31000 <= int(p) <= 31009 for p in out.split()) and len(out.split()) == 5
+    rc, out, _ = srv.kubectl("get", "servicecidr", "kubernetes", "-o", "jsonpath={.spec.cidrs[0]}")
+    assert out == "10.96.0.0/29"
+
+
+def test_bad_service_flags_stop_start_up(fleet_server_factory: ServerFactory) -> None:
+    for args in (["--service-cidr", "10.96.0.0/31"], ["--service-node-port-range", "32000-31000"]):
+        srv = fleet_server_factory.new(extra_args=args)
+        srv.spawn()
+        code = srv.wait_exit(30)
+        assert code not in (None, 0), args
+        assert "fleet server:" in srv.output(), srv.output()[-2000:]
