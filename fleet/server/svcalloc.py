@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 import trio
@@ -171,9 +171,9 @@ class ServiceAllocator:
             raise
         if not dry_run:
             for ip in set(cluster_ips(old)) - set(cluster_ips(new)):
-                txn.on_commit.append(_bind(self.release_ip, ip, old))
+                txn.on_commit.append(partial(self.release_ip, ip, old))
             for port in node_ports(old) - node_ports(new):
-                txn.on_commit.append(_bind(self.release_port, port, old))
+                txn.on_commit.append(partial(self.release_port, port, old))
         return txn
 
     async def after_delete(self, obj: dict[str, Any]) -> None:
@@ -239,7 +239,7 @@ class ServiceAllocator:
                 raise refuse("provided IP is already allocated")
             return
         if not await self._reserve(txn, ip_key(ip), ip_address_object(ip, svc, self.ip_range.family),
-                                   _bind(self.release_ip, ip, svc)):
+                                   partial(self.release_ip, ip, svc)):
             raise refuse("provided IP is already allocated")
 
     async def _take_next_ip(self, svc: dict[str, Any], txn: Transaction, *, dry_run: bool) -> str:
@@ -249,7 +249,7 @@ class ServiceAllocator:
             if dry_run:
                 return ip
             if await self._reserve(txn, ip_key(ip), ip_address_object(ip, svc, self.ip_range.family),
-                                   _bind(self.release_ip, ip, svc)):
+                                   partial(self.release_ip, ip, svc)):
                 return ip
             # taken since the cache last heard: try the next one
         raise errors.InternalError("Internal error occurred: failed to allocate a serviceIP: range is full "
@@ -295,7 +295,7 @@ class ServiceAllocator:
                 taken_here.add(port)
                 return
             if not await self._reserve(txn, port_key(port), port_reservation(port, svc),
-                                       _bind(self.release_port, port, svc)):
+                                       partial(self.release_port, port, svc)):
                 raise _invalid(svc, [v.invalid(path, port, "provided port is already allocated")])
             taken_here.add(port)
 
@@ -307,7 +307,7 @@ class ServiceAllocator:
                     taken_here.add(port)
                     return port
                 if await self._reserve(txn, port_key(port), port_reservation(port, svc),
-                                       _bind(self.release_port, port, svc)):
+                                       partial(self.release_port, port, svc)):
                     taken_here.add(port)
                     return port
             raise errors.InternalError("Internal error occurred: failed to allocate a nodePort: range is full "
@@ -400,22 +400,3 @@ class ServiceAllocator:
 def _name_of(svc: dict[str, Any]) -> tuple[str, str]:
     md = svc.get("metadata") or {}
     return str(md.get("namespace") or ""), str(md.get("name") or "")
-
-
-def _bind(fn: Any, *args: Any) -> Any:
-    async def step() -> None:
-        await fn(*args)
-    return step
-
-
-def held_values(services: Iterable[dict[str, Any]]) -> tuple[dict[str, list[tuple[str, str]]],
-                                                             dict[int, list[tuple[str, str]]]]:
-    """IP → Services and port → Services, as the stored Services claim them (for repair)."""
-    ips: dict[str, list[tuple[str, str]]] = {}
-    ports: dict[int, list[tuple[str, str]]] = {}
-    for s in services:
-        for ip in cluster_ips(s):
-            ips.setdefault(ip, []).append(_name_of(s))
-        for port in node_ports(s):
-            ports.setdefault(port, []).append(_name_of(s))
-    return ips, ports

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 DEFAULT_SERVICE_CIDR = "10.43.0.0/16"
@@ -153,11 +153,3 @@ class PortRange:
         upper_first = min(self.base + band, self.last)
         yield from _walk(upper_first, self.last, rng)
         yield from _walk(self.base, upper_first - 1, rng)
-
-
-def first_free(candidates: Iterator[str] | Iterator[int], taken: Callable[[object], bool]) -> object | None:
-    """The first candidate `taken` says is free, or None (the range is full)."""
-    for c in candidates:
-        if not taken(c):
-            return c
-    return None
