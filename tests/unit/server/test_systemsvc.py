@@ -10,7 +10,11 @@ from fleet.api import meta
 from fleet.api.registry import default_registry
 from fleet.server.svcalloc import IP_PREFIX, ServiceAllocator, ip_key
 from fleet.server.svcalloc_range import PortRange, ServiceIPRange
-from fleet.server.systemsvc import ensure_default_service_cidr, ensure_kubernetes_service, ensure_system_service
+from fleet.server.systemsvc import (
+    ensure_default_service_cidr,
+    ensure_kubernetes_service,
+    ensure_system_service,
+)
 from fleet.store import open_store
 
 REG = default_registry()
