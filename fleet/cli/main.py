@@ -42,7 +42,7 @@ def server(
         help="Seconds between two passes of the ClusterIP/NodePort repair loop.")] = 60.0,
     advertise_address: Annotated[str | None, cyclopts.Parameter(
         help="Address the `kubernetes` Service's Endpoints point at (default: the listen "
-             "address, 127.0.0.1 when listening on all).")] = None,
+             "address; when listening on all, the default-route interface's address).")] = None,
     no_agent: Annotated[bool, cyclopts.Parameter(help="Do not run the built-in node agent.", negative=())] = False,
     no_scheduler: Annotated[bool, cyclopts.Parameter(
         help="Do not run the built-in scheduler (run `fleet scheduler` elsewhere).", negative=())] = False,

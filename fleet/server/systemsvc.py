@@ -153,6 +153,23 @@ async def ensure_kubernetes_service(store: Store, registry: Registry, allocator:
         labels=KUBERNETES_LABELS)
 
 
+def default_advertise_address(listen: str) -> str:
+    """kube-apiserver's default --advertise-address: the listen address, or, when it
+    listens on every address, the address of the host's default-route interface
+    (found by routing a UDP socket — nothing is sent), else 127.0.0.1."""
+    if listen not in ("0.0.0.0", "::", ""):
+        return "127.0.0.1" if listen == "localhost" else listen
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: only the route lookup happens
+            addr = s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+    return addr if addr and addr != "0.0.0.0" else "127.0.0.1"
+
+
 async def ensure_all(ensures: Iterable[Callable[[], Awaitable[Any]]]) -> None:
     """Run each ensure function; a failure (the address taken by a Service from an
     older range, a store conflict storm) is logged and the others still run."""

@@ -88,3 +88,20 @@ async def test_kubernetes_service_and_service_cidr(store_alloc):
     assert cidr["spec"]["cidrs"] == ["10.43.0.0/16"]
     assert cidr["status"]["conditions"][0]["type"] == "Ready"
     assert [o["metadata"]["name"] for o in (await store.list(IP_PREFIX)).items] == ["10.43.0.1"]
+
+
+@pytest.mark.parametrize(("listen", "want"), [("127.0.0.1", "127.0.0.1"), ("192.0.2.5", "192.0.2.5"),
+                                              ("localhost", "127.0.0.1")])
+def test_default_advertise_address(listen, want):
+    from fleet.server.systemsvc import default_advertise_address
+
+    assert default_advertise_address(listen) == want
+
+
+def test_default_advertise_address_on_all_addresses_is_a_real_one():
+    import ipaddress
+
+    from fleet.server.systemsvc import default_advertise_address
+
+    addr = ipaddress.ip_address(default_advertise_address("0.0.0.0"))
+    assert addr.version == 4 and not addr.is_unspecified
