@@ -261,11 +261,12 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             rest.allocators[("", "services")] = allocator
             # System Services (`default/kubernetes`; the DNS part adds `kube-system/kube-dns`
             # here): ensured now and again at every pass of the repair loop.
-            system_services = [partial(systemsvc.ensure_kubernetes_service, store, registry, allocator,
+            system_services = [partial(systemsvc.ensure_default_service_cidr, store, registry,
+                                       allocator.ip_range.cidr),
+                               partial(systemsvc.ensure_kubernetes_service, store, registry, allocator,
                                        advertise_address=cfg.advertise_address
                                        or systemsvc.default_advertise_address(cfg.address),
                                        port=cfg.port)]
-            await systemsvc.ensure_default_service_cidr(store, registry, allocator.ip_range.cidr)
             await systemsvc.ensure_all(system_services)
             api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), admission,
                             rest, metrics, watches, f"{host}:{cfg.port}")

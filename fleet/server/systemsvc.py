@@ -195,7 +195,10 @@ async def ensure_default_service_cidr(store: Store, registry: Registry, cidr: st
     try:
         await store.create(info.key(None, "kubernetes"), obj)
     except KeyExists:
-        cur = await store.get(info.key(None, "kubernetes"))
+        try:
+            cur = await store.get(info.key(None, "kubernetes"))
+        except KeyNotFound:
+            return  # deleted this instant: the next pass recreates it
         if (cur.get("spec") or {}).get("cidrs") != [cidr]:
             log.warning("the default ServiceCIDR holds %s but --service-cidr is %s; Services get addresses "
                         "from %s", (cur.get("spec") or {}).get("cidrs"), cidr, cidr)

@@ -299,7 +299,11 @@ def test_repair_recreates_a_deleted_ipaddress_with_an_event(fleet_server_factory
             r = c.get("/api/v1/namespaces/default/services/kubernetes")
             return r.status_code == 200 and r.json()["spec"]["clusterIP"] == "10.43.0.1"
 
+        r = c.delete("/apis/networking.k8s.io/v1/servicecidrs/kubernetes")
+        assert r.status_code == 200, r.text
         wait_until(kubernetes_back, timeout=20, what="the kubernetes Service to be recreated")
+        wait_until(lambda: c.get("/apis/networking.k8s.io/v1/servicecidrs/kubernetes").status_code == 200,
+                   timeout=20, what="the default ServiceCIDR to be recreated")
         r = c.get("/apis/networking.k8s.io/v1/ipaddresses/10.43.0.1")
         assert r.status_code == 200 and r.json()["spec"]["parentRef"]["name"] == "kubernetes"
 
