@@ -41,7 +41,10 @@ class Transaction:
     on_revert: list[Step] = field(default_factory=list)
 
     async def commit(self) -> None:
-        await _run_all(self.on_commit)
+        # Shielded too: the write is done; a cancelled request must not leave what
+        # the old object held reserved (the repair loop would only free it later).
+        with trio.CancelScope(shield=True):
+            await _run_all(self.on_commit)
 
     async def revert(self) -> None:
         # Shielded: a revert usually runs because the request is failing or being

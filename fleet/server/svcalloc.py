@@ -177,10 +177,11 @@ class ServiceAllocator:
         return txn
 
     async def after_delete(self, obj: dict[str, Any]) -> None:
-        for ip in cluster_ips(obj):
-            await self.release_ip(ip, obj)
-        for port in node_ports(obj):
-            await self.release_port(port, obj)
+        with trio.CancelScope(shield=True):  # the Service is gone: release whatever happens
+            for ip in cluster_ips(obj):
+                await self.release_ip(ip, obj)
+            for port in node_ports(obj):
+                await self.release_port(port, obj)
 
     # -------------------------------------------------------------- cluster IPs
     async def _allocate(self, svc: dict[str, Any], old: dict[str, Any] | None, txn: Transaction, *,
