@@ -6,6 +6,7 @@ import random
 from typing import Any
 
 import pytest
+import trio
 
 from fleet.api import meta
 from fleet.server.svcalloc import (
@@ -139,3 +140,20 @@ async def test_repair_passes_over_the_store(tmp_path):
         await store.create(meta.store_key("", "services", "default", "fa-new"), svc("fa-new", "10.43.7.7"))
         p = await repair.run_once()
         assert not p.delete and not p.suspects and not p.create_ips
+
+
+async def test_loop_passes_at_start_then_every_interval(autojump_clock):
+    # No store: run_once is replaced (worker threads and an autojumping clock do not mix).
+    repair = AllocationRepair(None, None, interval=30)  # type: ignore[arg-type]
+    times: list[float] = []
+
+    async def run_once() -> None:
+        times.append(trio.current_time())
+
+    repair.run_once = run_once  # type: ignore[method-assign]
+    async with trio.open_nursery() as n:
+        await n.start(repair.run)
+        assert len(times) == 1  # started after the first pass
+        await trio.sleep(95)
+        n.cancel_scope.cancel()
+    assert [round(t - times[0]) for t in times] == [0, 30, 60, 90]
