@@ -34,6 +34,15 @@ def server(
     address: Annotated[str, cyclopts.Parameter(help="Address to listen on.")] = "127.0.0.1",
     retention: Annotated[int, cyclopts.Parameter(help="Revisions of history kept for watches.")] = 10000,
     cluster_cidr: Annotated[str, cyclopts.Parameter(help="Pod address range; each node gets a /24.")] = "10.42.0.0/16",
+    service_cidr: Annotated[str, cyclopts.Parameter(
+        help="Service ClusterIP range; the first address is the `kubernetes` Service's.")] = "10.43.0.0/16",
+    service_node_port_range: Annotated[str, cyclopts.Parameter(
+        help="NodePort range of NodePort and LoadBalancer Services.")] = "30000-32767",
+    service_repair_interval: Annotated[float, cyclopts.Parameter(
+        help="Seconds between two passes of the ClusterIP/NodePort repair loop.")] = 60.0,
+    advertise_address: Annotated[str | None, cyclopts.Parameter(
+        help="Address the `kubernetes` Service's Endpoints point at (default: the listen "
+             "address; when listening on all, the default-route interface's address).")] = None,
     no_agent: Annotated[bool, cyclopts.Parameter(help="Do not run the built-in node agent.", negative=())] = False,
     no_scheduler: Annotated[bool, cyclopts.Parameter(
         help="Do not run the built-in scheduler (run `fleet scheduler` elsewhere).", negative=())] = False,
@@ -103,6 +112,15 @@ def server(
             select(default_controllers(), cfg.controllers)
         except ValueError as e:
             sys.exit(f"fleet server: --controllers: {e}")
+    from fleet.server.svcalloc_range import PortRange, ServiceIPRange
+
+    try:
+        ServiceIPRange(service_cidr)
+        PortRange.parse(service_node_port_range)
+    except ValueError as e:
+        sys.exit(f"fleet server: {e}")
+    cfg.service_cidr, cfg.service_node_port_range = service_cidr, service_node_port_range
+    cfg.service_repair_interval, cfg.advertise_address = service_repair_interval, advertise_address
     cfg.node_monitor_grace_period = node_monitor_grace_period
     cfg.node_startup_grace_period = node_startup_grace_period
     cfg.node_monitor_period = node_monitor_period

@@ -38,6 +38,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
     from fleet.controllers.replicaset import ReplicaSetController
     from fleet.controllers.resourcequota import ResourceQuotaController
     from fleet.controllers.serviceaccount import ServiceAccountController
+    from fleet.controllers.servicelb import ServiceLBController
     from fleet.controllers.statefulset import StatefulSetController
 
     return [
@@ -53,6 +54,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
         JobController(), CronJobController(),
         EndpointSliceController(max_endpoints_per_slice), EndpointsController(),
         EndpointSliceMirroringController(),
+        ServiceLBController(),
     ]
 
 

@@ -38,11 +38,13 @@ from fleet.client import ClientConfig
 from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.controllers.nodelifecycle import NodeLifecycleConfig
-from fleet.server import limits
+from fleet.server import limits, svcrepair, systemsvc
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
 from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI
+from fleet.server.svcalloc import ServiceAllocator
+from fleet.server.svcalloc_range import PortRange, ServiceIPRange
 from fleet.server.watch import WatchCounter
 from fleet.store import KeyExists, Store, open_store
 
@@ -71,6 +73,14 @@ class ServerConfig:
     compact_interval: float = 60.0
     sync: str = "FULL"
     cluster_cidr: str = "10.42.0.0/16"
+    # Services (fleet/server/svcalloc.py): the ClusterIP range (its first address is
+    # the `kubernetes` Service's), the NodePort range, how often the repair loop
+    # checks reservations against Services, and the address the `kubernetes`
+    # Service's Endpoints point at (None: the listen address).
+    service_cidr: str = "10.43.0.0/16"
+    service_node_port_range: str = "30000-32767"
+    service_repair_interval: float = 60.0
+    advertise_address: str | None = None
     # The built-in node agent (like k3s' server): on unless agent=False.
     agent: bool = True
     agent_port: int = 9301
@@ -244,9 +254,24 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                       limit_range_cache=limit_ranges, quota_cache=quotas,
                                       not_ready_seconds=cfg.default_not_ready_toleration_seconds,
                                       unreachable_seconds=cfg.default_unreachable_toleration_seconds)
+            rest = ResourceAPI(store, registry, admission, namespaces)
+            # Services' ClusterIPs and NodePorts: the allocation strategy of the write
+            # path, its caches, the default ServiceCIDR and the `kubernetes` Service.
+            allocator = ServiceAllocator(store, ServiceIPRange(cfg.service_cidr),
+                                         PortRange.parse(cfg.service_node_port_range))
+            await nursery.start(_supervised("service-allocator", allocator.run, store))
+            rest.allocators[("", "services")] = allocator
+            # System Services (`default/kubernetes`; the DNS part adds `kube-system/kube-dns`
+            # here): ensured now and again at every pass of the repair loop.
+            system_services = [partial(systemsvc.ensure_default_service_cidr, store, registry,
+                                       allocator.ip_range.cidr),
+                               partial(systemsvc.ensure_kubernetes_service, store, registry, allocator,
+                                       advertise_address=cfg.advertise_address
+                                       or systemsvc.default_advertise_address(cfg.address),
+                                       port=cfg.port)]
+            await systemsvc.ensure_all(system_services)
             api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), admission,
-                            ResourceAPI(store, registry, admission, namespaces), metrics, watches,
-                            f"{host}:{cfg.port}")
+                            rest, metrics, watches, f"{host}:{cfg.port}")
             # Server-side drains (nodes/{name}/drain): resumes the ones a restart interrupted.
             await nursery.start(_supervised("maintenance", api.maintenance.run))
             # metrics.k8s.io: scrape the agents every metric_resolution seconds.
@@ -267,6 +292,8 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             # does).  They start after `started`, so a SIGTERM during their
             # start-up cannot look like a failed server start.
             client_cfg = ClientConfig(server=url, token=token, ca_data=tls.ca_cert_pem)
+            nursery.start_soon(_supervised("service-allocation-repair", svcrepair.run_repair, store, allocator,
+                                           client_cfg, cfg.service_repair_interval, system_services))
             if cfg.scheduler:
                 nursery.start_soon(_supervised("scheduler", scheduler.run, client_cfg))
             # Node IPAM and node lifecycle are controllers of the manager, like the others.
