@@ -339,7 +339,7 @@ async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes, *,
                             data_dir=Path(cfg.data_dir) / "agent", port=cfg.agent_port,
                             driver=cfg.agent_driver, network_driver=cfg.agent_network,
                             bridge_name=cfg.agent_bridge, registries=cfg.agent_registries,
-                            cluster_cidr=cfg.cluster_cidr,
+                            cluster_cidr=cfg.cluster_cidr, service_cidr=cfg.service_cidr,
                             # The built-in agent's port drops slow clients as the API does.
                             keep_alive_timeout=cfg.keep_alive_timeout,
                             request_body_timeout=cfg.request_body_timeout,
