@@ -44,6 +44,9 @@ class AgentConfig:
     # tests); normally left empty and read from node.spec.podCIDR.
     pod_cidr: str | None = None
     bridge_name: str | None = None
+    # Routes to other nodes' pod CIDRs (bridge driver): auto (host-gw for peers on a
+    # directly connected subnet, VXLAN for the others), host-gw or vxlan.
+    network_backend: str = "auto"
     netns_dir: str | None = None
     insecure_registries: list[str] = field(default_factory=list)
     # Registry mirrors, rewrites and per-host auth/TLS (a parsed registries.yaml; see

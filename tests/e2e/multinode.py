@@ -35,6 +35,7 @@ API (see `MultiNodeCluster`):
         cluster.server_url, cluster.server                    #   tests/e2e/conftest.py
         n = cluster.nodes[0]; n.name, n.ns, n.ns_path, n.address, n.data_dir, n.port
         cluster.exec_in(n.ns, ["ip", "route"])              # CompletedProcess (text)
+        cluster.spawn_in(cluster.lan, [...])                 # Popen, killed at teardown
         cluster.kubectl("get", "nodes")                      # (rc, stdout, stderr)
         cluster.client()                                     # httpx client of the API
         cluster.pod(...) / cluster.create_pod(...) / cluster.wait_pod_ready(...)
@@ -211,6 +212,7 @@ class MultiNodeCluster:
         self.server: FleetServer | None = None
         self.image = IMAGE
         self._netns: list[str] = []
+        self._procs: list[subprocess.Popen[Any]] = []
         self.setup_seconds = 0.0
 
     # -- addresses -------------------------------------------------------------------
@@ -317,6 +319,17 @@ class MultiNodeCluster:
             raise AssertionError(f"{' '.join(argv)} in {ns} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
         return p
 
+    def spawn_in(self, ns: str, argv: Sequence[str], **kw: Any) -> subprocess.Popen[Any]:
+        """Start `argv` in namespace `ns` (a node's, or `cluster.lan`); killed by pid at
+        teardown if still running."""
+        path = f"/run/netns/{ns}" if ns == self.lan else self.node(ns).ns_path
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        kw.setdefault("stdout", subprocess.DEVNULL)
+        kw.setdefault("stderr", subprocess.DEVNULL)
+        proc = subprocess.Popen(["nsenter", f"--net={path}", *argv], **kw)
+        self._procs.append(proc)
+        return proc
+
     def get(self, path: str) -> tuple[int, Any]:
         with self.client() as c:
             r = c.get(path)
@@ -415,6 +428,10 @@ class MultiNodeCluster:
                         if left:
                             leaked[node.name] = left
         finally:
+            for proc in self._procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
             for node in self.nodes:
                 try:
                     node.stop()

@@ -1,0 +1,164 @@
+"""The pod network across nodes, with real agents on machines in network namespaces
+(tests/e2e/multinode.py): pods on different nodes reach each other by pod IP and see
+each other's real addresses (no masquerade), over host-gw routes, over VXLAN forced by
+flag, and over VXLAN chosen automatically for a node on another L2 segment; egress to
+outside the cluster is masqueraded; a node that leaves takes its routes with it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tests.e2e.multinode import MultiNodeCluster, Node
+
+pytestmark = [pytest.mark.e2e]
+
+# busybox httpd with a CGI that answers the client's address as the server saw it.
+SERVE = ("mkdir -p /www/cgi-bin; "
+         "printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\necho $REMOTE_ADDR\\n' "
+         "> /www/cgi-bin/ip; chmod +x /www/cgi-bin/ip; exec httpd -f -p 8080 -h /www")
+PROTO = "70"  # fleet.network.peers.ROUTE_PROTOCOL
+
+
+def start_web(cluster: MultiNodeCluster, ns: str, name: str, node: Node) -> dict[str, Any]:
+    manifest = cluster.pod(name, node, ["sh", "-c", SERVE])
+    manifest["spec"]["containers"][0]["readinessProbe"] = {
+        "httpGet": {"path": "/cgi-bin/ip", "port": 8080}, "periodSeconds": 1}
+    cluster.create_pod(ns, manifest)
+    return manifest
+
+
+def wget_from(cluster: MultiNodeCluster, ns: str, pod: str, url: str) -> str:
+    """What `wget url` inside `pod` prints (retried briefly while routes converge)."""
+    deadline = time.monotonic() + 20
+    while True:
+        # (busybox 1.35's `wget -T` segfaults: `timeout` bounds it instead.)
+        rc, out, err = cluster.kubectl("-n", ns, "exec", pod, "--", "timeout", "5", "wget", "-q",
+                                       "-O", "-", url)
+        if rc == 0 or time.monotonic() > deadline:
+            assert rc == 0, f"wget {url} from {pod}: {rc} {out} {err}"
+            # httpd listens dual-stack: an IPv4 client shows as [::ffff:a.b.c.d].
+            return out.strip().removeprefix("[::ffff:").removesuffix("]")
+        time.sleep(0.5)
+
+
+def routes(cluster: MultiNodeCluster, node: Node) -> dict[str, dict[str, Any]]:
+    """The node's routes with our protocol, by destination."""
+    p = cluster.exec_in(node.ns, ["ip", "-j", "route", "show", "proto", PROTO], check=True)
+    return {r["dst"]: r for r in json.loads(p.stdout or "[]")}
+
+
+def wait_routes(cluster: MultiNodeCluster, node: Node, want: set[str],
+                timeout: float = 20.0) -> dict[str, dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = routes(cluster, node)
+        if set(got) == want or time.monotonic() > deadline:
+            assert set(got) == want, (node.name, got, want)
+            return got
+        time.sleep(0.2)
+
+
+def pod_cidr(cluster: MultiNodeCluster, node: Node) -> str:
+    obj = cluster.node_object(node)
+    assert obj is not None
+    return obj["spec"]["podCIDR"]
+
+
+def check_pod_to_pod(cluster: MultiNodeCluster, ns: str, a: tuple[str, Node],
+                     b: tuple[str, Node]) -> None:
+    """Pods a and b (on different nodes) reach each other and see each other's pod IP."""
+    ip_a = cluster.wait_pod_ready(ns, a[0])["status"]["podIP"]
+    ip_b = cluster.wait_pod_ready(ns, b[0])["status"]["podIP"]
+    assert ip_a != ip_b
+    assert wget_from(cluster, ns, a[0], f"http://{ip_b}:8080/cgi-bin/ip") == ip_a
+    assert wget_from(cluster, ns, b[0], f"http://{ip_a}:8080/cgi-bin/ip") == ip_b
+
+
+def test_pods_on_two_nodes_talk_over_host_gw_without_masquerade(multinode: MultiNodeCluster) -> None:
+    cluster = multinode
+    n0, n1 = cluster.nodes
+    ns = cluster.create_namespace()
+    start_web(cluster, ns, "a", n0)
+    start_web(cluster, ns, "b", n1)
+
+    # host-gw: each node routes the other's pod CIDR via its InternalIP on eth0.
+    r0 = wait_routes(cluster, n0, {pod_cidr(cluster, n1)})[pod_cidr(cluster, n1)]
+    assert (r0["gateway"], r0["dev"]) == (n1.address, "eth0"), r0
+    r1 = wait_routes(cluster, n1, {pod_cidr(cluster, n0)})[pod_cidr(cluster, n0)]
+    assert (r1["gateway"], r1["dev"]) == (n0.address, "eth0"), r1
+    # No VXLAN device where every peer shares the L2 segment.
+    assert cluster.exec_in(n0.ns, ["ip", "link", "show", "fleet.1"]).returncode != 0
+
+    check_pod_to_pod(cluster, ns, ("a", n0), ("b", n1))
+
+    # Egress out of the cluster is masqueraded: a server outside (in the lan namespace,
+    # which has no route to any pod CIDR) sees node 0's address.
+    outside = cluster.router_address(0)
+    www = cluster.base / "outside-www"
+    (www / "cgi-bin").mkdir(parents=True)
+    (www / "cgi-bin" / "ip").write_text("#!/bin/sh\necho Content-Type: text/plain\necho\n"
+                                        "echo $REMOTE_ADDR\n")
+    (www / "cgi-bin" / "ip").chmod(0o755)
+    cluster.spawn_in(cluster.lan, ["busybox", "httpd", "-f", "-p", f"{outside}:18080",
+                                   "-h", str(www)])
+    assert wget_from(cluster, ns, "a", f"http://{outside}:18080/cgi-bin/ip") == n0.address
+
+
+def test_vxlan_forced_by_flag_and_a_leaving_node_takes_its_routes(multinode_factory: Any) -> None:
+    cluster = multinode_factory(nodes=3, agent_args=["--network-backend", "vxlan"])
+    n0, n1, n2 = cluster.nodes
+    ns = cluster.create_namespace()
+    for name, node in (("a", n0), ("b", n1), ("c", n2)):
+        start_web(cluster, ns, name, node)
+    cidrs = {n.name: pod_cidr(cluster, n) for n in cluster.nodes}
+
+    # Every node has its VTEP published, and routes to the others through fleet.1.
+    for node in cluster.nodes:
+        others = {cidrs[o.name] for o in cluster.nodes if o is not node}
+        got = wait_routes(cluster, node, others)
+        for o in cluster.nodes:
+            if o is node:
+                continue
+            r = got[cidrs[o.name]]
+            assert (r["dev"], r["gateway"]) == ("fleet.1", cidrs[o.name].split("/")[0]), r
+            assert "onlink" in r.get("flags", []), r
+        ann = (cluster.node_object(node) or {})["metadata"]["annotations"]
+        mac = json.loads(ann["network.fleet.dev/backend-data"])["VtepMAC"]
+        link = json.loads(cluster.exec_in(node.ns, ["ip", "-j", "-d", "link", "show", "fleet.1"],
+                                          check=True).stdout)[0]
+        assert link["address"] == mac and link["linkinfo"]["info_data"]["id"] == 1, link
+    check_pod_to_pod(cluster, ns, ("a", n0), ("b", n1))
+    check_pod_to_pod(cluster, ns, ("c", n2), ("a", n0))
+
+    # Node 2 leaves: the others drop its route, neighbour and FDB entry.
+    vtep2 = cidrs[n2.name].split("/")[0]
+    mac2 = json.loads((cluster.node_object(n2) or {})["metadata"]["annotations"]
+                      ["network.fleet.dev/backend-data"])["VtepMAC"]
+    cluster.delete_node(2)
+    for node in (n0, n1):
+        wait_routes(cluster, node, {cidrs[o.name] for o in (n0, n1) if o is not node})
+        neigh = cluster.exec_in(node.ns, ["ip", "neigh", "show", "dev", "fleet.1"], check=True).stdout
+        fdb = cluster.exec_in(node.ns, ["bridge", "fdb", "show", "dev", "fleet.1"], check=True).stdout
+        assert vtep2 not in neigh and mac2 not in fdb, (neigh, fdb)
+    check_pod_to_pod(cluster, ns, ("a", n0), ("b", n1))
+
+
+def test_auto_backend_uses_vxlan_only_for_a_node_on_another_segment(multinode_factory: Any) -> None:
+    cluster = multinode_factory(nodes=3, segments=[0, 0, 1])
+    n0, n1, n2 = cluster.nodes
+    ns = cluster.create_namespace()
+    for name, node in (("a", n0), ("b", n1), ("c", n2)):
+        start_web(cluster, ns, name, node)
+    cidrs = {n.name: pod_cidr(cluster, n) for n in cluster.nodes}
+    got = wait_routes(cluster, n0, {cidrs[n1.name], cidrs[n2.name]})
+    assert (got[cidrs[n1.name]]["dev"], got[cidrs[n1.name]]["gateway"]) == ("eth0", n1.address)
+    assert got[cidrs[n2.name]]["dev"] == "fleet.1", got
+    got = wait_routes(cluster, n2, {cidrs[n0.name], cidrs[n1.name]})
+    assert {r["dev"] for r in got.values()} == {"fleet.1"}, got
+    check_pod_to_pod(cluster, ns, ("a", n0), ("c", n2))
+    check_pod_to_pod(cluster, ns, ("b", n1), ("a", n0))
