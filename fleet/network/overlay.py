@@ -33,6 +33,9 @@ from fleet.network.driver import NetworkError
 
 log = logging.getLogger(__name__)
 
+#: An IPRoute bound to a namespace path (None: the calling thread's), closed after.
+iproute = _iproute
+
 _MAIN_TABLE = 254
 _RTNH_F_ONLINK = 4
 _NUD_PERMANENT = 0x80
@@ -262,5 +265,5 @@ class PeerRouter:
             return removed
 
 
-__all__ = ["PeerRouter", "apply_sync", "connected_sync", "current_sync", "ensure_vxlan_sync",
+__all__ = ["PeerRouter", "apply_sync", "iproute", "connected_sync", "current_sync", "ensure_vxlan_sync",
            "remove_sync"]

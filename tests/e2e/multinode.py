@@ -21,12 +21,12 @@ Topology (every piece created here and removed at the end, even on failure):
 * Each machine runs `fleet agent` started with `nsenter --net=/run/netns/<ns>` (not
   `ip netns exec`, which also unshares the mount namespace and would hide the pod
   netns bind mounts): its own `--data-dir`, `--node-name`, `--address`, `--port`,
-  bridge `fn0`, oci driver (runc).  The busybox test image (`IMAGE`, pull policy
+  pod bridge `fn-<tag>b` (`cluster.bridge`), oci driver (runc).  The busybox test image (`IMAGE`, pull policy
   Never) is imported into every node's image store before its agent starts.
 * Teardown: every pod is deleted through the API and each agent must remove all of
-  it (the leak check of `tests/e2e/leaks.py`, run inside the machine's namespace);
-  then agents and the server are stopped by pid, `fleet killall` runs for each data
-  dir inside its namespace, and the namespaces (with the links, bridges and nft
+  it (the leak check of `tests/e2e/leaks.py`; the inventory finds each agent's
+  links in the agent's own namespace); then agents and the server are stopped by pid,
+  `fleet killall` runs for each data dir, and the namespaces (with the links, bridges and nft
   tables in them) are deleted.  A leak fails the test after it has been removed.
 
 API (see `MultiNodeCluster`):
@@ -76,7 +76,6 @@ T = TypeVar("T")
 
 IMAGE = "localhost/fleet-test/busybox:1"
 CLUSTER_CIDR = "10.42.0.0/16"
-BRIDGE = "fn0"  # each agent's pod bridge (inside its own machine namespace)
 AGENT_PORT = 9301  # every machine has its own namespace: the same port on each
 _LOCK = "/run/fn-multinode.lock"
 _BENCH_NET = ipaddress.IPv4Network("198.18.0.0/15")
@@ -147,6 +146,7 @@ class Node:
     data_dir: Path
     log_path: Path
     port: int = AGENT_PORT
+    bridge: str = "fn0"
     argv_extra: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
 
@@ -158,7 +158,7 @@ class Node:
         return ["nsenter", f"--net={self.ns_path}", sys.executable, "-m", "fleet.cli.main", "agent",
                 "--kubeconfig", str(kubeconfig), "--data-dir", str(self.data_dir),
                 "--node-name", self.name, "--port", str(self.port), "--address", self.address,
-                "--driver", "oci", "--network", "bridge", "--bridge-name", BRIDGE,
+                "--driver", "oci", "--network", "bridge", "--bridge-name", self.bridge,
                 "--cluster-cidr", CLUSTER_CIDR, "--lease-interval", "2",
                 *self.argv_extra]
 
@@ -202,6 +202,7 @@ class MultiNodeCluster:
         self.tag = uuid.uuid4().hex[:6]
         self.lan = f"fn-{self.tag}-lan"
         self.host_link = f"fn-{self.tag}h"
+        self.bridge = f"fn-{self.tag}b"  # every agent's pod bridge, in its own namespace
         self.segments = list(segments) if segments is not None else [0] * nodes
         assert len(self.segments) == nodes and min(self.segments) == 0
         self.subnets: list[ipaddress.IPv4Network] = []
@@ -287,7 +288,7 @@ class MultiNodeCluster:
             root.mkdir(parents=True, exist_ok=True)
             self.nodes.append(Node(index=i, name=f"fn-{self.tag}-n{i}", ns=ns, address=address,
                                    segment=seg, data_dir=root / "agent", log_path=root / "agent.log",
-                                   argv_extra=list(self.agent_args)))
+                                   bridge=self.bridge, argv_extra=list(self.agent_args)))
 
     def _add_netns(self, name: str) -> None:
         sh("ip", "netns", "add", name)
@@ -424,7 +425,7 @@ class MultiNodeCluster:
                             c.delete(f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}")
                 for node in self.nodes:
                     if node.running:
-                        left = run_in_netns(node.ns_path, leaks.wait_clean, node.data_dir)
+                        left = leaks.wait_clean(node.data_dir)
                         if left:
                             leaked[node.name] = left
         finally:
@@ -441,7 +442,7 @@ class MultiNodeCluster:
                 if not node.data_dir.exists():
                     continue
                 try:
-                    report = run_in_netns(node.ns_path, inventory.killall, node.data_dir)
+                    report = inventory.killall(node.data_dir)
                     problems += [f"{node.name}: killall could not remove {e}" for e in report.errors]
                 except Exception as e:
                     problems.append(f"killall {node.name}: {e!r}")

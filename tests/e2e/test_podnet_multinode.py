@@ -8,11 +8,14 @@ outside the cluster is masqueraded; a node that leaves takes its routes with it.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from typing import Any
 
 import pytest
 
+from tests.conftest import _server_env
 from tests.e2e.multinode import MultiNodeCluster, Node
 
 pytestmark = [pytest.mark.e2e]
@@ -162,3 +165,35 @@ def test_auto_backend_uses_vxlan_only_for_a_node_on_another_segment(multinode_fa
     assert {r["dev"] for r in got.values()} == {"fleet.1"}, got
     check_pod_to_pod(cluster, ns, ("a", n0), ("c", n2))
     check_pod_to_pod(cluster, ns, ("b", n1), ("a", n0))
+
+
+def test_killall_from_the_host_resets_a_machines_pod_network_and_nothing_else(
+        multinode_factory: Any) -> None:
+    """`fleet killall` run in the host's namespace for an agent that ran in another finds
+    its bridge, nft table, VXLAN device and routes there — and leaves the host's link
+    of the same name alone."""
+    cluster = multinode_factory(nodes=2, agent_args=["--network-backend", "vxlan"])
+    n0, n1 = cluster.nodes
+    wait_routes(cluster, n0, {pod_cidr(cluster, n1)})
+    before = cluster.exec_in(n0.ns, ["ip", "-o", "link"], check=True).stdout
+    assert cluster.bridge in before and "fleet.1" in before
+    sh = ["ip", "link", "add", cluster.bridge, "type", "bridge"]
+    assert subprocess.run(sh, capture_output=True).returncode == 0
+    try:
+        n0.stop()
+        p = subprocess.run([sys.executable, "-m", "fleet.cli.main", "killall", "--data-dir",
+                            str(n0.data_dir)], capture_output=True, text=True, env=_server_env(),
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert f"removed bridge {cluster.bridge}" in p.stdout, p.stdout
+        assert "removed vxlan fleet.1" in p.stdout and f"route {pod_cidr(cluster, n1)}" in p.stdout
+        after = cluster.exec_in(n0.ns, ["ip", "-o", "link"], check=True).stdout
+        assert cluster.bridge not in after and "fleet.1" not in after, after
+        assert routes(cluster, n0) == {}
+        assert cluster.exec_in(n0.ns, ["nft", "list", "tables"], check=True).stdout.strip() == ""
+        # The host's bridge of the same name is still there; node 1 is untouched.
+        assert subprocess.run(["ip", "link", "show", cluster.bridge],
+                              capture_output=True).returncode == 0
+        assert set(routes(cluster, n1)) == {pod_cidr(cluster, n0)}
+    finally:
+        subprocess.run(["ip", "link", "del", cluster.bridge], capture_output=True)
