@@ -216,11 +216,12 @@ class PeerRouter:
         self._lock = trio.Lock()
 
     def annotations(self) -> dict[str, str]:
-        """What this node publishes on its Node (its VTEP, once it has one)."""
-        if self.vtep_mac is None:
-            return {}
-        return {peers.BACKEND_DATA_ANNOTATION: peers.backend_data(self.vtep_mac),
-                peers.PUBLIC_IP_ANNOTATION: self.node_address}
+        """What this node publishes on its Node: its address (which makes it a peer of
+        the others), and its VTEP once it has one."""
+        out = {peers.PUBLIC_IP_ANNOTATION: self.node_address}
+        if self.vtep_mac is not None:
+            out[peers.BACKEND_DATA_ANNOTATION] = peers.backend_data(self.vtep_mac)
+        return out
 
     async def sync(self, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
         """Program what the Nodes call for; returns the entries that failed."""

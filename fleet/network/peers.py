@@ -18,6 +18,10 @@ To reach another node's pods the agent programs, per peer:
   (`{"VNI": 1, "VtepMAC": "..."}`, flannel's `backend-data`); a peer that has not
   published one yet is skipped until it does.
 
+Only Nodes whose agent joined the pod network — it published its address in
+`PUBLIC_IP_ANNOTATION` (flannel's `public-ip`) — are peers; simulated nodes and nodes
+running another network driver are left alone.
+
 The backend is chosen per peer (`auto`) or forced for all (`host-gw` / `vxlan`).
 Routes carry a dedicated route protocol number (`ROUTE_PROTOCOL`), so the agent only
 ever changes or removes routes it made; neighbour and FDB entries live on the VXLAN
@@ -58,7 +62,9 @@ class Peer:
 
     name: str
     pod_cidr: str
-    address: str  # InternalIP: the next hop (host-gw) or VXLAN underlay destination
+    # Its InternalIP as it published it (`PUBLIC_IP_ANNOTATION`): the next hop
+    # (host-gw) or the VXLAN underlay destination.
+    address: str
     vtep_mac: str | None = None  # from its backend-data annotation, if published
 
 
@@ -156,19 +162,21 @@ def _mapping(v: Any) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
 
-def internal_ip(node: Mapping[str, Any]) -> str | None:
-    """The Node's first IPv4 InternalIP."""
-    for a in _mapping(node.get("status")).get("addresses") or []:
-        if isinstance(a, Mapping) and a.get("type") == "InternalIP":
-            try:
-                return str(ipaddress.IPv4Address(str(a.get("address"))))
-            except ValueError:
-                continue
-    return None
+def public_ip(node: Mapping[str, Any]) -> str | None:
+    """The address a node published for the pod network (`PUBLIC_IP_ANNOTATION`)."""
+    value = _mapping(_mapping(node.get("metadata")).get("annotations")).get(PUBLIC_IP_ANNOTATION)
+    try:
+        return str(ipaddress.IPv4Address(str(value))) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 def peers_from_nodes(nodes: Iterable[Mapping[str, Any]], self_name: str) -> list[Peer]:
-    """The other nodes with a pod CIDR and an InternalIP; deleting ones are left out."""
+    """The other nodes in the pod network: with a pod CIDR and a published public IP.
+
+    As with flannel's node leases, a Node without the annotation — a simulated node, a
+    node whose agent runs another network driver or none, an agent not started yet —
+    gets no route; deleting Nodes are left out too."""
     out = []
     for node in nodes:
         meta = _mapping(node.get("metadata"))
@@ -176,7 +184,7 @@ def peers_from_nodes(nodes: Iterable[Mapping[str, Any]], self_name: str) -> list
         if not isinstance(name, str) or name == self_name or meta.get("deletionTimestamp"):
             continue
         cidr = _mapping(node.get("spec")).get("podCIDR")
-        address = internal_ip(node)
+        address = public_ip(node)
         if not isinstance(cidr, str) or address is None:
             continue
         try:
@@ -267,6 +275,6 @@ __all__ = [
     "AUTO", "BACKENDS", "BACKEND_DATA_ANNOTATION", "HOST_GW", "PUBLIC_IP_ANNOTATION",
     "ROUTE_PROTOCOL", "VXLAN", "VXLAN_DEVICE", "VXLAN_OVERHEAD", "VXLAN_PORT", "VXLAN_VNI",
     "Connected", "Desired", "Peer", "Plan", "Route", "State", "backend_data", "choose_backend",
-    "connected_dev", "desired_state", "internal_ip", "parse_backend_data", "peers_from_nodes",
+    "connected_dev", "desired_state", "parse_backend_data", "public_ip", "peers_from_nodes",
     "plan", "validate_backend", "vtep_address",
 ]

@@ -61,8 +61,8 @@ def test_the_driver_routes_to_peers_only_when_it_knows_its_node() -> None:
     assert d.router is not None and d.router.backend == "vxlan"
     # The bridge is ours, not a network peers live on.
     assert "fn0" in d.router.exclude
-    # No VTEP until a peer needs one: nothing to publish.
-    assert d.peer_annotations() == {}
+    # The address makes it a peer of the others; no VTEP until a peer needs one.
+    assert d.peer_annotations() == {"network.fleet.dev/public-ip": "198.18.1.10"}
     d.router.vtep_mac = "0a:00:00:00:00:01"
     assert d.peer_annotations() == {
         "network.fleet.dev/backend-data": '{"VNI":1,"VtepMAC":"0a:00:00:00:00:01"}',

@@ -22,10 +22,12 @@ ETH1 = Connected(ipaddress.IPv4Network("198.18.0.0/16"), "eth1")
 def node(name: str, cidr: str | None, ip: str | None, mac: str | None = None,
          **meta: Any) -> dict[str, Any]:
     ann = {P.BACKEND_DATA_ANNOTATION: P.backend_data(mac)} if mac else {}
+    if ip:
+        ann[P.PUBLIC_IP_ANNOTATION] = ip
     return {"metadata": {"name": name, "annotations": ann, **meta},
             "spec": {"podCIDR": cidr} if cidr else {},
-            "status": {"addresses": ([{"type": "Hostname", "address": name}]
-                                     + ([{"type": "InternalIP", "address": ip}] if ip else []))}}
+            "status": {"addresses": [{"type": "Hostname", "address": name},
+                                     {"type": "InternalIP", "address": ip or "198.18.1.99"}]}}
 
 
 def test_peers_from_nodes_skip_self_unready_and_deleting() -> None:
@@ -33,7 +35,9 @@ def test_peers_from_nodes_skip_self_unready_and_deleting() -> None:
         node("a", "10.42.1.0/24", "198.18.1.10"),
         node("b", "10.42.2.0/24", "198.18.1.11", MAC_B),
         node("c", None, "198.18.1.12"),                   # no pod CIDR yet
-        node("d", "10.42.4.0/24", None),                  # no InternalIP yet
+        node("d", "10.42.4.0/24", None),                  # not in the pod network (simulated,
+                                                          # another driver, not started yet)
+        node("g", "10.42.6.0/24", "not-an-ip"),
         node("e", "10.42.5.0/24", "198.18.1.14", deletionTimestamp="2026-01-01T00:00:00Z"),
         node("f", "not-a-cidr", "198.18.1.15"),
         {"metadata": "broken"},
