@@ -2,9 +2,9 @@
 
 An informer on every Node feeds the network driver's `PeerRouting.sync_peers` (the
 bridge driver: host-gw routes or VXLAN, `fleet.network.overlay`) whenever a Node is
-added, changed or deleted, and every `resync` seconds anyway, so a route someone
-deleted comes back.  Bursts of Node events (heartbeats of many nodes) coalesce into one
-pass.  A pass that fails is retried with back-off; running pods are never touched.
+added, deleted, or changed in what routes depend on (pod CIDR, published address and
+VTEP, deletion — `peers.peer_view`; not heartbeats), and every `resync` seconds anyway,
+so a route someone deleted comes back.  Bursts of events coalesce into one pass.  A pass that fails is retried with back-off; running pods are never touched.
 
 After each pass the annotations the driver wants on this node (its VTEP MAC) are
 compared with the Node as the informer last saw it and patched when they differ —
@@ -24,6 +24,7 @@ from fleet.client import MERGE_PATCH, ApiException, Client
 from fleet.client.errors import explain
 from fleet.client.informer import Informer
 from fleet.network.driver import NetworkError, PeerRouting
+from fleet.network.peers import peer_view
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,10 @@ class PeerSync:
                                  component="agent")
 
     def _on_event(self, etype: str, old: Any, new: Any) -> None:
-        self._dirty.set()
+        # Node heartbeats change status every few seconds on every node: only what
+        # the routes (or our annotations) depend on starts a pass.
+        if etype != "MODIFIED" or peer_view(old) != peer_view(new):
+            self._dirty.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as n:

@@ -171,6 +171,18 @@ def public_ip(node: Mapping[str, Any]) -> str | None:
         return None
 
 
+def peer_view(node: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """What of a Node the pod network depends on: a change elsewhere (heartbeats,
+    conditions, labels) needs no pass."""
+    if node is None:
+        return ()
+    meta = _mapping(node.get("metadata"))
+    ann = _mapping(meta.get("annotations"))
+    return (meta.get("name"), bool(meta.get("deletionTimestamp")),
+            _mapping(node.get("spec")).get("podCIDR"), ann.get(PUBLIC_IP_ANNOTATION),
+            ann.get(BACKEND_DATA_ANNOTATION))
+
+
 def peers_from_nodes(nodes: Iterable[Mapping[str, Any]], self_name: str) -> list[Peer]:
     """The other nodes in the pod network: with a pod CIDR and a published public IP.
 
@@ -275,6 +287,6 @@ __all__ = [
     "AUTO", "BACKENDS", "BACKEND_DATA_ANNOTATION", "HOST_GW", "PUBLIC_IP_ANNOTATION",
     "ROUTE_PROTOCOL", "VXLAN", "VXLAN_DEVICE", "VXLAN_OVERHEAD", "VXLAN_PORT", "VXLAN_VNI",
     "Connected", "Desired", "Peer", "Plan", "Route", "State", "backend_data", "choose_backend",
-    "connected_dev", "desired_state", "parse_backend_data", "public_ip", "peers_from_nodes",
+    "connected_dev", "desired_state", "parse_backend_data", "peer_view", "public_ip", "peers_from_nodes",
     "plan", "validate_backend", "vtep_address",
 ]

@@ -21,7 +21,8 @@ from tests.e2e.multinode import MultiNodeCluster, Node
 pytestmark = [pytest.mark.e2e]
 
 # busybox httpd with a CGI that answers the client's address as the server saw it.
-SERVE = ("mkdir -p /www/cgi-bin; "
+# /www/big: 300 KiB, more than fits a 1450-byte VXLAN MTU in one packet by far.
+SERVE = ("mkdir -p /www/cgi-bin; dd if=/dev/zero of=/www/big bs=1024 count=300 2>/dev/null; "
          "printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\necho $REMOTE_ADDR\\n' "
          "> /www/cgi-bin/ip; chmod +x /www/cgi-bin/ip; exec httpd -f -p 8080 -h /www")
 PROTO = "70"  # fleet.network.peers.ROUTE_PROTOCOL
@@ -47,6 +48,14 @@ def wget_from(cluster: MultiNodeCluster, ns: str, pod: str, url: str) -> str:
             # httpd listens dual-stack: an IPv4 client shows as [::ffff:a.b.c.d].
             return out.strip().removeprefix("[::ffff:").removesuffix("]")
         time.sleep(0.5)
+
+
+def fetch_size(cluster: MultiNodeCluster, ns: str, pod: str, url: str) -> int:
+    """Bytes `wget url` inside `pod` received (full-size packets must get through)."""
+    rc, out, err = cluster.kubectl("-n", ns, "exec", pod, "--", "sh", "-c",
+                                   f"timeout 20 wget -q -O - {url} | wc -c")
+    assert rc == 0, (rc, out, err)
+    return int(out.strip())
 
 
 def routes(cluster: MultiNodeCluster, node: Node) -> dict[str, dict[str, Any]]:
@@ -80,6 +89,7 @@ def check_pod_to_pod(cluster: MultiNodeCluster, ns: str, a: tuple[str, Node],
     assert ip_a != ip_b
     assert wget_from(cluster, ns, a[0], f"http://{ip_b}:8080/cgi-bin/ip") == ip_a
     assert wget_from(cluster, ns, b[0], f"http://{ip_a}:8080/cgi-bin/ip") == ip_b
+    assert fetch_size(cluster, ns, a[0], f"http://{ip_b}:8080/big") == 300 * 1024
 
 
 def test_pods_on_two_nodes_talk_over_host_gw_without_masquerade(multinode: MultiNodeCluster) -> None:

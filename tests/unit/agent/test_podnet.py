@@ -65,3 +65,22 @@ async def test_nothing_published_without_a_vtep_or_before_registration() -> None
     sync.informer.items = {"n1": node("n1")}
     await sync.sync_once()
     assert client.patches == []
+
+
+def test_only_changes_that_matter_to_routes_start_a_pass() -> None:
+    sync = PeerSync(FakeClient(), "n0", FakeDriver({}))  # type: ignore[arg-type]
+    a = {**node("n1", {"network.fleet.dev/public-ip": "198.18.1.11"}),
+         "spec": {"podCIDR": "10.42.2.0/24"}, "status": {"conditions": [{"type": "Ready"}]}}
+    heartbeat = {**a, "status": {"conditions": [{"type": "Ready", "lastHeartbeatTime": "t2"}]}}
+    sync._on_event("MODIFIED", a, heartbeat)
+    assert not sync._dirty.is_set()
+    for etype, old, new in [
+        ("MODIFIED", a, {**a, "spec": {"podCIDR": "10.42.3.0/24"}}),
+        ("MODIFIED", a, node("n1", {"network.fleet.dev/public-ip": "198.18.1.12"})),
+        ("MODIFIED", a, {**a, "metadata": {**a["metadata"], "deletionTimestamp": "t"}}),
+        ("ADDED", None, a),
+        ("DELETED", a, None),
+    ]:
+        sync._dirty = type(sync._dirty)()
+        sync._on_event(etype, old, new)
+        assert sync._dirty.is_set(), (etype, new)
