@@ -39,7 +39,8 @@ API (see `MultiNodeCluster`):
         cluster.kubectl("get", "nodes")                      # (rc, stdout, stderr)
         cluster.client()                                     # httpx client of the API
         cluster.pod(...) / cluster.create_pod(...) / cluster.wait_pod_ready(...)
-        cluster.stop_node(i); cluster.delete_node(i)        # a node leaving
+        cluster.restart_node(i); cluster.stop_node(i)
+        cluster.delete_node(i)                               # a node leaving
 """
 
 from __future__ import annotations
@@ -340,8 +341,9 @@ class MultiNodeCluster:
         code, body = self.get(f"/api/v1/nodes/{node.name}")
         return body if code == 200 else None
 
-    def wait_node_ready(self, node: Node, timeout: float = 60.0) -> dict[str, Any]:
-        """Until the Node is Ready with a pod CIDR and the agent syncs pods."""
+    def wait_node_ready(self, node: Node, timeout: float = 60.0, since: int = 0) -> dict[str, Any]:
+        """Until the Node is Ready with a pod CIDR and the agent (its log past byte
+        `since`) syncs pods."""
         deadline = time.monotonic() + timeout
         while True:
             if not node.running:
@@ -350,7 +352,7 @@ class MultiNodeCluster:
             if obj is not None:
                 conds = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
                 if (conds.get("Ready") == "True" and obj.get("spec", {}).get("podCIDR")
-                        and "running (driver" in node.output(tail=200_000)):
+                        and "running (driver" in node.output(tail=200_000_000)[since:]):
                     return obj
             if time.monotonic() > deadline:
                 raise AssertionError(f"node {node.name} not ready after {timeout}s: {obj}\n"
@@ -397,6 +399,13 @@ class MultiNodeCluster:
     def stop_node(self, i: int) -> None:
         """Stop node i's agent (its pods keep running until teardown)."""
         self.nodes[i].stop()
+
+    def restart_node(self, i: int) -> None:
+        """Stop node i's agent and start it again (its pods keep running meanwhile)."""
+        node = self.nodes[i]
+        node.stop()
+        node.start(self.kubeconfig)
+        self.wait_node_ready(node, since=node.log_path.stat().st_size)
 
     def delete_node(self, i: int) -> None:
         """A node leaves: stop its agent and delete its Node object."""

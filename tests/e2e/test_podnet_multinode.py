@@ -122,6 +122,29 @@ def test_pods_on_two_nodes_talk_over_host_gw_without_masquerade(multinode: Multi
     assert wget_from(cluster, ns, "a", f"http://{outside}:18080/cgi-bin/ip") == n0.address
 
 
+def test_an_agent_restart_keeps_routes_and_repairs_them(multinode: MultiNodeCluster) -> None:
+    cluster = multinode
+    n0, n1 = cluster.nodes
+    ns = cluster.create_namespace()
+    start_web(cluster, ns, "a", n0)
+    start_web(cluster, ns, "b", n1)
+    ip_b = cluster.wait_pod_ready(ns, "b")["status"]["podIP"]
+    cluster.wait_pod_ready(ns, "a")
+    cidr1 = pod_cidr(cluster, n1)
+    wait_routes(cluster, n0, {cidr1})
+    n0.stop()
+    # The agent is down: its routes stay, pods keep talking.
+    assert set(routes(cluster, n0)) == {cidr1}
+    # Someone removes the route meanwhile; the restarted agent puts it back.
+    cluster.exec_in(n0.ns, ["ip", "route", "del", cidr1], check=True)
+    n0.start(cluster.kubeconfig)
+    r = wait_routes(cluster, n0, {cidr1})[cidr1]
+    assert (r["gateway"], r["dev"]) == (n1.address, "eth0")
+    cluster.wait_node_ready(n0)
+    assert wget_from(cluster, ns, "a", f"http://{ip_b}:8080/cgi-bin/ip") == \
+        cluster.wait_pod_ready(ns, "a")["status"]["podIP"]
+
+
 def test_vxlan_forced_by_flag_and_a_leaving_node_takes_its_routes(multinode_factory: Any) -> None:
     cluster = multinode_factory(nodes=3, agent_args=["--network-backend", "vxlan"])
     n0, n1, n2 = cluster.nodes
