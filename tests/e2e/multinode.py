@@ -241,12 +241,22 @@ class MultiNodeCluster:
     def start(self) -> MultiNodeCluster:
         t0 = time.monotonic()
         self._build_network()
-        self.server = self.factory.start(extra_args=[
+        self.server = self.factory.new(extra_args=[
             "--address", self.host_address, "--cluster-cidr", CLUSTER_CIDR, *self.server_args])
+        self.server.spawn()
+        # While the server starts: the image into every node's store.
         archive = write_oci_archive(build_busybox_image(), self.base / "busybox.tar", IMAGE)
         for node in self.nodes:
             import_archive_sync(ImageStore(node.data_dir / "images"), archive, IMAGE)
+        # The server writes its kubeconfig once it listens: the agents (a second of
+        # Python start-up each) start then, while it finishes becoming ready.
+        deadline = time.monotonic() + 30
+        while not self.kubeconfig.exists() and self.server.proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for node in self.nodes:
             node.start(self.kubeconfig)
+        self.server.wait_ready()
         for node in self.nodes:
             self.wait_node_ready(node)
         self.setup_seconds = time.monotonic() - t0
