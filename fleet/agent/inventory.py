@@ -433,12 +433,12 @@ def take(data_dir: Path, record: AgentRecord | None = None, *,
 
 def _overlay_state(links: list[LinkInfo]) -> tuple[str | None, list[str]]:
     """The pod network's VXLAN device (if present) and our routes, in this namespace."""
-    from fleet.network import overlay, peers
+    from fleet.network import netlink, overlay, peers
 
     vxlan = peers.VXLAN_DEVICE if any(link.name == peers.VXLAN_DEVICE and link.kind == "vxlan"
                                       for link in links) else None
     try:
-        with overlay.iproute(None) as ipr:
+        with netlink.iproute(None) as ipr:
             routes = sorted(overlay.current_sync(ipr, peers.VXLAN_DEVICE).routes)
     except OSError as e:
         log.warning("cannot list the pod network's routes: %s", e)
@@ -560,10 +560,10 @@ def _in_netns(where: str | None, fn: Any, *args: Any) -> None:
 
 def remove_overlay() -> None:
     """Delete the pod network's VXLAN device and our routes (this namespace)."""
-    from fleet.network import overlay, peers
+    from fleet.network import netlink, overlay, peers
 
     try:
-        with overlay.iproute(None) as ipr:
+        with netlink.iproute(None) as ipr:
             overlay.remove_sync(ipr, peers.VXLAN_DEVICE)
     except NetworkError as e:
         raise CleanupError(str(e)) from e

@@ -56,7 +56,7 @@ import ipaddress
 import logging
 import os
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,9 @@ from fleet.network.driver import (
     PodRef,
 )
 from fleet.network.ipam import IPAM
+from fleet.network.netlink import iproute as _iproute
+from fleet.network.netlink import link_kind as _link_kind
+from fleet.network.netlink import lookup as _lookup
 from fleet.network.netns import enter_netns, is_netns
 
 log = logging.getLogger(__name__)
@@ -135,27 +138,6 @@ class BridgeOptions:
 
 def _netlink_errno(e: BaseException) -> int | None:
     return e.code if isinstance(e, NetlinkError) else None
-
-
-@contextlib.contextmanager
-def _iproute(netns_path: str | None) -> Iterator[IPRoute]:
-    """An IPRoute bound to `netns_path` (None: this thread's namespace), closed after."""
-    with enter_netns(netns_path):
-        ipr = IPRoute()
-    try:
-        yield ipr
-    finally:
-        ipr.close()
-
-
-def _lookup(ipr: IPRoute, ifname: str) -> int | None:
-    found = ipr.link_lookup(ifname=ifname)
-    return found[0] if found else None
-
-
-def _link_kind(link: Any) -> str | None:
-    info = link.get_attr("IFLA_LINKINFO")
-    return info.get_attr("IFLA_INFO_KIND") if info is not None else None
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,12 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from fleet.network import peers
-from fleet.network.bridge import _iproute, _link_kind, _lookup
 from fleet.network.driver import NetworkError
+from fleet.network.netlink import iproute
+from fleet.network.netlink import link_kind as _link_kind
+from fleet.network.netlink import lookup as _lookup
 
 log = logging.getLogger(__name__)
-
-#: An IPRoute bound to a namespace path (None: the calling thread's), closed after.
-iproute = _iproute
 
 _MAIN_TABLE = 254
 _RTNH_F_ONLINK = 4
@@ -231,7 +230,7 @@ class PeerRouter:
     def _sync_sync(self, nodes: list[Mapping[str, Any]]) -> list[str]:
         peer_list = peers.peers_from_nodes(nodes, self.node_name)
         try:
-            with _iproute(self.host_netns) as ipr:
+            with iproute(self.host_netns) as ipr:
                 connected = connected_sync(ipr, self.exclude)
                 want = peers.desired_state(peer_list, mode=self.backend, own_pod_cidr=self.pod_cidr,
                                            own_address=self.node_address, connected=connected,
@@ -259,12 +258,12 @@ class PeerRouter:
         """Delete the VXLAN device and every route this agent owns."""
         async with self._lock:
             def run() -> list[str]:
-                with _iproute(self.host_netns) as ipr:
+                with iproute(self.host_netns) as ipr:
                     return remove_sync(ipr, self.vxlan_dev)
             removed = await trio.to_thread.run_sync(run)
             self.vtep_mac = None
             return removed
 
 
-__all__ = ["PeerRouter", "apply_sync", "iproute", "connected_sync", "current_sync", "ensure_vxlan_sync",
+__all__ = ["PeerRouter", "apply_sync", "connected_sync", "current_sync", "ensure_vxlan_sync",
            "remove_sync"]
