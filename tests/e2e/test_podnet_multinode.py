@@ -230,3 +230,13 @@ def test_killall_from_the_host_resets_a_machines_pod_network_and_nothing_else(
         assert set(routes(cluster, n1)) == {pod_cidr(cluster, n0)}
     finally:
         subprocess.run(["ip", "link", "del", cluster.bridge], capture_output=True)
+
+
+def test_an_unknown_backend_stops_the_agent_before_it_starts(tmp_path: Any) -> None:
+    p = subprocess.run([sys.executable, "-m", "fleet.cli.main", "agent", "--server",
+                        "https://127.0.0.1:1", "--data-dir", str(tmp_path / "agent"),
+                        "--network-backend", "flat"], capture_output=True, text=True,
+                       env=_server_env(), timeout=60)
+    assert p.returncode == 1
+    assert "--network-backend must be one of host-gw, vxlan, auto, not 'flat'" in p.stderr
+    assert not (tmp_path / "agent").exists()
