@@ -237,6 +237,12 @@ class MultiNodeCluster:
         assert self.server is not None
         return self.server.kubeconfig
 
+    @property
+    def metrics_url(self) -> str:
+        """The server's /metrics (it listens on `host_address`, not loopback)."""
+        assert self.server is not None
+        return f"http://{self.host_address}:{self.server.metrics_port}/metrics"
+
     # -- set-up ------------------------------------------------------------------------
     def start(self) -> MultiNodeCluster:
         t0 = time.monotonic()
