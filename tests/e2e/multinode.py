@@ -20,25 +20,33 @@ Topology (every piece created here and removed at the end, even on failure):
   benchmarking range (RFC 2544); the /24s are picked free at set-up.
 * Each machine runs `fleet agent` started with `nsenter --net=/run/netns/<ns>` (not
   `ip netns exec`, which also unshares the mount namespace and would hide the pod
-  netns bind mounts): its own `--data-dir`, `--node-name`, `--address`, `--port`,
-  pod bridge `fn-<tag>b` (`cluster.bridge`), oci driver (runc).  The busybox test image (`IMAGE`, pull policy
-  Never) is imported into every node's image store before its agent starts.
+  netns bind mounts): its own `--data-dir`, `--node-name`, `--address`, `--port`
+  (9301: each namespace has its own), pod bridge `fn-<tag>b` (`cluster.bridge`),
+  oci driver (runc), `--cluster-cidr 10.42.0.0/16` (the server's too).  The busybox
+  test image (`IMAGE`, pull policy Never) is imported into every node's image store
+  before its agent starts.  Extra flags: `agent_args=[...]`, `server_args=[...]`.
 * Teardown: every pod is deleted through the API and each agent must remove all of
-  it (the leak check of `tests/e2e/leaks.py`; the inventory finds each agent's
-  links in the agent's own namespace); then agents and the server are stopped by pid,
-  `fleet killall` runs for each data dir, and the namespaces (with the links, bridges and nft
-  tables in them) are deleted.  A leak fails the test after it has been removed.
+  it (the leak check of `tests/e2e/leaks.py`; the inventory finds each agent's links
+  in the agent's own namespace); then processes are stopped by pid, `fleet killall`
+  runs for each data dir, and the namespaces (with the links, bridges and nft tables
+  in them) are deleted.  A leak fails the test after it has been removed.
+* Set-up takes about 2.5-4 s (`cluster.setup_seconds`): agents start while the
+  server finishes starting.
 
 API (see `MultiNodeCluster`):
 
     with multinode_cluster(tmp_path, nodes=2) as cluster:   # or the fixtures in
-        cluster.server_url, cluster.server                    #   tests/e2e/conftest.py
+        cluster.server_url, cluster.server, cluster.kubeconfig #   tests/e2e/conftest.py
+        cluster.host_address, cluster.router_address(seg), cluster.lan, cluster.metrics_url
         n = cluster.nodes[0]; n.name, n.ns, n.ns_path, n.address, n.data_dir, n.port
         cluster.exec_in(n.ns, ["ip", "route"])              # CompletedProcess (text)
         cluster.spawn_in(cluster.lan, [...])                 # Popen, killed at teardown
         cluster.kubectl("get", "nodes")                      # (rc, stdout, stderr)
         cluster.client()                                     # httpx client of the API
-        cluster.pod(...) / cluster.create_pod(...) / cluster.wait_pod_ready(...)
+        ns = cluster.create_namespace()
+        cluster.create_pod(ns, cluster.pod("web", n, ["httpd", "-f", "-p", "8080"]))
+        cluster.wait_pod_ready(ns, "web")["status"]["podIP"]
+        run_in_netns(n.ns_path, fn, *args)                    # Python code in a namespace
         cluster.restart_node(i); cluster.stop_node(i)
         cluster.delete_node(i)                               # a node leaving
 """
