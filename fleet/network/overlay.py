@@ -63,13 +63,20 @@ def current_sync(ipr: IPRoute, vxlan_dev: str, proto: int = peers.ROUTE_PROTOCOL
     """Our routes (by protocol, main table) and the VXLAN device's neighbours and FDB."""
     names = _names(ipr)
     state = peers.State()
+    foreign = set()
     for r in ipr.get_routes(family=socket.AF_INET, table=_MAIN_TABLE):
-        if r["proto"] != proto or r.get_attr("RTA_DST") is None:
+        if r.get_attr("RTA_DST") is None:
             continue
         dst = f"{r.get_attr('RTA_DST')}/{r['dst_len']}"
+        if r["proto"] != proto:
+            # Only a route with the same key (no metric) would be replaced by ours.
+            if not r.get_attr("RTA_PRIORITY"):
+                foreign.add(dst)
+            continue
         state.routes[dst] = peers.Route(dst=dst, via=str(r.get_attr("RTA_GATEWAY") or ""),
                                         dev=names.get(r.get_attr("RTA_OIF"), ""),
                                         onlink=bool(r["flags"] & _RTNH_F_ONLINK))
+    state.foreign = frozenset(foreign)
     idx = _lookup(ipr, vxlan_dev)
     if idx is None:
         return state
@@ -136,7 +143,8 @@ def apply_sync(ipr: IPRoute, p: peers.Plan, *, vxlan_dev: str,
                proto: int = peers.ROUTE_PROTOCOL) -> list[str]:
     """Apply a plan: entries first, then routes, then removals.  What failed, by entry
     (the rest is still applied; the next sync retries)."""
-    errors: list[str] = []
+    errors = [f"route {r.dst}: a route to it exists that is not ours (protocol {proto}); "
+              "left alone" for r in p.conflicts]
     vx = _lookup(ipr, vxlan_dev)
 
     def attempt(what: str, fn: Any, *, missing_ok: bool = False, **kw: Any) -> None:
@@ -241,7 +249,8 @@ class PeerRouter:
                                                       pod_cidr=self.pod_cidr)
                 have = current_sync(ipr, self.vxlan_dev)
                 todo = peers.plan(want.state, have)
-                errors = apply_sync(ipr, todo, vxlan_dev=self.vxlan_dev) if not todo.empty else []
+                errors = (apply_sync(ipr, todo, vxlan_dev=self.vxlan_dev)
+                          if not todo.empty or todo.conflicts else [])
         except NetlinkError as e:
             raise NetworkError(f"programming routes to other nodes: {e}") from e
         if self.last is None or self.last.skipped != want.skipped or not todo.empty:

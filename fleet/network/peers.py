@@ -85,6 +85,9 @@ class State:
     routes: dict[str, Route] = field(default_factory=dict)  # by dst
     neighbors: dict[str, str] = field(default_factory=dict)  # VTEP IP -> MAC
     fdb: dict[str, str] = field(default_factory=dict)  # VTEP MAC -> underlay IP
+    # Current state only: destinations of main-table routes that are not ours (a
+    # route replace would overwrite them, so they are never replaced).
+    foreign: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,8 @@ class Plan:
     neigh_delete: tuple[tuple[str, str], ...] = ()
     fdb_replace: tuple[tuple[str, str], ...] = ()  # (mac, dst)
     fdb_delete: tuple[tuple[str, str], ...] = ()
+    # Wanted routes left alone because a route of someone else has that destination.
+    conflicts: tuple[Route, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -266,10 +271,13 @@ def desired_state(peers: Sequence[Peer], *, mode: str, own_pod_cidr: str, own_ad
 
 
 def plan(desired: State, current: State) -> Plan:
-    """Replace what is missing or different, delete what is no longer wanted."""
+    """Replace what is missing or different, delete what is no longer wanted; a wanted
+    route whose destination holds a route that is not ours is a conflict, not a replace."""
     return Plan(
         route_replace=tuple(r for dst, r in sorted(desired.routes.items())
-                            if current.routes.get(dst) != r),
+                            if current.routes.get(dst) != r and dst not in current.foreign),
+        conflicts=tuple(r for dst, r in sorted(desired.routes.items())
+                        if dst in current.foreign and dst not in current.routes),
         route_delete=tuple(r for dst, r in sorted(current.routes.items())
                            if dst not in desired.routes),
         neigh_replace=tuple((ip, mac) for ip, mac in sorted(desired.neighbors.items())

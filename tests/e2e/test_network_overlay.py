@@ -117,6 +117,16 @@ async def test_routes_follow_the_nodes_and_only_ours_are_touched(ns: str) -> Non
     await router.remove()  # idempotent
 
 
+async def test_a_foreign_route_to_a_peers_pod_cidr_is_left_alone(ns: str) -> None:
+    ip(ns, "route", "add", "10.42.2.0/24", "via", "198.18.77.99", "proto", "static")
+    router = PeerRouter(node_name="me", pod_cidr="10.42.1.0/24", node_address=OWN,
+                        host_netns=f"/run/netns/{ns}")
+    errors = await router.sync([ME, B])
+    assert len(errors) == 1 and "10.42.2.0/24" in errors[0] and "not ours" in errors[0]
+    assert routes(ns, "proto", "static")["10.42.2.0/24"]["gateway"] == "198.18.77.99"
+    assert routes(ns, "proto", "70") == {}
+
+
 async def test_forced_host_gw_skips_a_peer_it_cannot_reach(ns: str) -> None:
     router = PeerRouter(node_name="me", pod_cidr="10.42.1.0/24", node_address=OWN,
                         backend="host-gw", host_netns=f"/run/netns/{ns}")

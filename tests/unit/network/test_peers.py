@@ -170,3 +170,9 @@ def test_a_node_leaving_removes_exactly_its_entries() -> None:
     assert p.route_delete == (R_C,) and not p.route_replace
     assert p.neigh_delete == (("10.42.3.0", MAC_C),) and p.fdb_delete == ((MAC_C, "198.18.2.12"),)
     assert not p.neigh_replace and not p.fdb_replace
+
+
+def test_a_route_of_someone_else_is_never_replaced() -> None:
+    want = State(routes={R_B.dst: R_B, R_C.dst: R_C})
+    p = P.plan(want, State(foreign=frozenset({R_B.dst, "10.0.0.0/8"})))
+    assert p.route_replace == (R_C,) and p.conflicts == (R_B,) and not p.route_delete
