@@ -7,6 +7,7 @@ outside the cluster is masqueraded; a node that leaves takes its routes with it.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import sys
@@ -141,6 +142,35 @@ def test_an_agent_restart_keeps_routes_and_repairs_them(multinode: MultiNodeClus
     r = wait_routes(cluster, n0, {cidr1})[cidr1]
     assert (r["gateway"], r["dev"]) == (n1.address, "eth0")
     cluster.wait_node_ready(n0)
+    assert wget_from(cluster, ns, "a", f"http://{ip_b}:8080/cgi-bin/ip") == \
+        cluster.wait_pod_ready(ns, "a")["status"]["podIP"]
+
+
+def test_a_node_deleted_and_registered_again_keeps_its_pod_cidr(multinode_factory: Any) -> None:
+    """A Node object deleted while its agent runs: peers drop its route; the agent
+    registers again asking for the pod CIDR its pods use — not the lowest free one node
+    IPAM would hand out — republishes its address, and the route comes back."""
+    cluster = multinode_factory(nodes=3, agent_args=["--node-status-interval", "1"])
+    cidrs = {n.name: pod_cidr(cluster, n) for n in cluster.nodes}
+    # k holds the lowest range and leaves for good, so that range is free below m's.
+    k = min(cluster.nodes, key=lambda n: ipaddress.IPv4Network(cidrs[n.name]))
+    m, o = [n for n in cluster.nodes if n is not k]
+    cluster.delete_node(k.index)
+    wait_routes(cluster, o, {cidrs[m.name]})
+    ns = cluster.create_namespace()
+    start_web(cluster, ns, "a", o)
+    start_web(cluster, ns, "b", m)
+    ip_b = cluster.wait_pod_ready(ns, "b")["status"]["podIP"]
+    cluster.wait_pod_ready(ns, "a")
+
+    with cluster.client() as c:
+        assert c.delete(f"/api/v1/nodes/{m.name}").status_code == 200
+    wait_routes(cluster, o, set())
+    obj = cluster.wait_node_ready(m)
+    assert obj["spec"]["podCIDR"] == cidrs[m.name], (obj["spec"], cidrs)
+    assert obj["metadata"]["annotations"]["network.fleet.dev/public-ip"] == m.address
+    r = wait_routes(cluster, o, {cidrs[m.name]})[cidrs[m.name]]
+    assert r["gateway"] == m.address
     assert wget_from(cluster, ns, "a", f"http://{ip_b}:8080/cgi-bin/ip") == \
         cluster.wait_pod_ready(ns, "a")["status"]["podIP"]
 
