@@ -77,6 +77,7 @@ from fleet.agent import inventory
 from fleet.network.netns import enter_netns
 from fleet.runtime.images import ImageStore, import_archive_sync
 from fleet.runtime.oci import find_runtime
+from fleet.runtime.procfs import proc_start_time
 from fleet.testing.oci_image import build_busybox_image, busybox_problem, write_oci_archive
 from tests.conftest import KUBECTL, FleetServer, ServerFactory, _server_env, run_kubectl
 from tests.e2e import leaks
@@ -87,6 +88,10 @@ IMAGE = "localhost/fleet-test/busybox:1"
 CLUSTER_CIDR = "10.42.0.0/16"
 AGENT_PORT = 9301  # every machine has its own namespace: the same port on each
 _LOCK = "/run/fn-multinode.lock"
+# One record per live cluster: what it made, so a later run can remove what a killed
+# test run (SIGKILL, a CI timeout) left — agents run in sessions of their own and
+# outlive it.  Only records whose owner process is gone are reaped.
+_RECORDS = Path("/run/fn-multinode")
 _BENCH_NET = ipaddress.IPv4Network("198.18.0.0/15")
 
 
@@ -258,6 +263,7 @@ class MultiNodeCluster:
         self.server = self.factory.new(extra_args=[
             "--address", self.host_address, "--cluster-cidr", CLUSTER_CIDR, *self.server_args])
         self.server.spawn()
+        self._record()
         # While the server starts: the image into every node's store.
         archive = write_oci_archive(build_busybox_image(), self.base / "busybox.tar", IMAGE)
         for node in self.nodes:
@@ -280,7 +286,9 @@ class MultiNodeCluster:
         with open(_LOCK, "w") as lock:
             # Serialise the choice of subnets with other fixtures starting right now.
             fcntl.flock(lock, fcntl.LOCK_EX)
+            reap_stale()
             self.subnets = _free_subnets(max(self.segments) + 1)
+            self._record()
             self._add_netns(self.lan)
             lan = ["ip", "-n", self.lan]
             sh(*lan, "link", "set", "lo", "up")
@@ -314,10 +322,24 @@ class MultiNodeCluster:
             self.nodes.append(Node(index=i, name=f"fn-{self.tag}-n{i}", ns=ns, address=address,
                                    segment=seg, data_dir=root / "agent", log_path=root / "agent.log",
                                    bridge=self.bridge, argv_extra=list(self.agent_args)))
+            self._record()
 
     def _add_netns(self, name: str) -> None:
-        sh("ip", "netns", "add", name)
         self._netns.append(name)
+        self._record()
+        sh("ip", "netns", "add", name)
+
+    def _record(self) -> None:
+        """Write (again) this cluster's record for `reap_stale`."""
+        _RECORDS.mkdir(exist_ok=True)
+        pid = os.getpid()
+        srv = self.server.proc.pid if self.server and self.server.proc else 0
+        (_RECORDS / f"{self.tag}.json").write_text(json.dumps({
+            "owner": [pid, proc_start_time(pid)],
+            "server": [srv, proc_start_time(srv) if srv else None],
+            "netns": self._netns, "host_link": self.host_link,
+            "routes": [str(n) for n in self.subnets[1:]],
+            "data_dirs": [str(n.data_dir) for n in self.nodes]}))
 
     # -- talking to it -----------------------------------------------------------------
     def client(self, timeout: float = 10.0) -> httpx.Client:
@@ -494,9 +516,40 @@ class MultiNodeCluster:
             if self._host_link_exists():
                 problems.append(f"link {self.host_link} is still there")
                 subprocess.run(["ip", "link", "del", self.host_link], capture_output=True)
+        if not problems:
+            (_RECORDS / f"{self.tag}.json").unlink(missing_ok=True)
         outputs = "\n".join(f"----- {n.name} -----\n{n.output()}" for n in self.nodes if n.name in leaked)
         assert not leaked, f"agents left {leaked} after their pods were deleted\n{outputs}"
         assert not problems, problems
+
+
+def reap_stale() -> list[str]:
+    """Remove what clusters of dead test runs left (see `_RECORDS`); what was reaped."""
+    reaped = []
+    for path in sorted(_RECORDS.glob("*.json")) if _RECORDS.is_dir() else []:
+        try:
+            rec = json.loads(path.read_text())
+            pid, start = rec["owner"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if proc_start_time(pid) == start:
+            continue  # its test run is alive: it cleans up itself
+        for d in rec.get("data_dirs", []):
+            with contextlib.suppress(Exception):
+                inventory.killall(Path(d))  # the agent by its record, its pods, its links
+        spid, sstart = rec.get("server") or [0, None]
+        if spid and sstart and proc_start_time(spid) == sstart:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(spid, signal.SIGKILL)
+        for ns in reversed(rec.get("netns", [])):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        for net in rec.get("routes", []):
+            subprocess.run(["ip", "route", "del", net], capture_output=True)
+        if rec.get("host_link"):
+            subprocess.run(["ip", "link", "del", rec["host_link"]], capture_output=True)
+        path.unlink(missing_ok=True)
+        reaped.append(path.stem)
+    return reaped
 
 
 @contextlib.contextmanager

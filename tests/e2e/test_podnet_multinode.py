@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -270,3 +271,48 @@ def test_an_unknown_backend_stops_the_agent_before_it_starts(tmp_path: Any) -> N
     assert p.returncode == 1
     assert "--network-backend must be one of host-gw, vxlan, auto, not 'flat'" in p.stderr
     assert not (tmp_path / "agent").exists()
+
+
+STARTER = """
+import sys, time, tempfile
+from pathlib import Path
+from tests.e2e.multinode import MultiNodeCluster
+c = MultiNodeCluster(Path(tempfile.mkdtemp(prefix="fn-reap-")), nodes=1).start()
+print(c.tag, c.nodes[0].proc.pid, c.server.pid, c.base, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_test_run_leaves_nothing_after_the_next_one_reaps_it() -> None:
+    from tests.e2e.multinode import problem
+
+    if problem():
+        pytest.skip(f"multi-node cluster: {problem()}")
+    run = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True,
+                           env=_server_env(), start_new_session=True)
+    try:
+        assert run.stdout is not None
+        tag, agent, server, base = run.stdout.readline().split()
+    finally:
+        run.kill()  # the test run dies: no teardown
+        run.wait(timeout=10)
+    try:
+        check_reaped(tag, int(agent), int(server))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def check_reaped(tag: str, agent: int, server: int) -> None:
+    from fleet.runtime.procfs import proc_start_time
+    from tests.e2e.multinode import reap_stale
+
+    starts = {p: proc_start_time(p) for p in (agent, server)}
+    assert all(starts.values()), "agent and server outlive the killed run"
+    assert tag in reap_stale()
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"fn-{tag}" not in netns
+    assert subprocess.run(["ip", "link", "show", f"fn-{tag}h"], capture_output=True).returncode != 0
+    deadline = time.monotonic() + 10
+    while any(proc_start_time(p) == s for p, s in starts.items()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(proc_start_time(p) == s for p, s in starts.items()), "processes left running"
