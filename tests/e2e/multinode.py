@@ -30,6 +30,9 @@ Topology (every piece created here and removed at the end, even on failure):
   in the agent's own namespace); then processes are stopped by pid, `fleet killall`
   runs for each data dir, and the namespaces (with the links, bridges and nft tables
   in them) are deleted.  A leak fails the test after it has been removed.
+* Each cluster records what it made in `/run/fn-multinode/<tag>.json`; a cluster
+  starting later reaps the records of test runs that were killed (`reap_stale`: their
+  agents via `fleet killall`, server, namespaces, routes, host link).
 * Set-up takes about 2.5-4 s (`cluster.setup_seconds`): agents start while the
   server finishes starting.
 
