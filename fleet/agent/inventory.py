@@ -384,10 +384,15 @@ def _nft_tables() -> list[str]:
         return []
 
 
+_FIND = object()
+
+
 def take(data_dir: Path, record: AgentRecord | None = None, *,
-         uids: Iterable[str] | None = None, node_level: bool = True) -> Inventory:
+         uids: Iterable[str] | None = None, node_level: bool = True,
+         net_where: Any = _FIND) -> Inventory:
     """Everything the agent of `data_dir` has on the machine (of the pods `uids` only,
-    if given; node-level things only with `node_level`)."""
+    if given; node-level things only with `node_level`).  Its network things are
+    looked for in `net_where` (default: `agent_netns(record)`)."""
     data_dir = Path(data_dir)
     record = record or read_record(data_dir)
     netns_dir = record.netns_dir if record else DEFAULT_NETNS_DIR
@@ -398,7 +403,7 @@ def take(data_dir: Path, record: AgentRecord | None = None, *,
     if only is not None:
         containers = [c for c in containers if c.pod_uid in only]
         owned = only
-    where = agent_netns(record)
+    where = agent_netns(record) if net_where is _FIND else net_where
     inv = Inventory(containers=containers, pod_uids=owned, net_where=where)
     links: list[LinkInfo] = []
     if where is not GONE:
@@ -719,14 +724,26 @@ def killall(data_dir: Path, *, stop: bool = True) -> Report:
     data_dir = Path(data_dir)
     record = read_record(data_dir)
     report = Report()
-    if record is not None and record.running():
-        if not stop:
-            raise CleanupError(f"the agent of {data_dir} is running (pid {record.pid})")
-        stop_agent(record)
-        report.removed.append(f"agent process {record.pid}")
-    inv = take(data_dir, record, node_level=True)
-    root = Path(record.cgroup_root) if record else _cgroups.DEFAULT_ROOT
-    r = remove(data_dir, inv, phase="killall", root=root)
+    if record is not None and record.running() and not stop:
+        raise CleanupError(f"the agent of {data_dir} is running (pid {record.pid})")
+    # Hold the agent's namespace before the agent goes: one that is not pinned anywhere
+    # (only the agent and its shims were in it) must still be found afterwards.
+    where = agent_netns(record)
+    held = None
+    if isinstance(where, str) and where.startswith("/proc/"):
+        with contextlib.suppress(OSError):
+            held = os.open(where, os.O_RDONLY | os.O_CLOEXEC)
+            where = f"/proc/self/fd/{held}"
+    try:
+        if record is not None and record.running():
+            stop_agent(record)
+            report.removed.append(f"agent process {record.pid}")
+        inv = take(data_dir, record, node_level=True, net_where=where)
+        root = Path(record.cgroup_root) if record else _cgroups.DEFAULT_ROOT
+        r = remove(data_dir, inv, phase="killall", root=root)
+    finally:
+        if held is not None:
+            os.close(held)
     report.removed += r.removed
     report.errors += r.errors
     return report

@@ -244,11 +244,13 @@ def test_killall_from_the_host_resets_a_machines_pod_network_and_nothing_else(
     sh = ["ip", "link", "add", cluster.bridge, "type", "bridge"]
     assert subprocess.run(sh, capture_output=True).returncode == 0
     try:
-        n0.stop()
+        # killall stops the running agent itself, holding its namespace meanwhile.
         p = subprocess.run([sys.executable, "-m", "fleet.cli.main", "killall", "--data-dir",
                             str(n0.data_dir)], capture_output=True, text=True, env=_server_env(),
                            timeout=60)
         assert p.returncode == 0, p.stderr
+        assert f"removed agent process {n0.proc.pid}" in p.stdout, p.stdout
+        assert not n0.running
         assert f"removed bridge {cluster.bridge}" in p.stdout, p.stdout
         assert "removed vxlan fleet.1" in p.stdout and f"route {pod_cidr(cluster, n1)}" in p.stdout
         after = cluster.exec_in(n0.ns, ["ip", "-o", "link"], check=True).stdout
