@@ -49,6 +49,9 @@ class AgentConfig:
     # whether this agent programs the node's Service rules at all.
     service_cidr: str = DEFAULT_SERVICE_CIDR
     service_proxy: bool = True
+    # Routes to other nodes' pod CIDRs (bridge driver): auto (host-gw for peers on a
+    # directly connected subnet, VXLAN for the others), host-gw or vxlan.
+    network_backend: str = "auto"
     netns_dir: str | None = None
     insecure_registries: list[str] = field(default_factory=list)
     # Registry mirrors, rewrites and per-host auth/TLS (a parsed registries.yaml; see

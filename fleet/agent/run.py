@@ -9,6 +9,8 @@ Start-up order, each step `nursery.start`-ed so the next one can rely on it:
 3. the pod network: the node's pod CIDR (waited for when the server has not
    assigned one yet) and the network driver — or none, for `network_driver=None`
    (pods then share the node's network and report its address, like hostNetwork);
+   a driver that routes to other nodes (`PeerRouting`) gets the Nodes from an
+   informer (`fleet.agent.podnet`) for as long as the agent runs;
 4. start-time garbage collection (`fleet.agent.inventory.collect_garbage`): every
    container, shim, pod netns, veth, mount and cgroup of this agent that no pod
    bound to the node owns any more is removed (a pod deleted while the agent was
@@ -48,10 +50,12 @@ from fleet.agent.config import AgentConfig
 from fleet.agent.events import EventRecorder
 from fleet.agent.images import StoreImages
 from fleet.agent.node import NodeAgent
+from fleet.agent.podnet import PeerSync
 from fleet.agent.sync import PodSync
 from fleet.agent.worker import WorkerEnv
 from fleet.client import ApiException
 from fleet.client.informer import Informer
+from fleet.network.driver import PeerRouting
 from fleet.runtime.driver import select_driver
 from fleet.server.limits import ClientTimeouts
 
@@ -68,7 +72,7 @@ class AgentInfo:
     sync: PodSync
 
 
-def make_network(cfg: AgentConfig, pod_cidr: str) -> Any:
+def make_network(cfg: AgentConfig, pod_cidr: str, address: str | None = None) -> Any:
     from fleet.network import NetworkConfig, create_driver
 
     # A bridge of its own also gets an nftables table of its own, so agents with
@@ -76,12 +80,14 @@ def make_network(cfg: AgentConfig, pod_cidr: str) -> Any:
     options: dict[str, Any] = ({"bridge": cfg.bridge_name,
                                 "nft_table": inventory.nft_table_for(cfg.bridge_name)}
                                if cfg.bridge_name else {})
+    if cfg.network_backend and cfg.network_driver == "bridge":
+        options["backend"] = cfg.network_backend
     state = cfg.data_dir / "network"
     state.mkdir(parents=True, exist_ok=True)
     assert cfg.network_driver
     return create_driver(cfg.network_driver, NetworkConfig(
         pod_cidr=pod_cidr, state_dir=str(state), cluster_cidr=cfg.cluster_cidr,
-        options=options))
+        options=options, node_name=cfg.node_name, node_address=address))
 
 
 async def run(cfg: AgentConfig, *,
@@ -109,7 +115,7 @@ async def run(cfg: AgentConfig, *,
         network = None
         if cfg.pod_networking:
             pod_cidr = await node.wait_pod_cidr()
-            network = make_network(cfg, pod_cidr)
+            network = make_network(cfg, pod_cidr, node.address)
             log.info("pod network: %s driver on %s", cfg.network_driver, pod_cidr)
         # One Service informer: the pods' service-link variables and the Service rules.
         services = Informer(client, "v1", "services", component="agent")
@@ -130,6 +136,8 @@ async def run(cfg: AgentConfig, *,
             if env.events is not None:
                 await n.start(env.events.run)
             n.start_soon(node.lease_loop)
+            if isinstance(network, PeerRouting):
+                n.start_soon(PeerSync(client, cfg.node_name, network).run)
             n.start_soon(node.status_loop)
             # Pods start only once every Service has been read (as the kubelet's
             # serviceHasSynced gate): their service-link variables need them.

@@ -213,6 +213,9 @@ def agent(
     network: Annotated[str, cyclopts.Parameter(help="Pod network driver: bridge, or none.")] = "bridge",
     pod_cidr: Annotated[str | None, cyclopts.Parameter(help="This node's pod CIDR if the server assigns none.")] = None,
     bridge_name: str | None = None,
+    network_backend: Annotated[str, cyclopts.Parameter(
+        help="Routes to other nodes' pods: auto (host-gw to peers on a directly connected "
+             "subnet, VXLAN to the others), host-gw or vxlan.")] = "auto",
     cluster_cidr: Annotated[str, cyclopts.Parameter(
         help="The whole cluster's pod range (the server's --cluster-cidr): not masqueraded.")] = "10.42.0.0/16",
     service_cidr: Annotated[str, cyclopts.Parameter(
@@ -251,7 +254,11 @@ def agent(
     """Run a node agent: register the node and run the pods bound to it."""
     from fleet.agent.config import AgentConfig
     from fleet.agent.run import run
+    from fleet.network.peers import BACKENDS
 
+    if network_backend not in BACKENDS:
+        sys.exit(f"fleet agent: --network-backend must be one of {', '.join(BACKENDS)}, "
+                 f"not {network_backend!r}")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # One line per API request (heartbeats, status patches) drowns what matters.
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -260,6 +267,7 @@ def agent(
                       network_driver=None if network in ("none", "host", "") else network,
                       pod_cidr=pod_cidr, bridge_name=bridge_name, cluster_cidr=cluster_cidr,
                       service_cidr=service_cidr, service_proxy=service_proxy,
+                      network_backend=network_backend,
                       insecure_registries=list(insecure_registry or []))
     if not simulate:
         cfg.registries = _registries(registries, data_dir, disable_default_registry_endpoint,
