@@ -16,6 +16,7 @@ from fleet.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT
 
 DEFAULT_PORT = 9301
 DEFAULT_CLUSTER_CIDR = "10.42.0.0/16"
+DEFAULT_SERVICE_CIDR = "10.43.0.0/16"
 # The registries file read when --registries is not given: in the state directory,
 # so each node (and each test's agent) has its own and no host-wide file leaks in.
 REGISTRIES_FILE = "registries.yaml"
@@ -44,6 +45,13 @@ class AgentConfig:
     # tests); normally left empty and read from node.spec.podCIDR.
     pod_cidr: str | None = None
     bridge_name: str | None = None
+    # The Service dataplane (fleet.network.service_proxy): the service range and
+    # whether this agent programs the node's Service rules at all.
+    service_cidr: str = DEFAULT_SERVICE_CIDR
+    service_proxy: bool = True
+    # Routes to other nodes' pod CIDRs (bridge driver): auto (host-gw for peers on a
+    # directly connected subnet, VXLAN for the others), host-gw or vxlan.
+    network_backend: str = "auto"
     netns_dir: str | None = None
     insecure_registries: list[str] = field(default_factory=list)
     # Registry mirrors, rewrites and per-host auth/TLS (a parsed registries.yaml; see

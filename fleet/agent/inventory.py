@@ -28,9 +28,18 @@ pattern, so two agents on one machine (tests run several) never touch each other
 * mounts: mount points under the data dir, and the pod netns pins above;
 * cgroups: the pod cgroups recorded in sandboxes and the container cgroups recorded
   in bundles;
-* node level (killall only): the agent's bridge and nftables table, named in the
+* node level (killall only): the agent's bridge, its nftables table and the service
+  proxy's table (`proxy_table_for`), named in the
   agent record `<data_dir>/agent.json` that the agent writes at start (with its pid
-  and `/proc` start time: the "pid file" killall checks).
+  and `/proc` start time: the "pid file" killall checks), and the pod network's VXLAN
+  device and routes to other nodes (`fleet.network.overlay`, route protocol 70).
+
+The network things live in the agent's network namespace, which need not be the
+caller's (tests run agents in namespaces of their own; an operator may run `fleet
+killall` from another one): the record keeps the namespace's inode, and listing and
+removal happen inside it — found through the running agent's `/proc/<pid>/ns/net` or
+a pin under `/run/netns`.  When it no longer exists its links went with it, and
+nothing of the caller's namespace (a bridge of the same name) is ever touched.
 
 Listing functions are blocking and free of side effects; removal functions are
 blocking, idempotent, and raise `CleanupError` (an OSError) when something stays.
@@ -69,7 +78,13 @@ from fleet.network.bridge import (
     list_links_sync,
 )
 from fleet.network.driver import NetworkError
-from fleet.network.netns import DEFAULT_NETNS_DIR, delete_netns_sync, is_netns
+from fleet.network.netns import (
+    DEFAULT_NETNS_DIR,
+    IP_NETNS_DIR,
+    delete_netns_sync,
+    enter_netns,
+    is_netns,
+)
 from fleet.runtime import cgroups as _cgroups
 from fleet.runtime import shim
 from fleet.runtime.procfs import all_stats, proc_start_time, read_stat
@@ -110,6 +125,17 @@ def nft_table_for(bridge: str | None) -> str:
     return "fleet_" + "".join(ch if ch.isalnum() else "_" for ch in bridge)
 
 
+def proxy_table_for(bridge: str | None) -> str:
+    """The service proxy's nftables table (`fleet.network.service_proxy`) of the agent
+    whose bridge is `bridge`: `fleet-proxy` for the default bridge, else one of its own,
+    tied to the bridge the way `nft_table_for` is."""
+    from fleet.network.proxy_rules import DEFAULT_TABLE
+
+    if not bridge or bridge == DEFAULT_BRIDGE:
+        return DEFAULT_TABLE
+    return DEFAULT_TABLE + "_" + "".join(ch if ch.isalnum() else "_" for ch in bridge)
+
+
 # ---------------------------------------------------------------------------------------
 # The agent record (pid file)
 
@@ -124,7 +150,10 @@ class AgentRecord:
     netns_dir: str = DEFAULT_NETNS_DIR
     bridge: str | None = None  # None: no pod network (or not the bridge driver)
     nft_table: str | None = None
+    proxy_table: str | None = None  # the service proxy's table, when it runs
     cgroup_root: str = str(_cgroups.DEFAULT_ROOT)
+    # The inode of the agent's network namespace (0: unknown, the caller's is assumed).
+    netns_inode: int = 0
 
     def running(self) -> bool:
         """True while the process that wrote this record is alive (same start time)."""
@@ -148,12 +177,44 @@ def read_record(data_dir: Path) -> AgentRecord | None:
 
 
 def current_record(data_dir: Path, *, node_name: str, netns_dir: str | None,
-                   bridge: str | None) -> AgentRecord:
+                   bridge: str | None, proxy_table: str | None = None) -> AgentRecord:
     """The record for this process."""
     pid = os.getpid()
     return AgentRecord(pid=pid, pid_start=proc_start_time(pid) or 0, node_name=node_name,
                        netns_dir=netns_dir or DEFAULT_NETNS_DIR, bridge=bridge,
-                       nft_table=nft_table_for(bridge) if bridge else None)
+                       nft_table=nft_table_for(bridge) if bridge else None,
+                       proxy_table=proxy_table,
+                       netns_inode=_netns_inode("/proc/thread-self/ns/net") or 0)
+
+
+def _netns_inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+class _Gone:
+    """The agent's network namespace no longer exists."""
+
+
+GONE = _Gone()
+
+
+def agent_netns(record: AgentRecord | None) -> str | None | _Gone:
+    """Where the agent's network things are: None (the caller's namespace), a path to
+    enter, or GONE (see the module docstring)."""
+    if record is None or not record.netns_inode:
+        return None
+    if _netns_inode("/proc/thread-self/ns/net") == record.netns_inode:
+        return None
+    candidates = [f"/proc/{record.pid}/ns/net"] if record.running() else []
+    with contextlib.suppress(OSError):
+        candidates += [os.path.join(IP_NETNS_DIR, n) for n in sorted(os.listdir(IP_NETNS_DIR))]
+    for path in candidates:
+        if _netns_inode(path) == record.netns_inode:
+            return path
+    return GONE
 
 
 # ---------------------------------------------------------------------------------------
@@ -189,6 +250,11 @@ class Inventory:
     cgroups: list[str] = field(default_factory=list)
     bridge: str | None = None  # present on the machine
     nft_table: str | None = None  # present on the machine
+    proxy_table: str | None = None  # present on the machine
+    vxlan: str | None = None  # the pod network's VXLAN device, present
+    routes: list[str] = field(default_factory=list)  # our routes to other nodes' pods
+    # Where the network things above are (`agent_netns`).
+    net_where: str | None | _Gone = None
 
     def describe(self, *, node_level: bool = True) -> list[str]:
         """One line per resource (pod state directories are not listed: they are files)."""
@@ -202,6 +268,9 @@ class Inventory:
         if node_level:
             out += [f"bridge {self.bridge}"] if self.bridge else []
             out += [f"nft table ip {self.nft_table}"] if self.nft_table else []
+            out += [f"nft table ip {self.proxy_table}"] if self.proxy_table else []
+            out += [f"vxlan {self.vxlan}"] if self.vxlan else []
+            out += [f"route {r}" for r in self.routes]
         return out
 
 
@@ -331,10 +400,15 @@ def _nft_tables() -> list[str]:
         return []
 
 
+_FIND = object()
+
+
 def take(data_dir: Path, record: AgentRecord | None = None, *,
-         uids: Iterable[str] | None = None, node_level: bool = True) -> Inventory:
+         uids: Iterable[str] | None = None, node_level: bool = True,
+         net_where: Any = _FIND) -> Inventory:
     """Everything the agent of `data_dir` has on the machine (of the pods `uids` only,
-    if given; node-level things only with `node_level`)."""
+    if given; node-level things only with `node_level`).  Its network things are
+    looked for in `net_where` (default: `agent_netns(record)`)."""
     data_dir = Path(data_dir)
     record = record or read_record(data_dir)
     netns_dir = record.netns_dir if record else DEFAULT_NETNS_DIR
@@ -345,8 +419,12 @@ def take(data_dir: Path, record: AgentRecord | None = None, *,
     if only is not None:
         containers = [c for c in containers if c.pod_uid in only]
         owned = only
-    links = list_links_sync()
-    inv = Inventory(containers=containers, pod_uids=owned)
+    where = agent_netns(record) if net_where is _FIND else net_where
+    inv = Inventory(containers=containers, pod_uids=owned, net_where=where)
+    links: list[LinkInfo] = []
+    if where is not GONE:
+        with enter_netns(where):  # type: ignore[arg-type]
+            links = list_links_sync()
     if only is None:
         known = {c.id for c in containers}
         inv.runc_only = [i for i in list_runc(data_dir) if i not in known]
@@ -364,12 +442,33 @@ def take(data_dir: Path, record: AgentRecord | None = None, *,
         sandboxes = _sandboxes(data_dir)
         mine = {c.cgroup for c in containers} | {sandboxes.get(u) for u in only}
         inv.cgroups = [c for c in inv.cgroups if c in mine]
-    if node_level and bridge:
+    if node_level and bridge and where is not GONE:
         if any(link.name == bridge for link in links):
             inv.bridge = bridge
-        if record and record.nft_table and record.nft_table in _nft_tables():
-            inv.nft_table = record.nft_table
+        with enter_netns(where):  # type: ignore[arg-type]
+            if record and record.nft_table and record.nft_table in _nft_tables():
+                inv.nft_table = record.nft_table
+            inv.vxlan, inv.routes = _overlay_state(links)
+    if node_level and record and record.proxy_table and where is not GONE:
+        with enter_netns(where):  # type: ignore[arg-type]
+            if record.proxy_table in _nft_tables():
+                inv.proxy_table = record.proxy_table
     return inv
+
+
+def _overlay_state(links: list[LinkInfo]) -> tuple[str | None, list[str]]:
+    """The pod network's VXLAN device (if present) and our routes, in this namespace."""
+    from fleet.network import netlink, overlay, peers
+
+    vxlan = peers.VXLAN_DEVICE if any(link.name == peers.VXLAN_DEVICE and link.kind == "vxlan"
+                                      for link in links) else None
+    try:
+        with netlink.iproute(None) as ipr:
+            routes = sorted(overlay.current_sync(ipr, peers.VXLAN_DEVICE).routes)
+    except OSError as e:
+        log.warning("cannot list the pod network's routes: %s", e)
+        routes = []
+    return vxlan, routes
 
 
 def pod_leftovers(data_dir: Path, uid: str, *, netns_dir: str | None,
@@ -479,6 +578,22 @@ def remove_netns(path: str) -> None:
         raise CleanupError(f"netns {path} is still there")
 
 
+def _in_netns(where: str | None, fn: Any, *args: Any) -> None:
+    with enter_netns(where):
+        fn(*args)
+
+
+def remove_overlay() -> None:
+    """Delete the pod network's VXLAN device and our routes (this namespace)."""
+    from fleet.network import netlink, overlay, peers
+
+    try:
+        with netlink.iproute(None) as ipr:
+            overlay.remove_sync(ipr, peers.VXLAN_DEVICE)
+    except NetworkError as e:
+        raise CleanupError(str(e)) from e
+
+
 def remove_nft_table(table: str) -> None:
     try:
         nft.delete_table_sync("ip", table)
@@ -515,8 +630,12 @@ def remove(data_dir: Path, inv: Inventory, *, phase: str,
         _attempt(r, phase, "container", f"container {c.id}", remove_container, data_dir, c, root)
     for cid in inv.runc_only:
         _attempt(r, phase, "container", f"runc container {cid}", remove_runc, data_dir, cid)
+    net = inv.net_where if inv.net_where is not GONE else None
+    if inv.net_where is GONE:
+        # The namespace died, and its links and tables with it.
+        inv.veths, inv.bridge, inv.nft_table, inv.vxlan, inv.routes = [], None, None, None, []
     for v in inv.veths:
-        _attempt(r, phase, "veth", f"veth {v}", remove_veth, v)
+        _attempt(r, phase, "veth", f"veth {v}", _in_netns, net, remove_veth, v)
     for p in inv.netns:
         _attempt(r, phase, "netns", f"netns {p}", remove_netns, p)
     for m in inv.mounts:
@@ -525,10 +644,18 @@ def remove(data_dir: Path, inv: Inventory, *, phase: str,
     for cg in inv.cgroups:
         _attempt(r, phase, "cgroup", f"cgroup {cg}", remove_cgroup, cg, root)
     if inv.bridge:
-        _attempt(r, phase, "bridge", f"bridge {inv.bridge}", remove_veth, inv.bridge)
+        _attempt(r, phase, "bridge", f"bridge {inv.bridge}", _in_netns, net, remove_veth,
+                 inv.bridge)
     if inv.nft_table:
-        _attempt(r, phase, "nft", f"nft table ip {inv.nft_table}", remove_nft_table,
-                 inv.nft_table)
+        _attempt(r, phase, "nft", f"nft table ip {inv.nft_table}", _in_netns, net,
+                 remove_nft_table, inv.nft_table)
+    if inv.proxy_table:
+        _attempt(r, phase, "nft", f"nft table ip {inv.proxy_table}", _in_netns, net,
+                 remove_nft_table, inv.proxy_table)
+    if inv.vxlan or inv.routes:
+        what = ", ".join(([f"vxlan {inv.vxlan}"] if inv.vxlan else [])
+                         + [f"route {x}" for x in inv.routes])
+        _attempt(r, phase, "overlay", what, _in_netns, net, remove_overlay)
     for uid in sorted(inv.pod_uids):
         for d in (data_dir / "pods" / uid, _runtime_dir(data_dir) / "sandboxes" / uid):
             if d.exists():
@@ -620,14 +747,26 @@ def killall(data_dir: Path, *, stop: bool = True) -> Report:
     data_dir = Path(data_dir)
     record = read_record(data_dir)
     report = Report()
-    if record is not None and record.running():
-        if not stop:
-            raise CleanupError(f"the agent of {data_dir} is running (pid {record.pid})")
-        stop_agent(record)
-        report.removed.append(f"agent process {record.pid}")
-    inv = take(data_dir, record, node_level=True)
-    root = Path(record.cgroup_root) if record else _cgroups.DEFAULT_ROOT
-    r = remove(data_dir, inv, phase="killall", root=root)
+    if record is not None and record.running() and not stop:
+        raise CleanupError(f"the agent of {data_dir} is running (pid {record.pid})")
+    # Hold the agent's namespace before the agent goes: one that is not pinned anywhere
+    # (only the agent and its shims were in it) must still be found afterwards.
+    where = agent_netns(record)
+    held = None
+    if isinstance(where, str) and where.startswith("/proc/"):
+        with contextlib.suppress(OSError):
+            held = os.open(where, os.O_RDONLY | os.O_CLOEXEC)
+            where = f"/proc/self/fd/{held}"
+    try:
+        if record is not None and record.running():
+            stop_agent(record)
+            report.removed.append(f"agent process {record.pid}")
+        inv = take(data_dir, record, node_level=True, net_where=where)
+        root = Path(record.cgroup_root) if record else _cgroups.DEFAULT_ROOT
+        r = remove(data_dir, inv, phase="killall", root=root)
+    finally:
+        if held is not None:
+            os.close(held)
     report.removed += r.removed
     report.errors += r.errors
     return report
@@ -637,6 +776,7 @@ __all__ = [
     "AgentRecord", "CleanupError", "Container", "Inventory", "Report", "collect_garbage",
     "current_record", "failures", "killall", "list_containers",
     "list_mounts", "list_netns", "list_pod_uids", "list_veths", "nft_table_for",
+    "proxy_table_for",
     "pod_leftovers", "read_record", "remove", "remove_pod", "stop_agent", "take",
     "write_record",
 ]

@@ -251,6 +251,10 @@ class NodeAgent:
         self.runtime = runtime_version(driver_name)
         self.node: dict[str, Any] = {}
         self._status: dict[str, Any] = {}
+        # The pod CIDR this node's pods use (from `wait_pod_cidr`): asked for again if
+        # the Node is deleted and registered anew, so its pods keep their addresses and
+        # peers' routes stay right (node IPAM takes a range a Node already names).
+        self.pod_cidr_in_use: str | None = None
 
     async def _compute_status(self) -> dict[str, Any]:
         m = await trio.to_thread.run_sync(machine_stats, self.cfg.data_dir)
@@ -273,18 +277,19 @@ class NodeAgent:
         name = self.cfg.node_name
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                   "kubernetes.io/arch": node_arch(), **self.cfg.labels}
+        want_cidr = self.cfg.pod_cidr or self.pod_cidr_in_use
         try:
             node = await self.client.get_object("v1", "nodes", name)
             patch: dict[str, Any] = {"metadata": {"labels": labels}}
-            if self.cfg.pod_cidr and not _mapping(node.get("spec")).get("podCIDR"):
-                patch["spec"] = {"podCIDR": self.cfg.pod_cidr, "podCIDRs": [self.cfg.pod_cidr]}
+            if want_cidr and not _mapping(node.get("spec")).get("podCIDR"):
+                patch["spec"] = {"podCIDR": want_cidr, "podCIDRs": [want_cidr]}
             node = await self.client.patch("v1", "nodes", name, patch, MERGE_PATCH)
         except ApiException as e:
             if e.code != 404:
                 raise
             spec: dict[str, Any] = {}
-            if self.cfg.pod_cidr:
-                spec = {"podCIDR": self.cfg.pod_cidr, "podCIDRs": [self.cfg.pod_cidr]}
+            if want_cidr:
+                spec = {"podCIDR": want_cidr, "podCIDRs": [want_cidr]}
             body = {"apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": name, "labels": labels}, "spec": spec}
             try:
@@ -330,6 +335,7 @@ class NodeAgent:
                          "assign one before setting up pod networking", name)
             await found.wait()
             n.cancel_scope.cancel()
+        self.pod_cidr_in_use = cidr[0]
         return cidr[0]
 
     async def renew_lease_once(self) -> dict[str, Any]:

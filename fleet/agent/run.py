@@ -9,13 +9,18 @@ Start-up order, each step `nursery.start`-ed so the next one can rely on it:
 3. the pod network: the node's pod CIDR (waited for when the server has not
    assigned one yet) and the network driver — or none, for `network_driver=None`
    (pods then share the node's network and report its address, like hostNetwork);
+   a driver that routes to other nodes (`PeerRouting`) gets the Nodes from an
+   informer (`fleet.agent.podnet`) for as long as the agent runs;
 4. start-time garbage collection (`fleet.agent.inventory.collect_garbage`): every
    container, shim, pod netns, veth, mount and cgroup of this agent that no pod
    bound to the node owns any more is removed (a pod deleted while the agent was
    down, a crash mid-teardown), so nothing leaks across restarts;
 5. pod sync: recovery of surviving containers, then list + watch;
 6. the agent API (logs, exec, attach, stats) on `cfg.port`, when
-   `fleet.agent.api` is part of this build.
+   `fleet.agent.api` is part of this build;
+7. with pod networking (and `service_proxy`), the node's Service rules
+   (`fleet.network.service_proxy`, table `inventory.proxy_table_for(bridge)`),
+   supervised; they are left in place when the agent stops.
 
 Before anything else the agent writes its record, `<data_dir>/agent.json` (pid and
 its `/proc` start time, node name, netns dir, bridge and nftables table): the pid
@@ -46,9 +51,12 @@ from fleet.agent.dnsconfig import NodeDNS
 from fleet.agent.events import EventRecorder
 from fleet.agent.images import StoreImages
 from fleet.agent.node import NodeAgent
+from fleet.agent.podnet import PeerSync
 from fleet.agent.sync import PodSync
 from fleet.agent.worker import WorkerEnv
 from fleet.client import ApiException
+from fleet.client.informer import Informer
+from fleet.network.driver import PeerRouting
 from fleet.runtime.driver import select_driver
 from fleet.server.limits import ClientTimeouts
 
@@ -65,7 +73,7 @@ class AgentInfo:
     sync: PodSync
 
 
-def make_network(cfg: AgentConfig, pod_cidr: str) -> Any:
+def make_network(cfg: AgentConfig, pod_cidr: str, address: str | None = None) -> Any:
     from fleet.network import NetworkConfig, create_driver
 
     # A bridge of its own also gets an nftables table of its own, so agents with
@@ -73,12 +81,14 @@ def make_network(cfg: AgentConfig, pod_cidr: str) -> Any:
     options: dict[str, Any] = ({"bridge": cfg.bridge_name,
                                 "nft_table": inventory.nft_table_for(cfg.bridge_name)}
                                if cfg.bridge_name else {})
+    if cfg.network_backend and cfg.network_driver == "bridge":
+        options["backend"] = cfg.network_backend
     state = cfg.data_dir / "network"
     state.mkdir(parents=True, exist_ok=True)
     assert cfg.network_driver
     return create_driver(cfg.network_driver, NetworkConfig(
         pod_cidr=pod_cidr, state_dir=str(state), cluster_cidr=cfg.cluster_cidr,
-        options=options))
+        options=options, node_name=cfg.node_name, node_address=address))
 
 
 async def run(cfg: AgentConfig, *,
@@ -89,8 +99,11 @@ async def run(cfg: AgentConfig, *,
     cfg.data_dir = Path(cfg.data_dir)
     await trio.to_thread.run_sync(lambda: cfg.data_dir.mkdir(parents=True, exist_ok=True))
     bridge = (cfg.bridge_name or "fleet0") if cfg.network_driver == "bridge" else None
+    proxy_table = (inventory.proxy_table_for(cfg.bridge_name)
+                   if cfg.pod_networking and cfg.service_proxy else None)
     record = inventory.current_record(cfg.data_dir, node_name=cfg.node_name,
-                                      netns_dir=cfg.netns_dir, bridge=bridge)
+                                      netns_dir=cfg.netns_dir, bridge=bridge,
+                                      proxy_table=proxy_table)
     await trio.to_thread.run_sync(inventory.write_record, cfg.data_dir, record)
     prefer = None if cfg.driver in ("", "auto") else cfg.driver
     driver = select_driver(cfg.data_dir / "runtime", prefer=prefer)
@@ -103,8 +116,10 @@ async def run(cfg: AgentConfig, *,
         network = None
         if cfg.pod_networking:
             pod_cidr = await node.wait_pod_cidr()
-            network = make_network(cfg, pod_cidr)
+            network = make_network(cfg, pod_cidr, node.address)
             log.info("pod network: %s driver on %s", cfg.network_driver, pod_cidr)
+        # One Service informer: the pods' service-link variables and the Service rules.
+        services = Informer(client, "v1", "services", component="agent")
         env = WorkerEnv(client=client, driver=driver,
                         images=StoreImages(store, cfg.insecure_registries, cfg.registries),
                         data_dir=cfg.data_dir, host_ip=node.address, network=network,
@@ -112,6 +127,7 @@ async def run(cfg: AgentConfig, *,
                         env=agent_env, volumes=agent_volumes,
                         node_allocatable=lambda: _allocatable(node),
                         events=EventRecorder(client, cfg.node_name),
+                        services=services.list,
                         # No pod network, no way to the cluster DNS ClusterIP.
                         dns=NodeDNS(tuple(cfg.cluster_dns) if network is not None else (),
                                     cfg.cluster_domain, cfg.resolv_conf))
@@ -124,7 +140,17 @@ async def run(cfg: AgentConfig, *,
             if env.events is not None:
                 await n.start(env.events.run)
             n.start_soon(node.lease_loop)
+            if isinstance(network, PeerRouting):
+                n.start_soon(PeerSync(client, cfg.node_name, network).run)
             n.start_soon(node.status_loop)
+            # Pods start only once every Service has been read (as the kubelet's
+            # serviceHasSynced gate): their service-link variables need them.
+            await n.start(services.run)
+            if proxy_table:
+                # The node's Service rules (fleet.network.service_proxy).  Not waited
+                # for: pods start meanwhile; the rules of a previous run stay live
+                # until the first sync replaces them in one transaction.
+                n.start_soon(_run_service_proxy, client, cfg, proxy_table, services)
             await n.start(sync.run)
             # Under disk pressure, unused images go (least recently used first);
             # any image a pod on this node names is kept.
@@ -172,6 +198,15 @@ async def collect_garbage(client: Any, cfg: AgentConfig, record: inventory.Agent
     if report.removed or report.errors:
         log.info("garbage collection: removed %d leftover(s), %d could not be removed "
                  "(see the warnings above)", len(report.removed), len(report.errors))
+
+
+async def _run_service_proxy(client: Any, cfg: AgentConfig, table: str, services: Any) -> None:
+    from fleet._core.supervise import supervise
+    from fleet.network.service_proxy import ServiceProxyConfig, run_service_proxy
+
+    pcfg = ServiceProxyConfig(node_name=cfg.node_name, cluster_cidr=cfg.cluster_cidr,
+                              service_cidr=cfg.service_cidr or None, table=table)
+    await supervise("service-proxy", partial(run_service_proxy, client, pcfg, services=services))
 
 
 def _allocatable(node: NodeAgent) -> dict[str, Any] | None:

@@ -108,6 +108,11 @@ class KindInfo:
     # object and DeleteOptions.gracePeriodSeconds, the seconds a DELETE leaves it to
     # terminate (> 0 only marks it; its node finishes the job); None: deleted at once.
     delete_grace: Callable[[dict[str, Any], Any], int] | None = None
+    # Strategy: kube's PrepareForUpdate — `prepare_update(new, old)` mutates the new
+    # object from the stored one after defaulting, before admission and validation
+    # (a Service keeps its allocated ClusterIP and NodePorts when the client leaves
+    # them out, and drops the fields its new type no longer has).
+    prepare_update: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
 
     @property
     def api_version(self) -> str:

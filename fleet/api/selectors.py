@@ -394,6 +394,14 @@ def selector_dict_matches(sel: Any, labels: Mapping[str, str] | None) -> bool:
     return parsed.matches(dict(labels) if isinstance(labels, Mapping) else None)
 
 
+def set_selector_matches(sel: Mapping[str, str], labels: Mapping[str, str] | None) -> bool:
+    """labels.SelectorFromSet(sel).Matches(labels): every key of the map selector `sel`
+    (a Service's or ReplicationController's `spec.selector`) has its value in `labels`.
+    An empty map selects everything; callers decide what a missing selector means."""
+    labels = labels if isinstance(labels, Mapping) else {}
+    return all(labels.get(k) == v for k, v in sel.items())
+
+
 # --------------------------------------------------------------------------
 # Field selectors
 # --------------------------------------------------------------------------

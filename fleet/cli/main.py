@@ -34,6 +34,15 @@ def server(
     address: Annotated[str, cyclopts.Parameter(help="Address to listen on.")] = "127.0.0.1",
     retention: Annotated[int, cyclopts.Parameter(help="Revisions of history kept for watches.")] = 10000,
     cluster_cidr: Annotated[str, cyclopts.Parameter(help="Pod address range; each node gets a /24.")] = "10.42.0.0/16",
+    service_cidr: Annotated[str, cyclopts.Parameter(
+        help="Service ClusterIP range; the first address is the `kubernetes` Service's.")] = "10.43.0.0/16",
+    service_node_port_range: Annotated[str, cyclopts.Parameter(
+        help="NodePort range of NodePort and LoadBalancer Services.")] = "30000-32767",
+    service_repair_interval: Annotated[float, cyclopts.Parameter(
+        help="Seconds between two passes of the ClusterIP/NodePort repair loop.")] = 60.0,
+    advertise_address: Annotated[str | None, cyclopts.Parameter(
+        help="Address the `kubernetes` Service's Endpoints point at (default: the listen "
+             "address; when listening on all, the default-route interface's address).")] = None,
     no_agent: Annotated[bool, cyclopts.Parameter(help="Do not run the built-in node agent.", negative=())] = False,
     no_scheduler: Annotated[bool, cyclopts.Parameter(
         help="Do not run the built-in scheduler (run `fleet scheduler` elsewhere).", negative=())] = False,
@@ -70,6 +79,8 @@ def server(
              "(kubectl top, the HPA).")] = 15.0,
     hpa_sync_period: Annotated[float, cyclopts.Parameter(
         help="Seconds between two syncs of each HorizontalPodAutoscaler.")] = 15.0,
+    max_endpoints_per_slice: Annotated[int, cyclopts.Parameter(
+        help="Most endpoints the EndpointSlice controller puts in one slice (1-1000).")] = 100,
     keep_alive_timeout: Annotated[float, cyclopts.Parameter(
         help="Seconds a connection may stay idle, or take to send a request's line and headers.")] = 32.0,
     tls_handshake_timeout: Annotated[float, cyclopts.Parameter(
@@ -122,6 +133,15 @@ def server(
             select(default_controllers(), cfg.controllers)
         except ValueError as e:
             sys.exit(f"fleet server: --controllers: {e}")
+    from fleet.server.svcalloc_range import PortRange, ServiceIPRange
+
+    try:
+        ServiceIPRange(service_cidr)
+        PortRange.parse(service_node_port_range)
+    except ValueError as e:
+        sys.exit(f"fleet server: {e}")
+    cfg.service_cidr, cfg.service_node_port_range = service_cidr, service_node_port_range
+    cfg.service_repair_interval, cfg.advertise_address = service_repair_interval, advertise_address
     cfg.node_monitor_grace_period = node_monitor_grace_period
     cfg.node_startup_grace_period = node_startup_grace_period
     cfg.node_monitor_period = node_monitor_period
@@ -131,6 +151,9 @@ def server(
     cfg.large_cluster_size_threshold = large_cluster_size_threshold
     cfg.metric_resolution = metric_resolution
     cfg.hpa_sync_period = hpa_sync_period
+    if not 1 <= max_endpoints_per_slice <= 1000:
+        sys.exit("fleet server: --max-endpoints-per-slice must be between 1 and 1000")
+    cfg.max_endpoints_per_slice = max_endpoints_per_slice
     cfg.keep_alive_timeout = keep_alive_timeout
     cfg.tls_handshake_timeout = tls_handshake_timeout
     cfg.request_body_timeout = request_body_timeout
@@ -221,8 +244,16 @@ def agent(
     network: Annotated[str, cyclopts.Parameter(help="Pod network driver: bridge, or none.")] = "bridge",
     pod_cidr: Annotated[str | None, cyclopts.Parameter(help="This node's pod CIDR if the server assigns none.")] = None,
     bridge_name: str | None = None,
+    network_backend: Annotated[str, cyclopts.Parameter(
+        help="Routes to other nodes' pods: auto (host-gw to peers on a directly connected "
+             "subnet, VXLAN to the others), host-gw or vxlan.")] = "auto",
     cluster_cidr: Annotated[str, cyclopts.Parameter(
         help="The whole cluster's pod range (the server's --cluster-cidr): not masqueraded.")] = "10.42.0.0/16",
+    service_cidr: Annotated[str, cyclopts.Parameter(
+        help="The Service ClusterIP range (the server's --service-cidr).")] = "10.43.0.0/16",
+    service_proxy: Annotated[bool, cyclopts.Parameter(
+        help="Program the node's Service rules (nftables); --no-service-proxy leaves them to "
+             "another proxy.")] = True,
     insecure_registry: Annotated[list[str] | None, cyclopts.Parameter(help="Registry reachable over plain HTTP.")] = None,
     registries: Annotated[Path | None, cyclopts.Parameter(
         help="Registry mirrors, rewrites, auth and TLS (k3s' registries.yaml format; "
@@ -260,7 +291,11 @@ def agent(
     """Run a node agent: register the node and run the pods bound to it."""
     from fleet.agent.config import AgentConfig
     from fleet.agent.run import run
+    from fleet.network.peers import BACKENDS
 
+    if network_backend not in BACKENDS:
+        sys.exit(f"fleet agent: --network-backend must be one of {', '.join(BACKENDS)}, "
+                 f"not {network_backend!r}")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # One line per API request (heartbeats, status patches) drowns what matters.
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -268,6 +303,8 @@ def agent(
                       insecure=insecure, data_dir=data_dir, port=port, address=address, driver=driver,
                       network_driver=None if network in ("none", "host", "") else network,
                       pod_cidr=pod_cidr, bridge_name=bridge_name, cluster_cidr=cluster_cidr,
+                      service_cidr=service_cidr, service_proxy=service_proxy,
+                      network_backend=network_backend,
                       insecure_registries=list(insecure_registry or []),
                       cluster_dns=[a.strip() for a in cluster_dns.split(",") if a.strip()],
                       cluster_domain=cluster_domain, resolv_conf=resolv_conf)

@@ -48,6 +48,7 @@ ask, and starts them all; the controller manager owns one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -156,6 +157,12 @@ class Informer:
     def add_handler(self, handler: EventHandler) -> None:
         """`handler(etype, old, new)` for every ADDED / MODIFIED / DELETED from now on."""
         self._handlers.append(handler)
+
+    def remove_handler(self, handler: EventHandler) -> None:
+        """Stop calling `handler` (a task that shares an informer it does not own
+        detaches this way when it ends); unknown handlers are ignored."""
+        with contextlib.suppress(ValueError):
+            self._handlers.remove(handler)
 
     def add_event_handler(self, *, on_add: Callable[[dict[str, Any]], None] | None = None,
                           on_update: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,

@@ -20,11 +20,15 @@ if TYPE_CHECKING:
 
 def default_controllers(*, hpa_sync_period: float = 15.0,
                         node_lifecycle: NodeLifecycleConfig | None = None,
-                        node_ipam: NodeIPAMConfig | None = None) -> list[Controller]:
+                        node_ipam: NodeIPAMConfig | None = None,
+                        max_endpoints_per_slice: int = 100) -> list[Controller]:
     from fleet.controllers.cronjob import CronJobController
     from fleet.controllers.daemonset import DaemonSetController
     from fleet.controllers.deployment import DeploymentController
     from fleet.controllers.disruption import DisruptionController
+    from fleet.controllers.endpoints import EndpointsController
+    from fleet.controllers.endpointslice import EndpointSliceController
+    from fleet.controllers.endpointslicemirroring import EndpointSliceMirroringController
     from fleet.controllers.garbagecollector import GarbageCollector
     from fleet.controllers.hpa import HorizontalPodAutoscalerController
     from fleet.controllers.job import JobController
@@ -34,6 +38,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
     from fleet.controllers.replicaset import ReplicaSetController
     from fleet.controllers.resourcequota import ResourceQuotaController
     from fleet.controllers.serviceaccount import ServiceAccountController
+    from fleet.controllers.servicelb import ServiceLBController
     from fleet.controllers.statefulset import StatefulSetController
 
     return [
@@ -47,6 +52,9 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
         DisruptionController(),
         ResourceQuotaController(),
         JobController(), CronJobController(),
+        EndpointSliceController(max_endpoints_per_slice), EndpointsController(),
+        EndpointSliceMirroringController(),
+        ServiceLBController(),
     ]
 
 

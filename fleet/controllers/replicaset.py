@@ -66,6 +66,7 @@ from fleet.controllers.runtime import (
     SharedInformer,
     by_controller_uid,
     key_of,
+    namespace_terminating,
 )
 
 log = logging.getLogger(__name__)
@@ -409,11 +410,6 @@ class PodWriter:
         return await self._call("DELETE", resource_path(api_version, plural, namespace, name))
 
 
-def _is_namespace_terminating(e: ApiException) -> bool:
-    return any(c.get("reason") == "NamespaceTerminating"
-               for c in e.details.get("causes") or [] if isinstance(c, dict))
-
-
 class ReplicaSetController(QueueWorker):
     name = "replicaset"
     workers = 4
@@ -621,7 +617,7 @@ class ReplicaSetController(QueueWorker):
                         pod = await self.pod_writer.create("v1", "pods", copy.deepcopy(body), ns)
                 except ApiException as e:
                     self.expectations.creation_failed(key)
-                    if _is_namespace_terminating(e):
+                    if namespace_terminating(e):
                         return  # every create would fail; the namespace is going away
                     errors.append(e)
                     self.ctx.events.record(rs, "Warning", "FailedCreate", f"Error creating: {e}")

@@ -96,6 +96,13 @@ def by_node_name(obj: dict[str, Any]) -> list[str]:
     return [str(node)] if node else []
 
 
+def namespace_terminating(e: ApiException) -> bool:
+    """errors.HasStatusCause(err, NamespaceTerminatingCause): a create refused because
+    its namespace is being deleted — nothing to retry."""
+    return any(c.get("reason") == "NamespaceTerminating"
+               for c in e.details.get("causes") or [] if isinstance(c, dict))
+
+
 # ---------------------------------------------------------------------------------------
 # Claiming owned objects (the DaemonSet and StatefulSet controllers' pods and revisions)
 

@@ -5,7 +5,14 @@
 * `bridge`  — the in-tree driver: a Linux bridge, a veth per pod, masquerade;
 * `ipam`    — host-local address allocation from the node's pod CIDR;
 * `netns`   — creating, entering and deleting pinned network namespaces;
-* `nft`     — atomic nftables table replacement in our own tables.
+* `nft`     — atomic nftables table replacement in our own tables;
+* `proxy_objects`, `proxy_rules`, `proxy_diff`, `service_proxy` — the node's Service
+  dataplane (kube-proxy's nftables mode): what is read from Services and
+  EndpointSlices, the table they call for, the transaction from one table to the next,
+  and the agent's loop (`run_service_proxy`).
+* `peers`   — the pod network across nodes as pure decisions (host-gw / VXLAN per
+  peer, the route/neighbour/FDB plan); `overlay` programs it (`PeerRouter`);
+* `netlink` — the pyroute2 helpers the netlink users share.
 
 Only the light modules are imported here; `bridge` (and with it pyroute2) loads when a
 driver named "bridge" is first asked for.

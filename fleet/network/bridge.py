@@ -20,7 +20,7 @@ What this module owns:
   change as pods come and go and every pod's ARP entry for it would go stale;
 * one veth pair per pod: the node end `veth` + 11 hex digits of sha256(uid) (15
   characters, the kernel's limit, and stable so a restarted agent finds it again) on
-  the bridge; the pod end created directly inside the pod's namespace as `eth0`, so
+  the bridge, in hairpin mode (a pod reaching itself through a Service ClusterIP); the pod end created directly inside the pod's namespace as `eth0`, so
   no temporary name ever appears in the node namespace;
 * the pod's address from `IPAM` (persisted under the state dir), loopback up, and a
   default route via the gateway;
@@ -39,10 +39,12 @@ All operations are idempotent and rebuild whatever is missing, so the agent can 
 any of them after a failure or a restart.  Calls for the same pod must not overlap
 (the agent runs one worker per pod); calls for different pods may.
 
-Later issues plug in here without changing the driver interface: routes to other
-nodes' pod CIDRs go in the node namespace next to the bridge (`cluster_cidr` already
-keeps pod-to-pod traffic unmasqueraded), and service/policy rules get tables of their
-own beside `table ip fleet`.
+Routes to other nodes' pod CIDRs (host-gw or VXLAN, option `backend`: auto, host-gw,
+vxlan) come from `fleet.network.overlay.PeerRouter`, which the driver composes when it
+knows its node's name and address (`PeerRouting`: `sync_peers`); `cluster_cidr` keeps
+pod-to-pod traffic across nodes unmasqueraded.  `uninstall` removes the VXLAN device
+and those routes too.  Service/policy rules get tables of their own beside `table ip
+fleet`.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ import ipaddress
 import logging
 import os
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,9 @@ from fleet.network.driver import (
     PodRef,
 )
 from fleet.network.ipam import IPAM
+from fleet.network.netlink import iproute as _iproute
+from fleet.network.netlink import link_kind as _link_kind
+from fleet.network.netlink import lookup as _lookup
 from fleet.network.netns import enter_netns, is_netns
 
 log = logging.getLogger(__name__)
@@ -114,42 +119,25 @@ class BridgeOptions:
     mtu: int | None = None  # None: the kernel's default (1500)
     nft_table: str = DEFAULT_NFT_TABLE
     masquerade: bool = True
+    backend: str = "auto"  # routes to other nodes: auto | host-gw | vxlan
 
     @classmethod
     def from_mapping(cls, options: Any) -> BridgeOptions:
         opts = dict(options or {})
-        unknown = set(opts) - {"bridge", "mtu", "nft_table", "masquerade"}
+        unknown = set(opts) - {"bridge", "mtu", "nft_table", "masquerade", "backend"}
         if unknown:
             raise ValueError(f"unknown bridge driver options: {sorted(unknown)}")
         out = cls(**opts)
         if not out.bridge or len(out.bridge) > _IFNAMSIZ or "/" in out.bridge:
             raise ValueError(f"invalid bridge name {out.bridge!r}")
+        from fleet.network.peers import validate_backend
+
+        validate_backend(out.backend)
         return out
 
 
 def _netlink_errno(e: BaseException) -> int | None:
     return e.code if isinstance(e, NetlinkError) else None
-
-
-@contextlib.contextmanager
-def _iproute(netns_path: str | None) -> Iterator[IPRoute]:
-    """An IPRoute bound to `netns_path` (None: this thread's namespace), closed after."""
-    with enter_netns(netns_path):
-        ipr = IPRoute()
-    try:
-        yield ipr
-    finally:
-        ipr.close()
-
-
-def _lookup(ipr: IPRoute, ifname: str) -> int | None:
-    found = ipr.link_lookup(ifname=ifname)
-    return found[0] if found else None
-
-
-def _link_kind(link: Any) -> str | None:
-    info = link.get_attr("IFLA_LINKINFO")
-    return info.get_attr("IFLA_INFO_KIND") if info is not None else None
 
 
 @dataclass(frozen=True)
@@ -214,6 +202,12 @@ class BridgeDriver:
         self._ipam_lock = trio.Lock()
         self._node_lock = trio.Lock()
         self._rules_applied = False
+        from fleet.network.overlay import PeerRouter
+
+        self.router = (PeerRouter(node_name=config.node_name, pod_cidr=str(self.pod_cidr),
+                                  node_address=config.node_address, backend=self.options.backend,
+                                  host_netns=self.host_netns, exclude=[self.options.bridge])
+                       if config.node_name and config.node_address else None)
 
     # -- properties the agent and later network code use -----------------------
     @property
@@ -271,7 +265,23 @@ class BridgeDriver:
         for name in removed:
             log.info("network recover: removed orphan interface %s", name)
 
+    # -- PeerRouting ------------------------------------------------------------
+    async def sync_peers(self, nodes: Sequence[Mapping[str, Any]]) -> None:
+        if self.router is None:
+            return
+        errors = await self.router.sync(nodes)
+        if errors:
+            raise NetworkError("routes to other nodes: " + "; ".join(errors))
+
+    def peer_annotations(self) -> Mapping[str, str]:
+        return self.router.annotations() if self.router is not None else {}
+
     async def uninstall(self) -> None:
+        from fleet.network.overlay import PeerRouter
+
+        router = self.router or PeerRouter(node_name="", pod_cidr=str(self.pod_cidr),
+                                           node_address="0.0.0.0", host_netns=self.host_netns)
+        await router.remove()
         await trio.to_thread.run_sync(self._delete_bridge_sync)
         await nft.delete_table("ip", self.nft_table, netns=self.host_netns)
         self._rules_applied = False
@@ -380,6 +390,9 @@ class BridgeDriver:
                     if hidx is None or pidx is None:
                         raise NetworkError(f"{pod}: veth {host_if} was not created")
                 hipr.link("set", index=hidx, master=bridge, state="up")
+                # Hairpin mode (kubelet's hairpin-veth): a pod reaching itself through
+                # its own Service goes out of its veth and must come back in on it.
+                hipr.brport("set", index=hidx, mode=1)
 
                 want = (str(ip), plen)
                 for addr in _ipv4_addrs(pipr, pidx):

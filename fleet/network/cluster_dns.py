@@ -7,7 +7,10 @@ EndpointSlices and Namespaces (and Pods for verified pod records) feed
 `fleet.network.dns` start (so no query is answered from an empty cache), and the
 `kube-system/kube-dns` Service (ClusterIP `service_ip`, ports 53/UDP `dns` and 53/TCP
 `dns-tcp`, targetPort = the listener's port) with its hand-made Endpoints (the
-advertised address) is ensured; the node dataplane DNATs the ClusterIP to it.
+advertised address) is ensured — by the server's store-side system Services
+(fleet/server/systemsvc.py, with `kube_dns_spec`, repaired at every pass of the
+allocation repair loop) when the port is known up front, here through the API when the
+kernel picks it; the node dataplane DNATs the ClusterIP to it.
 
 Upstream resolvers: `upstreams`, else the `nameserver`s of `resolv_conf`, minus any
 that would loop back to this server.
@@ -145,6 +148,7 @@ def wire(records: ClusterRecords, client: Client) -> list[Informer]:
 
 
 async def run_cluster_dns(cfg: ClusterDNSConfig, client_cfg: ClientConfig, stats: DNSStats, *,
+                          ensure_kube_dns: bool = True,
                           task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
     host, port = parse_bind(cfg.bind)
     records = ClusterRecords(cfg.domain, cfg.ttl, cfg.pod_records)
@@ -159,7 +163,8 @@ async def run_cluster_dns(cfg: ClusterDNSConfig, client_cfg: ClientConfig, stats
         forwarder.upstreams = upstreams_for(cfg, (host, port))
         log.info("cluster DNS for %s on %s:%d, upstreams %s", cfg.domain, host, port,
                  ", ".join(map(str, forwarder.upstreams)) or "none")
-        nursery.start_soon(_keep_kube_dns, cfg, client, port)
+        if ensure_kube_dns:  # else the server's system Services (fleet/server/systemsvc.py) do
+            nursery.start_soon(_keep_kube_dns, cfg, client, port)
         task_status.started((host, port))
 
 

@@ -20,9 +20,12 @@ hostNetwork pods: the caller signals them with `PodRef.host_network=True` (built
 reports the node's own address as the pod IP, as the kubelet does — and `teardown`
 does nothing.  The runtime gives such pods no network namespace of their own.
 
-Later issues extend this seam rather than change it: routes to other nodes' pod CIDRs
-come from a node-routes hook, and service rules live in their own nftables table next
-to the driver's; neither needs a new method on `NetworkDriver`.
+Routes to other nodes' pod CIDRs are an optional capability beside the protocol,
+`PeerRouting`: a driver that has it is handed every Node object as the cluster changes
+(`sync_peers`) and says what to publish on its own Node (`peer_annotations`, e.g. its
+VXLAN VTEP); the agent's node informer drives it (`fleet.agent.podnet`).  A driver
+without it (one that routes by itself, or a single-node one) is simply not called.
+Service rules live in their own nftables table next to the driver's.
 """
 
 from __future__ import annotations
@@ -144,6 +147,26 @@ class NetworkConfig:
     host_netns: str | None = None
     #: Driver-specific options (e.g. the bridge name).
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: This node's name and InternalIP: what routes to it from other nodes go through
+    #: (None: no routes to other nodes, a single-node setup).
+    node_name: str | None = None
+    node_address: str | None = None
+
+
+@runtime_checkable
+class PeerRouting(Protocol):
+    """A driver that connects this node's pods with the other nodes' (see the module
+    docstring); the bridge driver's is `fleet.network.overlay.PeerRouter`."""
+
+    async def sync_peers(self, nodes: Sequence[Mapping[str, Any]]) -> None:
+        """Make the routes to the pods of every node in `nodes` (all Node objects,
+        this one included) match them, removing those of nodes that are gone;
+        idempotent.  Raises `NetworkError` naming what could not be programmed."""
+        ...
+
+    def peer_annotations(self) -> Mapping[str, str]:
+        """Annotations this node's Node must carry for peers to reach it."""
+        ...
 
 
 DriverFactory = Callable[[NetworkConfig], NetworkDriver]
@@ -226,6 +249,7 @@ __all__ = [
     "NetworkConfig",
     "NetworkDriver",
     "NetworkError",
+    "PeerRouting",
     "PodNetwork",
     "PodRef",
     "UnknownDriver",

@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import os
 import re
 import threading
@@ -124,10 +125,19 @@ def _prepare_run_dir(run_dir: str) -> None:
         rd = run_dir.encode()
         if libc.mount(b"", rd, b"none", _MS_SHARED | _MS_REC, None) == 0:
             return
-        # Not a mount point yet: bind it onto itself, then it can be made shared.
-        if not _is_mountpoint(run_dir):
-            _check(libc.mount(rd, rd, b"none", _MS_BIND | _MS_REC, None), "bind run dir", run_dir)
-        _check(libc.mount(b"", rd, b"none", _MS_SHARED | _MS_REC, None), "share run dir", run_dir)
+        # Several agents on one machine share the run dir: a file lock keeps two of
+        # them from both binding it onto itself (a stacked mount nobody removes).
+        lock = os.open(run_dir.rstrip("/") + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            # Not a mount point yet: bind it onto itself, then it can be made shared.
+            if not _is_mountpoint(run_dir):
+                _check(libc.mount(rd, rd, b"none", _MS_BIND | _MS_REC, None), "bind run dir",
+                       run_dir)
+            _check(libc.mount(b"", rd, b"none", _MS_SHARED | _MS_REC, None), "share run dir",
+                   run_dir)
+        finally:
+            os.close(lock)
 
 
 def create_netns_sync(path: str | os.PathLike[str]) -> str:

@@ -4,7 +4,8 @@ A request path is parsed into a `Route` (group, version, namespace, plural,
 name, subresource); the kind's `KindInfo` then drives everything: defaulting,
 validation, tables, scale, status.  What differs per kind is a strategy, never
 a branch on a kind's name: fields of the `KindInfo` (`status_on_create`,
-`delete_grace` — the Pod's graceful deletion), and three tables on
+`delete_grace` — the Pod's graceful deletion —, `prepare_update`), the
+allocation strategies (`allocators`, see allocation.py), and three tables on
 `ResourceAPI` — the POSTed subresources (`pods/binding`, `pods/eviction`), the
 PUT ones (`namespaces/finalize`) and the kinds whose DELETE is their own (a
 namespace starts finalization instead of being removed at once).  Resources
@@ -35,6 +36,7 @@ from fleet.admission import AdmissionChain
 from fleet.api import errors, selectors
 from fleet.api.registry import KindInfo, Registry
 from fleet.server import eviction
+from fleet.server.allocation import AllocationStrategy
 from fleet.server.http import Req, Resp
 from fleet.server.nscache import NamespaceCache
 from fleet.server.request_params import (
@@ -76,6 +78,10 @@ class ResourceAPI(WriteVerbs, SubresourceVerbs):
         self.delete_strategies: dict[tuple[str, str], Any] = {
             ("", "namespaces"): self._delete_namespace,
         }
+        # Allocation strategies by (group, plural) (fleet/server/allocation.py):
+        # cluster-unique values a kind takes outside its object.  Registered by
+        # the server (run.py: the Service's ClusterIP/NodePort allocator).
+        self.allocators: dict[tuple[str, str], AllocationStrategy] = {}
 
 
     # -------------------------------------------------------------------- read

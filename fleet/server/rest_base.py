@@ -15,6 +15,7 @@ from fleet.api import errors, meta, schema, typecheck
 from fleet.api.registry import KindInfo, Registry
 from fleet.auth import Attributes
 from fleet.server import eviction
+from fleet.server.allocation import AllocationStrategy
 from fleet.server.http import Req
 from fleet.server.nscache import NamespaceCache
 from fleet.server.request_params import check_field_manager, is_dry_run
@@ -35,6 +36,7 @@ class ResourceBase:
     create_subresources: dict[tuple[str, str, str], Any]
     update_subresources: dict[tuple[str, str, str], Any]
     delete_strategies: dict[tuple[str, str], Any]
+    allocators: dict[tuple[str, str], AllocationStrategy]
 
     # ----------------------------------------------------------------- helpers
     def kind_for(self, route: Route) -> KindInfo:

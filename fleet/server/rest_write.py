@@ -4,6 +4,11 @@ write loop, and delete / deletecollection with their per-kind strategies
 (graceful pods in deletion.py, a namespace's finalization here), and the
 namespace's `finalize` subresource through which the namespace controller
 (fleet/controllers/namespace.py) hands a namespace it has emptied back.
+
+Kinds with values to allocate (a Service's ClusterIP and NodePorts) get their
+`AllocationStrategy` (allocation.py) called around the store write: create and
+update allocate after validation and commit or revert with the write; a delete
+that removes the object, or an update that removes its last finalizer, releases.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from fleet.api import errors, meta, patch
 from fleet.api.registry import KindInfo
 from fleet.auth import Attributes, UserInfo
 from fleet.server import deletion
+from fleet.server.allocation import removed_by_update
 from fleet.server.http import Req, Resp
 from fleet.server.request_params import (
     APPLY_PATCH,
@@ -88,15 +94,23 @@ class WriteVerbs(ResourceBase):
         md = obj["metadata"]
         self.validate(info, obj, None)
         await self.admission.validate(attrs, user, obj, None)
+        allocator = self.allocators.get((info.group, info.plural))
+        txn = await allocator.before_create(obj, dry_run=is_dry_run(req)) if allocator is not None else None
         if is_dry_run(req):
             md.setdefault("creationTimestamp", meta.now_rfc3339())
             md.setdefault("generation", 1)
             return Resp.json(201, obj, warning_headers(warnings))
         try:
             stored = await self.store.create(info.key(route.namespace, md["name"]), obj)
-        except KeyExists:
-            raise errors.AlreadyExists(f'{qualified(info)} "{md["name"]}" already exists', name=md["name"],
-                                       group=info.group, kind=info.plural) from None
+        except BaseException as e:
+            if txn is not None:
+                await txn.revert()
+            if isinstance(e, KeyExists):
+                raise errors.AlreadyExists(f'{qualified(info)} "{md["name"]}" already exists', name=md["name"],
+                                           group=info.group, kind=info.plural) from None
+            raise
+        if txn is not None:
+            await txn.commit()
         return Resp.json(201, stored, warning_headers(warnings))
 
     async def update(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
@@ -216,21 +230,33 @@ class WriteVerbs(ResourceBase):
             new["metadata"]["resourceVersion"] = str(old_rv)
             if info.default is not None:
                 info.default(new)
+            if info.prepare_update is not None and route.subresource != "status":
+                info.prepare_update(new, old)
             attrs = Attributes(verb, info.group, info.version, info.plural, route.subresource,
                                route.namespace or "", route.name, is_dry_run(req))
             new = await self.admission.mutate(attrs, user, new, old)
             self.validate(info, new, old)
             await self.admission.validate(attrs, user, new, old)
+            allocator = self.allocators.get((info.group, info.plural)) if route.subresource != "status" else None
+            txn = await allocator.before_update(old, new, dry_run=is_dry_run(req)) if allocator is not None else None
             if is_dry_run(req):
                 return Resp.json(200, new, warning_headers(warnings or []))
             try:
                 stored = await self.store.update(key, new, expected_revision=old_rv)
-            except RevisionConflict:
-                if precondition is not None:
-                    raise conflict(info, route.name) from None
-                continue
-            except KeyNotFound:
-                raise not_found(info, route.name) from None
+            except BaseException as e:
+                if txn is not None:
+                    await txn.revert()
+                if isinstance(e, RevisionConflict):
+                    if precondition is not None:
+                        raise conflict(info, route.name) from None
+                    continue
+                if isinstance(e, KeyNotFound):
+                    raise not_found(info, route.name) from None
+                raise
+            if txn is not None:
+                await txn.commit()
+            if allocator is not None and removed_by_update(stored):
+                await allocator.after_delete(stored)
             if route.subresource == "scale":
                 return Resp.json(200, to_scale(info, stored))
             return Resp.json(200, stored, warning_headers(warnings or []))
@@ -273,6 +299,9 @@ class WriteVerbs(ResourceBase):
             raise conflict(info, route.name, str(e)) from None
         except deletion.TooManyConflicts:
             raise conflict(info, route.name, "too many concurrent writers; try again") from None
+        allocator = self.allocators.get((info.group, info.plural))
+        if removed and not dry_run and allocator is not None:
+            await allocator.after_delete(obj)
         return obj, 202 if not removed and opts.get("orphanDependents") is False else 200
 
     async def _delete_namespace(self, info: KindInfo, route: Route, old: dict[str, Any], opts: dict[str, Any],

@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,13 +38,15 @@ from fleet.client import ClientConfig
 from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.controllers.nodelifecycle import NodeLifecycleConfig
-from fleet.network.cluster_dns import ClusterDNSConfig, run_cluster_dns
-from fleet.network.dns import DNSStats
-from fleet.server import limits
+from fleet.network.cluster_dns import ClusterDNSConfig, kube_dns_spec, run_cluster_dns
+from fleet.network.dns import DNSStats, parse_bind
+from fleet.server import limits, svcrepair, systemsvc
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
 from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI
+from fleet.server.svcalloc import ServiceAllocator
+from fleet.server.svcalloc_range import PortRange, ServiceIPRange
 from fleet.server.watch import WatchCounter
 from fleet.store import KeyExists, Store, open_store
 
@@ -73,6 +75,14 @@ class ServerConfig:
     compact_interval: float = 60.0
     sync: str = "FULL"
     cluster_cidr: str = "10.42.0.0/16"
+    # Services (fleet/server/svcalloc.py): the ClusterIP range (its first address is
+    # the `kubernetes` Service's), the NodePort range, how often the repair loop
+    # checks reservations against Services, and the address the `kubernetes`
+    # Service's Endpoints point at (None: the listen address).
+    service_cidr: str = "10.43.0.0/16"
+    service_node_port_range: str = "30000-32767"
+    service_repair_interval: float = 60.0
+    advertise_address: str | None = None
     # The built-in node agent (like k3s' server): on unless agent=False.
     agent: bool = True
     agent_port: int = 9301
@@ -108,6 +118,8 @@ class ServerConfig:
     metric_resolution: float = 15.0
     # The HPA controller's sync period (--horizontal-pod-autoscaler-sync-period).
     hpa_sync_period: float = 15.0
+    # The EndpointSlice controller's --max-endpoints-per-slice.
+    max_endpoints_per_slice: int = 100
     # Slow clients, on the API and metrics ports (fleet/server/limits.py; kube-apiserver's
     # ReadHeaderTimeout and --request-timeout): how long a connection may stay idle
     # between requests or take to send a request's line and headers, how long the
@@ -248,9 +260,32 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                       limit_range_cache=limit_ranges, quota_cache=quotas,
                                       not_ready_seconds=cfg.default_not_ready_toleration_seconds,
                                       unreachable_seconds=cfg.default_unreachable_toleration_seconds)
+            rest = ResourceAPI(store, registry, admission, namespaces)
+            # Services' ClusterIPs and NodePorts: the allocation strategy of the write
+            # path, its caches, the default ServiceCIDR and the `kubernetes` Service.
+            allocator = ServiceAllocator(store, ServiceIPRange(cfg.service_cidr),
+                                         PortRange.parse(cfg.service_node_port_range))
+            await nursery.start(_supervised("service-allocator", allocator.run, store))
+            rest.allocators[("", "services")] = allocator
+            # System Services (`default/kubernetes`, `kube-system/kube-dns`): ensured now
+            # and again at every pass of the repair loop.
+            system_services = [partial(systemsvc.ensure_default_service_cidr, store, registry,
+                                       allocator.ip_range.cidr),
+                               partial(systemsvc.ensure_kubernetes_service, store, registry, allocator,
+                                       advertise_address=cfg.advertise_address
+                                       or systemsvc.default_advertise_address(cfg.address),
+                                       port=cfg.port)]
+            # kube-dns: ClusterIP --cluster-dns → the DNS listener's port at the advertised
+            # address (a kernel-picked port, 0, is ensured by the DNS component once bound).
+            dns_bind = parse_bind(cfg.dns.bind) if cfg.dns.bind else None
+            if dns_bind is not None and dns_bind[1]:
+                dns_cfg = replace(cfg.dns, advertise=cfg.dns.advertise
+                                  or systemsvc.default_advertise_address(dns_bind[0]))
+                system_services.append(partial(systemsvc.ensure_system_service, store, registry,
+                                               allocator, **kube_dns_spec(dns_cfg)))
+            await systemsvc.ensure_all(system_services)
             api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), admission,
-                            ResourceAPI(store, registry, admission, namespaces), metrics, watches,
-                            f"{host}:{cfg.port}")
+                            rest, metrics, watches, f"{host}:{cfg.port}")
             # Server-side drains (nodes/{name}/drain): resumes the ones a restart interrupted.
             await nursery.start(_supervised("maintenance", api.maintenance.run))
             # metrics.k8s.io: scrape the agents every metric_resolution seconds.
@@ -271,13 +306,16 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             # does).  They start after `started`, so a SIGTERM during their
             # start-up cannot look like a failed server start.
             client_cfg = ClientConfig(server=url, token=token, ca_data=tls.ca_cert_pem)
+            nursery.start_soon(_supervised("service-allocation-repair", svcrepair.run_repair, store, allocator,
+                                           client_cfg, cfg.service_repair_interval, system_services))
             if cfg.scheduler:
                 nursery.start_soon(_supervised("scheduler", scheduler.run, client_cfg))
             # Node IPAM and node lifecycle are controllers of the manager, like the others.
             nursery.start_soon(_supervised("controller-manager", _run_controllers, cfg, client_cfg))
             if cfg.dns.bind:
-                nursery.start_soon(_supervised("cluster-dns", run_cluster_dns, cfg.dns, client_cfg,
-                                               dns_stats))
+                nursery.start_soon(_supervised("cluster-dns", partial(
+                    run_cluster_dns, ensure_kube_dns=not (dns_bind and dns_bind[1])),
+                    cfg.dns, client_cfg, dns_stats))
             if cfg.agent:
                 nursery.start_soon(_supervised("agent", _run_agent, cfg, url, token, tls.ca_cert_pem))
 
@@ -298,6 +336,7 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
     # begin from a clean list, as a restarted kube-controller-manager does.
     manager = default_manager(
         cfg.controllers, hpa_sync_period=cfg.hpa_sync_period,
+        max_endpoints_per_slice=cfg.max_endpoints_per_slice,
         node_ipam=NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr),
         node_lifecycle=NodeLifecycleConfig(
             monitor_grace_period=cfg.node_monitor_grace_period,
@@ -318,7 +357,7 @@ async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes, *,
                             data_dir=Path(cfg.data_dir) / "agent", port=cfg.agent_port,
                             driver=cfg.agent_driver, network_driver=cfg.agent_network,
                             bridge_name=cfg.agent_bridge, registries=cfg.agent_registries,
-                            cluster_cidr=cfg.cluster_cidr,
+                            cluster_cidr=cfg.cluster_cidr, service_cidr=cfg.service_cidr,
                             cluster_dns=[cfg.dns.service_ip], cluster_domain=cfg.dns.domain,
                             resolv_conf=cfg.dns.resolv_conf,
                             # The built-in agent's port drops slow clients as the API does.

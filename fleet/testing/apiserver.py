@@ -16,7 +16,7 @@ real server — so that deleting a namespace ends as it does in a cluster.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from fleet.server.metrics import Metrics
 from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI
 from fleet.server.run import ensure_default_namespaces, ensure_system_priority_classes
+from fleet.server.svcalloc import ServiceAllocator
 from fleet.server.watch import WatchCounter
 from fleet.store import DELETED, Store, open_store
 
@@ -86,11 +87,14 @@ class InProcessAPI:
 
 @asynccontextmanager
 async def open_api(data_dir: Path, *, builtin_admission: bool = False, maintenance: bool = False,
-                   namespace_controller: bool = True, **store_kw: Any) -> AsyncIterator[InProcessAPI]:
+                   namespace_controller: bool = True, service_allocator: Callable[[Store], ServiceAllocator] | None = None,
+                   **store_kw: Any) -> AsyncIterator[InProcessAPI]:
     """The API over a fresh store.  `builtin_admission` runs `fleet server`'s admission
     chain (Priority, DefaultTolerationSeconds) instead of an empty one;
     `maintenance` runs the node drain runner (nodes/{name}/drain) with short intervals;
-    `namespace_controller` runs the namespace controller (see the module docstring)."""
+    `namespace_controller` runs the namespace controller (see the module docstring);
+    `service_allocator(store)` builds the Services' ClusterIP/NodePort allocator
+    (fleet/server/svcalloc.py) to run, as `fleet server` does (None: Services get none)."""
     async with open_store(Path(data_dir) / "fleet.db", **store_kw) as store:
         registry = default_registry()
         await ensure_default_namespaces(store, registry)
@@ -101,6 +105,10 @@ async def open_api(data_dir: Path, *, builtin_admission: bool = False, maintenan
             watches = WatchCounter()
             admission = builtin_chain(store) if builtin_admission else AdmissionChain()
             resources = ResourceAPI(store, registry, admission, namespaces)
+            if service_allocator is not None:
+                allocator = service_allocator(store)
+                await nursery.start(allocator.run, store)
+                resources.allocators[("", "services")] = allocator
             server = APIServer(store, registry, TokenAuthenticator({TOKEN: ADMIN}), AllowAll(), admission,
                                resources, Metrics(store.stats, lambda: watches.open), watches, "127.0.0.1:0",
                                maintenance=NodeMaintenance(resources, poll_interval=0.05, retry_interval=0.2))

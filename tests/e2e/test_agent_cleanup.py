@@ -230,6 +230,10 @@ def test_killall_stops_everything_of_its_agent_only(
         assert record is not None and record.pid == agent_pid and record.running()
         table = record.nft_table
         assert table and table != "fleet" and _nft_table_exists(table)
+        proxy_table = record.proxy_table
+        assert proxy_table and proxy_table != "fleet-proxy"
+        wait_until(lambda: _nft_table_exists(proxy_table), timeout=30,
+                   what="the service proxy's table")
         assert agent.bridge and _link_exists(agent.bridge)
         assert _pod_resources(uid) == {"netns": True, "veth": True}
         assert _mounts_under(agent.data_dir), "the container's root should be mounted"
@@ -249,6 +253,7 @@ def test_killall_stops_everything_of_its_agent_only(
         assert _pod_resources(uid) == {"netns": False, "veth": False}
         assert not _link_exists(agent.bridge)
         assert not _nft_table_exists(table)
+        assert not _nft_table_exists(proxy_table)
         assert _mounts_under(agent.data_dir) == []
         assert not any(e.name == uid for e in Path(DEFAULT_NETNS_DIR).iterdir())
         assert inventory.take(agent.data_dir).describe() == []

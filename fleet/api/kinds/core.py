@@ -218,7 +218,6 @@ NODE = KindInfo(
 # ---------------------------------------------------------------------------
 
 SERVICE_TYPES = ("ClusterIP", "ExternalName", "LoadBalancer", "NodePort")
-NODE_PORT_RANGE = (30000, 32767)
 
 DNS1035_LABEL_FMT = "[a-z]([-a-z0-9]*[a-z0-9])?"
 _DNS1035_RE = re.compile(DNS1035_LABEL_FMT)
@@ -292,6 +291,7 @@ def validate_service(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Ca
         out.append(v.required("spec.ports"))
     names: set[str] = set()
     pairs: set[tuple[Any, Any]] = set()
+    node_ports: set[tuple[Any, Any]] = set()
     for i, p in enumerate(ports):
         pp = f"spec.ports[{i}]"
         if not isinstance(p, dict):
@@ -324,10 +324,15 @@ def validate_service(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Ca
         if np not in (None, 0):
             if stype in ("ClusterIP", "ExternalName"):
                 out.append(v.forbidden(f"{pp}.nodePort", f"may not be used when `type` is '{stype}'"))
-            elif v.as_int(np) is None or not NODE_PORT_RANGE[0] <= np <= NODE_PORT_RANGE[1]:
-                out.append(v.invalid(f"{pp}.nodePort", np,
-                                     "provided port is not in the valid range. The range of valid "
-                                     f"ports is {NODE_PORT_RANGE[0]}-{NODE_PORT_RANGE[1]}"))
+            elif v.as_int(np) is None or not 0 < np <= 65535:
+                # The configured range (--service-node-port-range) is the allocator's
+                # to check (fleet/server/svcalloc.py), as in kube-apiserver.
+                for msg in v.is_valid_port_num(np):
+                    out.append(v.invalid(f"{pp}.nodePort", np, msg))
+        if np not in (None, 0):
+            if (np, proto) in node_ports:
+                out.append(v.duplicate(f"{pp}.nodePort", np))
+            node_ports.add((np, proto))
         key = (port, proto)
         if key in pairs:
             out.append(v.duplicate(pp, {"port": port, "protocol": proto}))
@@ -343,6 +348,12 @@ def validate_service(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Ca
                 errs = ["should be a domain with at least two segments separated by dots"]
             for msg in errs:
                 out.append(v.invalid("spec.externalName", ext, msg))
+    if stype == "ExternalName" and (cluster_ip or lst(spec, "clusterIPs")):
+        out.append(v.forbidden("spec.clusterIPs", "may not be set for ExternalName services"))
+    hc = spec.get("healthCheckNodePort")
+    if hc not in (None, 0) and not (stype == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local"):
+        out.append(v.invalid("spec.healthCheckNodePort", hc, "may only be set when `type` is 'LoadBalancer' "
+                                                            "and `externalTrafficPolicy` is 'Local'"))
     if cluster_ip and not headless and not _valid_ip(cluster_ip):
         out.append(v.invalid("spec.clusterIP", cluster_ip,
                              "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
@@ -360,6 +371,66 @@ def validate_service(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Ca
         if old_ip and cluster_ip and cluster_ip != old_ip and stype != "ExternalName":
             out.append(v.invalid("spec.clusterIP", cluster_ip, "field is immutable"))
     return out
+
+
+def _needs_node_port(spec: dict[str, Any]) -> bool:
+    return spec.get("type") in ("NodePort", "LoadBalancer")
+
+
+def _needs_health_check_port(spec: dict[str, Any]) -> bool:
+    return spec.get("type") == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local"
+
+
+def prepare_service_update(new: dict[str, Any], old: dict[str, Any]) -> None:
+    """kube's service strategy on update: `patchAllocatedValues` then `dropTypeDependentFields`.
+
+    Values the server allocated (ClusterIP, NodePorts by port name, the
+    healthCheckNodePort) are kept when the update leaves them out and the type still
+    has them, so `kubectl apply` of a manifest without them changes nothing; on a
+    type change, the fields of the old type the client did not touch go (NodePort →
+    ClusterIP drops the nodePorts, → ExternalName drops the ClusterIP), so the
+    allocator releases them."""
+    nspec, ospec = new.get("spec"), old.get("spec")
+    if not isinstance(nspec, dict) or not isinstance(ospec, dict):
+        return
+    if ospec.get("type", "ClusterIP") != "ExternalName" and nspec.get("type", "ClusterIP") != "ExternalName":
+        if not nspec.get("clusterIP") and ospec.get("clusterIP"):
+            nspec["clusterIP"] = ospec["clusterIP"]
+        if not nspec.get("clusterIPs") and ospec.get("clusterIPs"):
+            nspec["clusterIPs"] = list(ospec["clusterIPs"])
+    if _needs_node_port(ospec) and _needs_node_port(nspec):
+        by_name = {p.get("name") or "": p.get("nodePort") for p in dicts(lst(ospec, "ports"))}
+        used = {p.get("nodePort") for p in dicts(lst(nspec, "ports")) if p.get("nodePort")}
+        for p in dicts(lst(nspec, "ports")):
+            if not p.get("nodePort"):
+                was = by_name.get(p.get("name") or "")
+                if was and was not in used:
+                    p["nodePort"] = was
+                    used.add(was)
+    if _needs_health_check_port(ospec) and _needs_health_check_port(nspec) and \
+            not nspec.get("healthCheckNodePort") and ospec.get("healthCheckNodePort"):
+        nspec["healthCheckNodePort"] = ospec["healthCheckNodePort"]
+    if nspec.get("type", "ClusterIP") == ospec.get("type", "ClusterIP"):
+        return
+    if nspec.get("type") == "ExternalName":
+        for f in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "internalTrafficPolicy"):
+            if nspec.get(f) == ospec.get(f):
+                nspec.pop(f, None)
+    if not _needs_node_port(nspec):
+        old_ports = [p.get("nodePort") for p in dicts(lst(ospec, "ports"))]
+        new_ports = [p.get("nodePort") for p in dicts(lst(nspec, "ports"))]
+        if old_ports == new_ports:
+            for p in dicts(lst(nspec, "ports")):
+                p.pop("nodePort", None)
+    if not _needs_health_check_port(nspec) and nspec.get("healthCheckNodePort") == ospec.get("healthCheckNodePort"):
+        nspec.pop("healthCheckNodePort", None)
+    if nspec.get("type") != "LoadBalancer":
+        for f in ("allocateLoadBalancerNodePorts", "loadBalancerClass"):
+            if nspec.get(f) == ospec.get(f):
+                nspec.pop(f, None)
+    if nspec.get("type") not in ("NodePort", "LoadBalancer") and \
+            nspec.get("externalTrafficPolicy") == ospec.get("externalTrafficPolicy"):
+        nspec.pop("externalTrafficPolicy", None)
 
 
 def _service_external_ip(o: dict[str, Any]) -> str:
@@ -410,7 +481,7 @@ SERVICE = KindInfo(
         wide=(col("Selector", lambda o: format_labels(d(o, "spec").get("selector")), priority=1,
                   description="Route service traffic to pods with label keys and values matching this selector."),),
     ),
-    default=default_service, validate=validate_service,
+    default=default_service, validate=validate_service, prepare_update=prepare_service_update,
 )
 
 # ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@ are checked against real processes, and only processes this test started."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -54,6 +55,13 @@ def test_nft_table_per_bridge() -> None:
     assert inventory.nft_table_for(None) == "fleet"
     assert inventory.nft_table_for("fleet0") == "fleet"
     assert inventory.nft_table_for("fltest-1") == "fleet_fltest_1"
+    # The service proxy's table follows the bridge the same way.
+    assert inventory.proxy_table_for(None) == "fleet-proxy"
+    assert inventory.proxy_table_for("fleet0") == "fleet-proxy"
+    assert inventory.proxy_table_for("fltest-1") == "fleet-proxy_fltest_1"
+    rec = inventory.current_record(Path("/nonexistent"), node_name="n", netns_dir=None,
+                                   bridge="br9", proxy_table="fleet-proxy_br9")
+    assert rec.proxy_table == "fleet-proxy_br9"
 
 
 def test_record_round_trip_and_running(tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
@@ -143,3 +151,20 @@ def test_the_data_dir_itself_is_never_listed_as_a_mount(tmp_path: Path,
     below = data_dir / "runtime" / "containers" / "c1" / "rootfs"
     monkeypatch.setattr(inventory, "mounts_under", lambda root: [below, data_dir])
     assert inventory.list_mounts(data_dir) == [str(below)]
+
+
+def test_network_things_are_looked_up_in_the_agents_own_namespace(tmp_path: Path) -> None:
+    here = os.stat("/proc/thread-self/ns/net").st_ino
+    rec = inventory.current_record(tmp_path, node_name="n1", netns_dir=None, bridge="lo")
+    assert rec.netns_inode == here
+    assert inventory.agent_netns(rec) is None  # ours: no switch
+    assert inventory.agent_netns(inventory.AgentRecord(pid=0, pid_start=0)) is None  # old record
+    # An agent whose namespace is gone: its links went with it, and a link of the same
+    # name here ("lo" plays the agent's bridge) is never taken for its own.
+    gone = inventory.AgentRecord(pid=0, pid_start=0, bridge="lo", nft_table="fleet_lo",
+                                 netns_inode=here + 1)
+    assert inventory.agent_netns(gone) is inventory.GONE
+    inv = inventory.take(tmp_path, gone)
+    assert inv.bridge is None and inv.veths == [] and inv.net_where is inventory.GONE
+    inventory.write_record(tmp_path, gone)
+    assert inventory.killall(tmp_path).removed == []

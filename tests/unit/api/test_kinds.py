@@ -48,6 +48,8 @@ IDENTITY = [
     ("autoscaling", "v1", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler",
      True, ("hpa",), ("all",), ("status",)),
     ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "endpointslice", True, (), (), ()),
+    ("networking.k8s.io", "v1", "IPAddress", "ipaddresses", "ipaddress", False, (), (), ()),
+    ("networking.k8s.io", "v1", "ServiceCIDR", "servicecidrs", "servicecidr", False, (), (), ("status",)),
     # Served from memory (fleet/server/resource_metrics.py): get and list only, no singular name.
     ("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", False, (), (), ()),
     ("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", True, (), (), ()),

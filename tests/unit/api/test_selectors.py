@@ -25,6 +25,7 @@ from fleet.api.selectors import (
     parse_label_selector,
     parsed_label_selector,
     selector_dict_matches,
+    set_selector_matches,
     validate_label_key,
     validate_label_value,
 )
@@ -348,3 +349,15 @@ def test_parsed_label_selector_is_memoized_and_refuses_bad_selectors() -> None:
     assert parsed_label_selector(None).nothing
     with pytest.raises(BadRequest):
         parsed_label_selector({"matchExpressions": [{"key": "k", "operator": "Gt", "values": ["1"]}]})
+
+
+@pytest.mark.parametrize("sel,labels,want", [
+    ({"app": "web"}, {"app": "web", "v": "1"}, True),
+    ({"app": "web", "tier": "f"}, {"app": "web"}, False),
+    ({"app": "web"}, {"app": "db"}, False),
+    ({"app": "web"}, None, False),
+    ({}, {"x": "y"}, True),  # labels.SelectorFromSet of an empty map: everything
+])
+def test_set_selector_matches(sel: dict[str, str], labels: dict[str, str] | None, want: bool) -> None:
+    assert set_selector_matches(sel, labels) is want
+

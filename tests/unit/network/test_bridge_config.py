@@ -33,6 +33,7 @@ def test_nat_table_masquerades_only_traffic_leaving_the_cluster() -> None:
         ({"bridge": "this-name-is-too-long"}, "invalid bridge name"),
         ({"bridge": ""}, "invalid bridge name"),
         ({"colour": "blue"}, "unknown bridge driver options"),
+        ({"backend": "flat"}, "unknown pod network backend"),
     ],
 )
 def test_bad_options_are_refused(options: dict, error: str) -> None:
@@ -47,3 +48,22 @@ def test_driver_defaults_and_cidr_checks(tmp_path: object) -> None:
     assert d.state_path.name == "ipam-fleet0.json"
     with pytest.raises(ValueError, match="not inside cluster CIDR"):
         BridgeDriver(NetworkConfig(pod_cidr="10.43.0.0/24", state_dir="/tmp/x", cluster_cidr="10.42.0.0/16"))
+
+
+def test_the_driver_routes_to_peers_only_when_it_knows_its_node() -> None:
+    base = NetworkConfig(pod_cidr="10.42.1.0/24", state_dir="/nonexistent-unused",
+                         cluster_cidr="10.42.0.0/16")
+    assert BridgeDriver(base).router is None and BridgeDriver(base).peer_annotations() == {}
+    cfg = NetworkConfig(pod_cidr="10.42.1.0/24", state_dir="/nonexistent-unused",
+                        cluster_cidr="10.42.0.0/16", node_name="n1", node_address="198.18.1.10",
+                        options={"bridge": "fn0", "backend": "vxlan"})
+    d = BridgeDriver(cfg)
+    assert d.router is not None and d.router.backend == "vxlan"
+    # The bridge is ours, not a network peers live on.
+    assert "fn0" in d.router.exclude
+    # The address makes it a peer of the others; no VTEP until a peer needs one.
+    assert d.peer_annotations() == {"network.fleet.dev/public-ip": "198.18.1.10"}
+    d.router.vtep_mac = "0a:00:00:00:00:01"
+    assert d.peer_annotations() == {
+        "network.fleet.dev/backend-data": '{"VNI":1,"VtepMAC":"0a:00:00:00:00:01"}',
+        "network.fleet.dev/public-ip": "198.18.1.10"}

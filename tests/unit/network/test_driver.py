@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from fleet.network.driver import (
     NetworkConfig,
     NetworkDriver,
     NetworkError,
+    PeerRouting,
     PodNetwork,
     PodRef,
     UnknownDriver,
@@ -144,3 +146,32 @@ def test_podref_is_the_uid_namespace_name_triple() -> None:
 def test_pod_network_primary_ip() -> None:
     assert PodNetwork(ips=("10.0.0.2", "fd00::2")).pod_ip == "10.0.0.2"
     assert PodNetwork(host_network=True).pod_ip is None
+
+
+class RoutingFakeDriver(FakeDriver):
+    """A third-party driver that also routes to other nodes (the optional capability)."""
+
+    name = "fake-routing"
+
+    def __init__(self, config: NetworkConfig) -> None:
+        super().__init__(config)
+        self.synced: list[list[str]] = []
+
+    async def sync_peers(self, nodes: Sequence[Mapping[str, Any]]) -> None:
+        self.synced.append([n["metadata"]["name"] for n in nodes])
+
+    def peer_annotations(self) -> Mapping[str, str]:
+        return {"example.com/tunnel": "on"}
+
+
+def test_peer_routing_is_an_optional_capability(clean_registry: None) -> None:
+    register_driver("fake", FakeDriver)
+    register_driver("fake-routing", RoutingFakeDriver)
+    plain = create_driver("fake", CONFIG)
+    routing = create_driver("fake-routing", CONFIG)
+    assert isinstance(plain, NetworkDriver) and not isinstance(plain, PeerRouting)
+    assert isinstance(routing, NetworkDriver) and isinstance(routing, PeerRouting)
+    # The in-tree bridge driver has it too.
+    bridge = create_driver("bridge", NetworkConfig(pod_cidr="10.244.1.0/24",
+                                                   state_dir="/nonexistent-unused"))
+    assert isinstance(bridge, PeerRouting)
