@@ -1,11 +1,11 @@
 """Pods' DNS end to end: resolv.conf, /etc/hosts and hostname in real pods, and names
-resolved from inside a pod by the server's cluster DNS.
+resolved from inside a pod through 10.43.0.10 by the server's cluster DNS.
 
 `fleet server` with its built-in agent (runc, bridge `fs-dnsbr0`, a test-only cluster
-CIDR); the node's resolv.conf is a file the test writes (`--resolv-conf`), the DNS
-upstream a dnslib resolver on loopback (tests/e2e/test_cluster_dns.py).  The
-ClusterIP dataplane is another module's, so pods ask the DNS listener directly at
-their gateway (the bridge the test's cluster made) rather than through 10.43.0.10.
+CIDR, the agent's Service rules); the node's resolv.conf is a file the test writes
+(`--resolv-conf`), the DNS upstream a dnslib resolver on loopback
+(tests/e2e/test_cluster_dns.py), kube-dns' endpoint the bridge's gateway.  Traffic goes
+only between the pods' namespaces, the test's bridge and loopback.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ pytestmark = [
 
 BRIDGE = "fs-dnsbr0"
 CLUSTER_CIDR = "10.247.0.0/16"
+GATEWAY = "10.247.0.1"
 
 
 @pytest.fixture
@@ -58,7 +59,9 @@ def cluster(fleet_server_factory: Any, tmp_path: Path) -> Iterator[tuple[FleetSe
         srv = fleet_server_factory.start(extra_args=[
             "--agent-port", str(free_port()), "--agent-network", "bridge", "--agent-bridge", BRIDGE,
             "--cluster-cidr", CLUSTER_CIDR, "--resolv-conf", str(resolv),
-            "--cluster-dns-bind", f"0.0.0.0:{dns_port}", "--dns-upstream", f"127.0.0.1:{up.port}"])
+            "--cluster-dns-bind", f"0.0.0.0:{dns_port}", "--dns-upstream", f"127.0.0.1:{up.port}",
+            # kube-dns' endpoint: the gateway of the test's bridge (the node's first /24).
+            "--cluster-dns-advertise", GATEWAY])
         create_namespace(srv, ns)
         yield srv, ns, f"{reg.host}/e2e/busybox:v1", dns_port
     finally:
@@ -113,6 +116,7 @@ def test_pod_resolv_conf_hosts_and_cluster_names(cluster: tuple[FleetServer, str
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
             "spec": {"terminationGracePeriodSeconds": 1, "containers": [sleeper], **spec}})
     cf = _running(srv, ns, "cf")
+    assert cf["status"]["podIP"].startswith(GATEWAY.rsplit(".", 1)[0] + "."), cf["status"]
     assert _exec(srv, ns, "cf", "cat /etc/resolv.conf") == (
         "nameserver 10.43.0.10\n"
         f"search {ns}.svc.cluster.local svc.cluster.local cluster.local fs-corp.example\n"
@@ -133,16 +137,20 @@ def test_pod_resolv_conf_hosts_and_cluster_names(cluster: tuple[FleetServer, str
         "addressType": "IPv4", "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}],
         "endpoints": [{"addresses": [member["status"]["podIP"]], "hostname": "db-0",
                        "conditions": {"ready": True}}]})
-    # From inside the pod, at the DNS listener on the pod's gateway: a Service, the
-    # StatefulSet member, and an outside name answered by the loopback upstream.  (Short
-    # names through the search path need the pod's libc resolver, which asks 10.43.0.10
-    # on port 53: that takes the ClusterIP dataplane; busybox nslookup does not search.)
-    gateway = cf["status"]["podIP"].rsplit(".", 1)[0] + ".1"
-    server = f"{gateway}:{dns_port}"
+    # From inside the pod, the way pods ask: /etc/resolv.conf's 10.43.0.10:53, which the
+    # node's Service rules DNAT to kube-dns' endpoint (the listener, at the bridge's
+    # gateway): a Service, the StatefulSet member, an outside name answered by the
+    # loopback upstream, and a short name through the search path (busybox nslookup
+    # does not search; ping's resolver does, and prints the address it resolved).
     for name, want in ((f"web.{ns}.svc.cluster.local", "10.43.91.9"),
                        (f"db-0.db.{ns}.svc.cluster.local", member["status"]["podIP"]),
                        ("api.fs-up.test", "192.0.2.1")):
         out = wait_until(lambda n=name, w=want: (lambda o: o if w in o else None)(
-            _exec(srv, ns, "cf", f"nslookup {n} {server} 2>&1 || true")), timeout=30,
+            _exec(srv, ns, "cf", f"nslookup {n} 2>&1 || true")), timeout=30,
             what=f"nslookup {name} in the pod")
-        assert want in out, json.dumps(out)
+        assert "10.43.0.10" in out and want in out, json.dumps(out)
+    out = _exec(srv, ns, "cf", "ping -c1 -W1 web 2>&1 || true")
+    assert "PING web (10.43.91.9)" in out, out
+    # The listener itself, at the gateway, answers the pod too.
+    out = _exec(srv, ns, "cf", f"nslookup web.{ns}.svc.cluster.local {GATEWAY}:{dns_port} 2>&1 || true")
+    assert "10.43.91.9" in out, out
