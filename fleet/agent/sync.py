@@ -97,6 +97,14 @@ class PodSync:
             previous_log_path=run.previous.log_path if run.previous else None,
             stdin_path=stdin_path, tty=bool(run.spec.get("tty")), name=run.name)
 
+    def pod_sandbox(self, namespace: str, pod: str) -> Any:
+        from fleet.agent.portforward import PodSandboxRef
+
+        w = self.worker_for(namespace, pod)
+        if w is None or w.sandbox is None:
+            return None
+        return PodSandboxRef(w.sandbox.id, w.netns_path)
+
     def all(self) -> list[Any]:
         return [(w.namespace, w.name, w.uid, [(c.name, self._located(w, c))
                                               for c in w.containers()])
