@@ -44,6 +44,7 @@ from fleet.server.limits import DEFAULT_BODY_TIMEOUT
 from fleet.server.metrics import Metrics
 from fleet.server.openapi import OpenAPICache
 from fleet.server.paths import node_proxy_route, resource_route, route_segments
+from fleet.server.portforward import PortForwardProxy
 from fleet.server.proxy import (
     NODE_PROXY_VERBS,
     STREAM_SUBRESOURCES,
@@ -102,6 +103,7 @@ class APIServer:
         # server presents the admin token its own authenticator knows.
         agent_token = agent_token or admin_token_from(authenticator)
         self.pods = PodProxy(store, registry, agent_token)
+        self.portforward = PortForwardProxy(self.pods)
         self.nodes = NodeProxy(store, registry, agent_token)
         # nodes/drain and nodes/schedulable; its runner (`maintenance.run`) is
         # started by whoever runs the server (fleet/server/run.py).
@@ -343,9 +345,13 @@ class APIServer:
             return
         assert route.name is not None
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-        status = await self.pods.websocket(route.subresource, route.namespace, route.name, query,
-                                           list(scope.get("subprotocols") or []), receive, send,
-                                           extensions)
+        offered = list(scope.get("subprotocols") or [])
+        if route.subresource == "portforward":
+            status = await self.portforward.websocket(route.namespace, route.name, query, offered,
+                                                      receive, send, extensions)
+        else:
+            status = await self.pods.websocket(route.subresource, route.namespace, route.name,
+                                               query, offered, receive, send, extensions)
         self.metrics.observe("create", resource, status, time.perf_counter() - t0)
 
     @staticmethod

@@ -39,7 +39,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import trio
@@ -223,32 +223,33 @@ async def agent_pod_stream(host: str, port: int, namespace: str, pod: str, pod_p
     resource = (f"/portForward/{quote(namespace, safe='')}/{quote(pod, safe='')}"
                 f"?port={pod_port}")
     headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
-    cm = trio_websocket.open_websocket(
-        host, port, resource, use_ssl=False, extra_headers=headers,
-        max_message_size=AGENT_MESSAGE_LIMIT, connect_timeout=connect_timeout,
-        disconnect_timeout=5)
+    entered = False
     try:
-        conn = await cm.__aenter__()
+        async with trio_websocket.open_websocket(
+                host, port, resource, use_ssl=False, extra_headers=headers,
+                max_message_size=AGENT_MESSAGE_LIMIT, connect_timeout=connect_timeout,
+                disconnect_timeout=5) as conn:
+            try:
+                with trio.fail_after(connect_timeout + 5):
+                    first = await conn.get_message()
+                status = json.loads(first) if isinstance(first, str) else {}
+            except (trio_websocket.ConnectionClosed, trio.TooSlowError, ValueError):
+                raise ForwardError(f"the agent at {host}:{port} ended the connection to port "
+                                   f"{pod_port} before it was made") from None
+            if not isinstance(status, dict) or status.get("status") != "Success":
+                message = status.get("message") if isinstance(status, dict) else None
+                raise ForwardError(str(message or "port forward failed"))
+            entered = True
+            yield AgentPodStream(conn)
     except trio_websocket.ConnectionRejected as e:
+        if entered:
+            raise
         raise ForwardError(_rejection_text(e.status_code, e.body or b"")) from None
     except (trio_websocket.HandshakeError, OSError) as e:
+        if entered:
+            raise
         raise ForwardError(f"error dialing the agent at {host}:{port}: "
                            f"{e.__cause__ or e or type(e).__name__}") from None
-    try:
-        try:
-            with trio.fail_after(connect_timeout + 5):
-                first = await conn.get_message()
-            status = json.loads(first) if isinstance(first, str) else {}
-        except (trio_websocket.ConnectionClosed, trio.TooSlowError, ValueError):
-            raise ForwardError(f"the agent at {host}:{port} ended the connection to port "
-                               f"{pod_port} before it was made") from None
-        if not isinstance(status, dict) or status.get("status") != "Success":
-            message = status.get("message") if isinstance(status, dict) else None
-            raise ForwardError(str(message or "port forward failed"))
-        yield AgentPodStream(conn)
-    finally:
-        with trio.CancelScope(shield=True), trio.move_on_after(5):
-            await cm.__aexit__(None, None, None)
 
 
 def _rejection_text(code: int, body: bytes) -> str:
@@ -393,7 +394,14 @@ class SpdyPortForward:
             self.connections += 1
             with trio.CancelScope() as scope:
                 self._scopes[pair.data_id] = self._scopes[pair.error_id] = scope
-                await self._forward(pair.port, pair.error_id, pair.data_id)
+                try:
+                    await self._forward(pair.port, pair.error_id, pair.data_id)
+                except Exception:
+                    # One connection's failure never ends the session's other connections.
+                    log.exception("port-forward connection to port %d failed", pair.port)
+                    self.session.reset(pair.data_id, spdy.RstStatus.INTERNAL_ERROR)
+                    self.session.reset(pair.error_id, spdy.RstStatus.INTERNAL_ERROR)
+                    await self.flush()
         finally:
             self.pairs.remove(pair.request_id)
             self._ready.pop(pair.request_id, None)
@@ -510,3 +518,81 @@ async def serve_channels(ws: MessageEndpoint, ports: list[int], dial: Dialer) ->
         nursery.cancel_scope.cancel()
     with trio.CancelScope(shield=True), trio.move_on_after(5):
         await ws.close(1000, "")
+
+
+# ------------------------------------------------------------ the API glue
+class WebSocketBytes:
+    """A ByteTransport over an accepted WebSocket (the SPDY tunnel): binary messages."""
+
+    def __init__(self, ws: MessageEndpoint) -> None:
+        self.ws = ws
+
+    async def receive(self) -> bytes | None:
+        while True:
+            msg = await self.ws.receive()
+            if msg is None or isinstance(msg, bytes):
+                return msg
+
+    async def send(self, data: bytes) -> None:
+        await self.ws.send(data)
+
+
+def choose_protocol(offered: list[str]) -> str | None:
+    """The subprotocol to accept: the SPDY tunnel, v4 channels, "" (none offered: the
+    original channel protocol), or None when nothing offered is served."""
+    wanted = [p.strip() for p in offered if p.strip()]
+    if TUNNEL_PROTOCOL in wanted:
+        return TUNNEL_PROTOCOL
+    if CHANNEL_V4 in wanted:
+        return CHANNEL_V4
+    return "" if not wanted else None
+
+
+class PortForwardProxy:
+    """pods/portforward for the API server: resolve the pod's agent, then serve."""
+
+    def __init__(self, pods: Any) -> None:
+        # fleet.server.proxy.PodProxy: the pod → agent lookup, token and timeouts.
+        self.pods = pods
+
+    def dialer(self, namespace: str, name: str, agent: Any) -> Dialer:
+        def dial(port: int) -> AbstractAsyncContextManager[PodStream]:
+            return agent_pod_stream(agent.host, agent.port, namespace, name, port,
+                                    self.pods.token,
+                                    connect_timeout=self.pods.connect_timeout)
+        return dial
+
+    async def websocket(self, namespace: str, name: str, query: list[tuple[str, str]],
+                        offered: list[str], receive: Callable[[], Any],
+                        send: Callable[[dict[str, Any]], Any],
+                        extensions: dict[str, Any]) -> int:
+        """Serve one WebSocket upgrade; returns its HTTP status (101 or the refusal's)."""
+        from fleet.server.proxy import ASGIEndpoint, reject_websocket
+
+        try:
+            agent = await self.pods.pod_agent(namespace, name)
+            protocol = choose_protocol(offered)
+            if protocol is None:
+                raise errors.BadRequest(
+                    f"none of the requested subprotocols are supported: {offered}; supported: "
+                    f"{[TUNNEL_PROTOCOL, CHANNEL_V4]}")
+            ports = ([] if protocol == TUNNEL_PROTOCOL
+                     else parse_ports_query(v for k, v in query if k == "ports"))
+        except errors.APIError as e:
+            await reject_websocket(send, extensions, e)
+            return e.code
+        await send({"type": "websocket.accept", "subprotocol": protocol or None})
+        ws = ASGIEndpoint(receive, send)
+        dial = self.dialer(namespace, name, agent)
+        if protocol == TUNNEL_PROTOCOL:
+            await SpdyPortForward(WebSocketBytes(ws), dial).run()
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await ws.close(1000, "")
+        else:
+            await serve_channels(ws, ports, dial)
+        return 101
+
+    async def spdy(self, namespace: str, name: str, transport: ByteTransport) -> None:
+        """Serve an accepted plain SPDY/3.1 upgrade."""
+        agent = await self.pods.pod_agent(namespace, name)
+        await SpdyPortForward(transport, self.dialer(namespace, name, agent)).run()
