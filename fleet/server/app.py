@@ -34,7 +34,7 @@ from fleet.admission import AdmissionChain
 from fleet.api import errors
 from fleet.api.registry import Registry
 from fleet.auth import Attributes, Authenticator, Authorizer, UserInfo
-from fleet.server import discovery
+from fleet.server import discovery, upgrade
 from fleet.server.drain import NodeMaintenance
 from fleet.server.hpa_v1 import GROUP as HPA_GROUP
 from fleet.server.hpa_v1 import PLURAL as HPA_PLURAL
@@ -354,6 +354,43 @@ class APIServer:
                                                query, offered, receive, send, extensions)
         self.metrics.observe("create", resource, status, time.perf_counter() - t0)
 
+    async def raw_upgrade(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """A plain `Upgrade: SPDY/3.1` (fleet/server/upgrade.py): pods/portforward's is
+        served (portforward.py); any other gets what the request without the upgrade
+        would (exec/attach: the "use WebSocket" Status)."""
+        t0 = time.perf_counter()
+        headers = _headers(scope)
+        segments = split_raw_path(_raw_path(scope))
+        try:
+            route = resource_route(route_segments(segments) or [])
+        except errors.APIError:
+            route = None
+        if route is None or route.subresource != "portforward" or route.name is None \
+                or route.namespace is None or scope["method"] != "POST":
+            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+            resp, verb, resource = await self.handle(Req(scope["method"], scope["path"], query,
+                                                         headers, b"", segments=segments))
+            body = resp.body if isinstance(resp.body, bytes) else b""
+            await send({"type": "raw.response", "status": resp.status, "body": body,
+                        "headers": [(b"content-type", resp.content_type.encode())]})
+            self.metrics.observe(verb, resource, resp.status, time.perf_counter() - t0)
+            return
+        resource = "pods/portforward"
+        try:
+            user = self.authenticator.authenticate(headers)
+            if user is None:
+                raise errors.Unauthorized("Unauthorized")
+            self.authorize(user, "create", route, self.resources.kind_for(replace(route, subresource="")))
+        except errors.APIError as e:
+            await send({"type": "raw.response", "status": e.code, "body": dumps(e.status()),
+                        "headers": [(b"content-type", b"application/json")]})
+            self.metrics.observe("create", resource, e.code, time.perf_counter() - t0)
+            return
+        offered = [p.strip() for k, v in scope["headers"] if k.lower() == b"x-stream-protocol-version"
+                   for p in v.decode("latin-1").split(",") if p.strip()]
+        status = await self.portforward.raw(route.namespace, route.name, offered, receive, send)
+        self.metrics.observe("create", resource, status, time.perf_counter() - t0)
+
     @staticmethod
     def forbidden_message(user: UserInfo, verb: str, plural: str, group: str, ns: str | None,
                           reason: str) -> str:
@@ -382,6 +419,9 @@ class FleetASGI:
         self.body_timeout = body_timeout
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == upgrade.SCOPE_TYPE:  # Upgrade: SPDY/3.1 (kubectl port-forward)
+            await self.server.raw_upgrade(scope, receive, send)
+            return
         if scope["type"] == "websocket":
             try:
                 route = resource_route(route_segments(split_raw_path(_raw_path(scope))))

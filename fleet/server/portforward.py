@@ -592,7 +592,48 @@ class PortForwardProxy:
             await serve_channels(ws, ports, dial)
         return 101
 
-    async def spdy(self, namespace: str, name: str, transport: ByteTransport) -> None:
-        """Serve an accepted plain SPDY/3.1 upgrade."""
-        agent = await self.pods.pod_agent(namespace, name)
-        await SpdyPortForward(transport, self.dialer(namespace, name, agent)).run()
+    async def raw(self, namespace: str, name: str, offered: list[str],
+                  receive: Callable[[], Any], send: Callable[[dict[str, Any]], Any]) -> int:
+        """Serve a plain SPDY/3.1 upgrade (fleet.server.upgrade's raw scope); returns its
+        HTTP status.  `offered`: the X-Stream-Protocol-Version values."""
+        try:
+            if offered and PROTOCOL_V1 not in offered:
+                raise errors.Forbidden(  # the kubelet's httpstream.Handshake wording
+                    f"unable to upgrade: unable to negotiate protocol: client supports "
+                    f"{offered}, server accepts {[PROTOCOL_V1]}")
+            agent = await self.pods.pod_agent(namespace, name)
+        except errors.APIError as e:
+            await send({"type": "raw.response", "status": e.code,
+                        "headers": [(b"content-type", b"application/json")],
+                        "body": json.dumps(e.status()).encode()})
+            return e.code
+        headers = [(b"connection", b"Upgrade"), (b"upgrade", b"SPDY/3.1")]
+        if offered:
+            headers.append((b"x-stream-protocol-version", PROTOCOL_V1.encode()))
+        await send({"type": "raw.accept", "headers": headers})
+        try:
+            await SpdyPortForward(RawBytes(receive, send), self.dialer(namespace, name, agent)).run()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await send({"type": "raw.close"})
+        return 101
+
+
+class RawBytes:
+    """A ByteTransport over fleet.server.upgrade's raw stream messages."""
+
+    def __init__(self, receive: Callable[[], Any], send: Callable[[dict[str, Any]], Any]) -> None:
+        self._receive, self._send = receive, send
+        self.closed = False
+
+    async def receive(self) -> bytes | None:
+        while not self.closed:
+            msg = await self._receive()
+            if msg["type"] == "raw.receive":
+                return bytes(msg.get("bytes") or b"")
+            if msg["type"] == "raw.disconnect":
+                self.closed = True
+        return None
+
+    async def send(self, data: bytes) -> None:
+        await self._send({"type": "raw.send", "bytes": data})
