@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +46,8 @@ pytestmark = [
     pytest.mark.skipif(busybox_problem() is not None, reason="needs busybox-static"),
     pytest.mark.skipif(KUBECTL is None, reason="needs kubectl"),
     pytest.mark.skipif(shutil.which("nft") is None, reason="needs nftables"),
+    pytest.mark.skipif(shutil.which("nsenter") is None or shutil.which("ss") is None,
+                       reason="needs nsenter (util-linux) and ss (iproute2)"),
 ]
 
 BRIDGE = "fppf0"
@@ -141,8 +142,11 @@ class PortForward:
             start_new_session=True)
         self.out: list[str] = []
         self.err: list[str] = []
-        for stream, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
-            threading.Thread(target=self._drain, args=(stream, sink), daemon=True).start()
+        self.readers = [threading.Thread(target=self._drain, args=(stream, sink), daemon=True)
+                        for stream, sink in ((self.proc.stdout, self.out),
+                                             (self.proc.stderr, self.err))]
+        for t in self.readers:
+            t.start()
         wanted = sum(1 for _ in ports)
         wait_until(lambda: sum("Forwarding from 127.0.0.1" in line for line in self.out) >= wanted
                    or self.proc.poll() is not None, timeout=30, what="kubectl listening")
@@ -153,12 +157,19 @@ class PortForward:
         for line in stream:
             sink.append(line)
 
+    def wait(self, timeout: float) -> int:
+        """kubectl's exit code once it ended and all its output is read."""
+        rc = self.proc.wait(timeout=timeout)
+        for t in self.readers:
+            t.join(timeout=5)
+        return rc
+
     def stop(self) -> int:
         """SIGINT; kubectl must exit on its own (rc 0) and leave no child behind."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         try:
-            return self.proc.wait(timeout=15)
+            return self.wait(timeout=15)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
@@ -272,11 +283,12 @@ def test_port_nothing_listens_on(cluster: tuple[FleetServer, str],
         assert _read_all(s) == b""
     # kubectl prints what it prints for Kubernetes (containerd's text), then, as kubectl
     # 1.23+ does after any error on an error stream, ends the session.
-    rc = pf.proc.wait(timeout=20)
+    rc = pf.wait(timeout=20)
     err = "".join(pf.err)
     assert rc == 1, err
     assert (f"an error occurred forwarding {bad} -> 81: error forwarding port 81 to pod ") in err
-    assert ('failed to connect to localhost:81 inside namespace "' in err
+    # (kubectl quotes the message: its inner quotes come out as \")
+    assert ("failed to connect to localhost:81 inside namespace " in err
             and "IPv4: dial tcp4 127.0.0.1:81: connect: connection refused IPv6 " in err), err
     assert "lost connection to pod" in err
     # The server kept everything else working: a new session forwards fine.
@@ -343,20 +355,32 @@ def test_kubectl_cp_in_and_out(cluster: tuple[FleetServer, str], tmp_path: Path)
 
 def test_clean_close_leaves_nothing(cluster: tuple[FleetServer, str],
                                     forwards: list[PortForward]) -> None:
-    """SIGINT with a connection still open: kubectl exits, the server and agent drop the
-    connection into the pod (no socket left on the pod's port)."""
+    """SIGINT with a connection still open: kubectl exits 0, the pod's side of the connection
+    ends, and the agent (built into the server process) holds no socket in the pod's network
+    namespace any more."""
     srv, pod = cluster
+    uid = run_kubectl(srv, "get", "pod", "-n", NS, pod, "-o", "jsonpath={.metadata.uid}")[1]
+    netns = f"/run/fleet/netns/{uid}"
+    assert os.path.exists(netns), netns
+
+    def agent_sockets_in_pod() -> int:
+        out = subprocess.run(["nsenter", f"--net={netns}", "ss", "-tnpH"], capture_output=True,
+                             text=True, timeout=10).stdout
+        return sum(f"pid={srv.pid}," in line for line in out.splitlines())
+
+    def pod_connections() -> str:  # nc -ll runs one `cat` per connection
+        return run_kubectl(srv, "exec", "-n", NS, pod, "--", "sh", "-c",
+                           "ps -o comm | grep -cx cat || true")[1].strip()
+
+    assert pod_connections() == "0" and agent_sockets_in_pod() == 0
     port = free_port()
     pf = PortForward(srv, f"pod/{pod}", [f"{port}:9090"])
     forwards.append(pf)
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(b"ping\n")
-    assert s.recv(10) == b"ping\n"
-    assert pf.stop() == 0, pf.err
-    # The pod's side of the connection goes away (nc's child `cat` exits when it does).
-    def pod_connections() -> str:
-        return run_kubectl(srv, "exec", "-n", NS, pod, "--", "sh", "-c",
-                           "ps -o comm | grep -cx cat || true")[1].strip()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"ping\n")
+        assert s.recv(10) == b"ping\n"
+        assert pod_connections() == "1" and agent_sockets_in_pod() == 1
+        assert pf.stop() == 0, pf.err
+        assert s.recv(10) == b""  # kubectl closed our connection on its way out
     wait_until(lambda: pod_connections() == "0", timeout=20, what="the pod-side connection to end")
-    s.close()
-    time.sleep(0.1)
+    wait_until(lambda: agent_sockets_in_pod() == 0, timeout=20, what="the agent's socket to close")
