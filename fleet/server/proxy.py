@@ -19,9 +19,10 @@ container not running) reaches the client as a real HTTP error carrying a
 `Status`, which is what client-go reads out of a failed upgrade.
 
 kubectl falls back to SPDY (a POST with `Upgrade: SPDY/3.1`) when the
-WebSocket upgrade fails; Fleet does not speak SPDY, so that POST gets the
-same lookup (so a missing pod still reads "pods "x" not found") and then a
-400 saying WebSocket is required.
+WebSocket upgrade fails; Fleet speaks SPDY only for `pods/portforward`
+(portforward.py), so an exec/attach POST gets the same lookup (so a missing
+pod still reads "pods "x" not found") and then a 400 saying WebSocket is
+required.
 
 `nodes/{name}/proxy/{path}` is Kubernetes' plain-HTTP relay to a node's
 agent: any agent endpoint (`kfleet image import` uploads archives to the
