@@ -103,7 +103,9 @@ class PodSync:
         w = self.worker_for(namespace, pod)
         if w is None or w.sandbox is None:
             return None
-        return PodSandboxRef(w.sandbox.id, w.netns_path)
+        # A driver whose containers share the node's network (process) has no pod netns.
+        joins = getattr(self.env.driver, "joins_pod_netns", True)
+        return PodSandboxRef(w.sandbox.id, w.netns_path if joins else None)
 
     def all(self) -> list[Any]:
         return [(w.namespace, w.name, w.uid, [(c.name, self._located(w, c))

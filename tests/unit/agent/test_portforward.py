@@ -115,3 +115,24 @@ async def test_serve_refuses_bad_input_before_the_upgrade() -> None:
         await apf.serve(lambda ns, pod: None, "ns", "p", Route("80"))
     with pytest.raises(NotFound):
         await apf.serve(None, "ns", "p", Route("80"))
+
+
+def test_pod_sync_says_where_a_pods_ports_are() -> None:
+    from types import SimpleNamespace
+
+    from fleet.agent.sync import PodSync
+
+    def sync_with(driver: object, sandbox: object, netns: str | None) -> PodSync:
+        s = PodSync("node", SimpleNamespace(driver=driver))  # type: ignore[arg-type]
+        s.workers["uid"] = SimpleNamespace(namespace="ns", name="p", sandbox=sandbox,  # type: ignore[assignment]
+                                           netns_path=netns)
+        return s
+
+    oci, process = SimpleNamespace(), SimpleNamespace(joins_pod_netns=False)
+    sb = SimpleNamespace(id="sb1")
+    assert sync_with(oci, sb, "/run/x").pod_sandbox("ns", "p") == apf.PodSandboxRef("sb1", "/run/x")
+    assert sync_with(oci, sb, None).pod_sandbox("ns", "p") == apf.PodSandboxRef("sb1", None)
+    # The process driver's containers share the node's network: loopback, not the netns.
+    assert sync_with(process, sb, "/run/x").pod_sandbox("ns", "p") == apf.PodSandboxRef("sb1", None)
+    assert sync_with(oci, None, "/run/x").pod_sandbox("ns", "p") is None   # no sandbox yet
+    assert sync_with(oci, sb, "/run/x").pod_sandbox("ns", "other") is None
