@@ -308,6 +308,9 @@ class APIServer:
         self.authorize(req.user, verb, route, info)
         if sub == "log":
             return await self.pods.logs(route.namespace, route.name, req.query), verb, resource
+        if sub == "portforward":  # upgrades never get here (FleetASGI routes them)
+            await self.pods.pod_agent(route.namespace, route.name)
+            raise errors.BadRequest("Upgrade request required")
         # A plain GET or a POST here is not a WebSocket upgrade: SPDY clients
         # (kubectl before 1.30, or its fallback after a failed WebSocket upgrade).
         return await self.pods.refuse_spdy(sub, route.namespace, route.name, req.query), verb, resource

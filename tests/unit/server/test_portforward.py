@@ -279,3 +279,94 @@ async def test_channel_protocol() -> None:
                           b"\x04\x90\x1f", b"\x05\x90\x1f"]
     assert b"\x03nothing listens on 81" in ws.out
     assert ws.closed == (1000, "") and all(p.closed for p in dial.pods)
+
+
+# ------------------------------------------------- through the API app, in process
+async def serve_pf_agent(nursery: trio.Nursery, seen: list[str]) -> int:
+    """A fake agent: /portForward/... answers Success and echoes upper-cased, except for
+    port 81, which it refuses with a Failure Status (the real agent's first message)."""
+    import json
+
+    import trio_websocket
+
+    async def handler(request: trio_websocket.WebSocketRequest) -> None:
+        seen.append(request.path)
+        ws = await request.accept()
+        if request.path.endswith("port=81"):
+            await ws.send_message(json.dumps({"status": "Failure", "message": "refused 81"}))
+            await ws.aclose()
+            return
+        await ws.send_message(json.dumps({"status": "Success"}))
+        while True:
+            try:
+                msg = await ws.get_message()
+            except trio_websocket.ConnectionClosed:
+                return
+            await ws.send_message(msg.upper())
+
+    server = await nursery.start(trio_websocket.serve_websocket, handler, "127.0.0.1", 0, None)
+    return server.port
+
+
+async def test_channel_protocol_through_the_api(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from fleet.server.app import create_app
+    from fleet.testing.apiserver import open_api
+    from tests.unit.server.test_proxy import ASGIClient, put_node, put_pod
+
+    seen: list[str] = []
+    async with open_api(tmp_path) as api, trio.open_nursery() as nursery:
+        await put_node(api, await serve_pf_agent(nursery, seen))
+        await put_pod(api, "p", "a", "b")  # two containers: port forwarding names none
+        client = ASGIClient("/api/v1/namespaces/default/pods/p/portforward", b"ports=80,81")
+        with trio.fail_after(10):
+            async with trio.open_nursery() as inner:
+                inner.start_soon(create_app(api.server), client.scope, client.receive, client.send)
+                await client.accepted.wait()
+                client.client_sends(b"\x00hi")
+                while b"\x00HI" not in client.frames() or b"\x03refused 81" not in client.frames():
+                    await trio.sleep(0.01)
+                # The client leaves: every port's connection ends and the app returns.
+                client.inbox_send.send_nowait({"type": "websocket.disconnect", "code": 1000})
+        nursery.cancel_scope.cancel()
+    assert client.sent[0] == {"type": "websocket.accept", "subprotocol": "v4.channel.k8s.io"}
+    assert client.frames()[:4] == [b"\x00\x50\x00", b"\x01\x50\x00", b"\x02\x51\x00",
+                                   b"\x03\x51\x00"]
+    assert sorted(seen) == ["/portForward/default/p?port=80", "/portForward/default/p?port=81"]
+
+
+@pytest.mark.parametrize("path,query,token,protocols,code,fragment", [
+    ("p", b"ports=80", None, ("v4.channel.k8s.io",), 401, "Unauthorized"),
+    ("nope", b"ports=80", "ok", ("v4.channel.k8s.io",), 404, 'pods "nope" not found'),
+    ("p", b"", "ok", ("v4.channel.k8s.io",), 400, 'query parameter "ports" is required'),
+    ("p", b"ports=0", "ok", ("v4.channel.k8s.io",), 400, 'port "0" must be > 0'),
+    ("p", b"ports=80", "ok", ("v5.channel.k8s.io",), 400, "subprotocols are supported"),
+])
+async def test_websocket_bad_input_is_a_status(tmp_path, path: str, query: bytes,  # type: ignore[no-untyped-def]
+                                               token: str | None, protocols: tuple[str, ...],
+                                               code: int, fragment: str) -> None:
+    from fleet.server.app import create_app
+    from fleet.testing.apiserver import TOKEN, open_api
+    from tests.unit.server.test_proxy import ASGIClient, put_node, put_pod
+
+    async with open_api(tmp_path) as api:
+        await put_node(api, 9301)
+        await put_pod(api, "p", "a")
+        client = ASGIClient(f"/api/v1/namespaces/default/pods/{path}/portforward", query,
+                            token=TOKEN if token else None, subprotocols=protocols)
+        with trio.fail_after(10):
+            await create_app(api.server)(client.scope, client.receive, client.send)
+    got, body = client.rejection()
+    assert got == code and fragment in body["message"], body
+
+
+async def test_plain_requests_need_an_upgrade(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from fleet.testing.apiserver import open_api
+    from tests.unit.server.test_proxy import put_node, put_pod
+
+    async with open_api(tmp_path) as api:
+        await put_node(api, 9301)
+        await put_pod(api, "p", "a")
+        got, body = await api.json("POST", "/api/v1/namespaces/default/pods/p/portforward")
+        assert got == 400 and body["message"] == "Upgrade request required"
+        got, body = await api.json("GET", "/api/v1/namespaces/default/pods/nope/portforward")
+        assert got == 404
