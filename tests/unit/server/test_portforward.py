@@ -370,3 +370,41 @@ async def test_plain_requests_need_an_upgrade(tmp_path) -> None:  # type: ignore
         assert got == 400 and body["message"] == "Upgrade request required"
         got, body = await api.json("GET", "/api/v1/namespaces/default/pods/nope/portforward")
         assert got == 404
+
+
+async def test_a_slow_pod_stops_the_session_reading() -> None:
+    """Backpressure toward the client: when the pod takes nothing, the server buffers a
+    bounded amount and then stops reading the client's bytes (TCP then pushes back)."""
+
+    class StuckPod(FakePod):
+        async def send(self, data: bytes) -> None:
+            self.received.append(data)
+            await trio.sleep_forever()
+
+    class StuckDialer(FakeDialer):
+        def __call__(self, port: int) -> AbstractAsyncContextManager[FakePod]:
+            @asynccontextmanager
+            async def cm() -> AsyncIterator[FakePod]:
+                pod = StuckPod(port)
+                self.pods.append(pod)
+                yield pod
+            return cm()
+
+    t = MemoryTransport()
+    t.to_server_tx, t.to_server_rx = trio.open_memory_channel[bytes | None](0)  # unbuffered
+    dial = StuckDialer()
+    c = Client(t)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pf.SpdyPortForward(t, dial).run)
+        await c.open(1, 80, "0")
+        await c.until(lambda fs: sum(isinstance(f, spdy.SynReply) for f in fs) == 2)
+        sent = 0
+        with trio.move_on_after(1):
+            while True:
+                await c.send(spdy.DataFrame(3, b"x" * 1000))
+                sent += 1
+        # The pod holds one chunk, the connection's buffer INBOUND_CHUNKS, the session
+        # loop one more: then nothing more is read.
+        assert pf.INBOUND_CHUNKS <= sent <= pf.INBOUND_CHUNKS + 3, sent
+        assert len(dial.pods[0].received) == 1
+        nursery.cancel_scope.cancel()
