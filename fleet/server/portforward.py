@@ -436,6 +436,7 @@ class SpdyPortForward:
                 return
             await pod.send(chunk)
             self.session.consumed(data_id, len(chunk))
+            await self.flush()  # a WINDOW_UPDATE a flow-controlling client may wait for
 
     async def _from_pod(self, pod: PodStream, error_id: int, data_id: int) -> None:
         while True:

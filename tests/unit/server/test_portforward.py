@@ -408,3 +408,24 @@ async def test_a_slow_pod_stops_the_session_reading() -> None:
         assert pf.INBOUND_CHUNKS <= sent <= pf.INBOUND_CHUNKS + 3, sent
         assert len(dial.pods[0].received) == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_a_flow_controlling_client_gets_windows_honoured_and_updates() -> None:
+    t, dial = MemoryTransport(), FakeDialer()
+    c = Client(t)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pf.SpdyPortForward(t, dial).run)
+        await c.send(spdy.Settings(((spdy.SETTINGS_INITIAL_WINDOW_SIZE, spdy.DEFAULT_WINDOW, 0),)))
+        await c.open(1, 80, "0")
+        await c.send(spdy.DataFrame(3, b"x" * 100_000))  # echoed back, upper-cased
+        # The server returns the consumed bytes to our windows...
+        await c.until(lambda fs: any(isinstance(f, spdy.WindowUpdate) and f.stream_id == 3
+                                     for f in fs))
+        # ...and sends no more than our 64 KiB window until we open it.
+        await c.until(lambda fs: len(c.data(3)[0]) >= spdy.DEFAULT_WINDOW)
+        await trio.sleep(0.2)
+        assert len(c.data(3)[0]) == spdy.DEFAULT_WINDOW
+        await c.send(spdy.WindowUpdate(0, 50_000), spdy.WindowUpdate(3, 50_000))
+        await c.until(lambda fs: len(c.data(3)[0]) == 100_000)
+        assert c.data(3)[0] == b"X" * 100_000
+        nursery.cancel_scope.cancel()
