@@ -7,7 +7,7 @@ a Deployment `fp-web` whose pod serves a page with httpd on 8080 and echoes with
 listens on 81.  Every forwarded connection goes client → API server (WebSocket tunnel
 or plain SPDY) → agent WebSocket → a socket made inside the pod's network namespace.
 Only loopback is used from the test's side; the pod network lives on the test's own
-bridge (`fppf0`, 10.198.0.0/16) and is removed with everything else at the end.
+bridge (`fp-pf0`, 10.198.0.0/16) and is removed with everything else at the end.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ pytestmark = [
                        reason="needs nsenter (util-linux) and ss (iproute2)"),
 ]
 
-BRIDGE = "fppf0"
+BRIDGE = "fp-pf0"
 CLUSTER_CIDR = "10.198.0.0/16"
 NS = "fp-pf"
 PAGE = "hello-pf"
