@@ -9,6 +9,8 @@ So the paths are the kubelet's and need no translation on the way:
     GET /exec/{namespace}/{pod}/{container}?command=..&stdin&stdout&stderr&tty
                                                            WebSocket, channel protocol
     GET /attach/{namespace}/{pod}/{container}?stdin&stdout&stderr&tty    WebSocket
+    GET /portForward/{namespace}/{pod}?port=N              WebSocket, one TCP connection
+                                                           into the pod (agent/portforward.py)
     GET /stats/summary                                     the kubelet's Summary API shape
     GET /metrics/resource                                  cpu/memory counters (Prometheus
                                                            text), scraped by the API server
@@ -58,7 +60,7 @@ from quart import Response, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from fleet.agent import channels, logs
+from fleet.agent import channels, logs, portforward
 from fleet.api import meta
 from fleet.api.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
 from fleet.runtime import shim
@@ -130,6 +132,11 @@ class ContainerLocator(Protocol):
 
     def all(self) -> list[PodContainers]:
         """Every pod on this node with its containers (for /stats/summary)."""
+        ...
+
+    def pod_sandbox(self, namespace: str, pod: str) -> portforward.PodSandboxRef | None:
+        """Where the pod's ports are (port forwarding); None when the pod is not on this
+        node or has no sandbox yet."""
         ...
 
 
@@ -722,6 +729,10 @@ def create_app(locator: ContainerLocator, *, token: str, node_name: str = "",
     @app.websocket("/attach/<namespace>/<pod>")
     async def attach_ws_only(namespace: str, pod: str) -> Response | None:
         return await _attach(locator, namespace, pod, None)
+
+    @app.websocket("/portForward/<namespace>/<pod>")
+    async def port_forward_ws(namespace: str, pod: str) -> None:
+        await portforward.serve(getattr(locator, "pod_sandbox", None), namespace, pod, websocket)
 
     @app.route("/stats/summary")
     async def summary() -> Response:

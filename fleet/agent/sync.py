@@ -97,6 +97,16 @@ class PodSync:
             previous_log_path=run.previous.log_path if run.previous else None,
             stdin_path=stdin_path, tty=bool(run.spec.get("tty")), name=run.name)
 
+    def pod_sandbox(self, namespace: str, pod: str) -> Any:
+        from fleet.agent.portforward import PodSandboxRef
+
+        w = self.worker_for(namespace, pod)
+        if w is None or w.sandbox is None:
+            return None
+        # A driver whose containers share the node's network (process) has no pod netns.
+        joins = getattr(self.env.driver, "joins_pod_netns", True)
+        return PodSandboxRef(w.sandbox.id, w.netns_path if joins else None)
+
     def all(self) -> list[Any]:
         return [(w.namespace, w.name, w.uid, [(c.name, self._located(w, c))
                                               for c in w.containers()])

@@ -44,6 +44,9 @@ class ProcessDriver(ShimDriver):
     """Unisolated host processes, one shim each."""
 
     name = "process"
+    # Its processes live in the node's network namespace, whatever the sandbox has
+    # (port forwarding then connects on the node's loopback).
+    joins_pod_netns = False
     mode = "process"
 
     def __init__(self, state_dir: Path, *, cgroup_root: Path = cgroups.DEFAULT_ROOT,

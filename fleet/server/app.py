@@ -34,7 +34,7 @@ from fleet.admission import AdmissionChain
 from fleet.api import errors
 from fleet.api.registry import Registry
 from fleet.auth import Attributes, Authenticator, Authorizer, UserInfo
-from fleet.server import discovery
+from fleet.server import discovery, upgrade
 from fleet.server.drain import NodeMaintenance
 from fleet.server.hpa_v1 import GROUP as HPA_GROUP
 from fleet.server.hpa_v1 import PLURAL as HPA_PLURAL
@@ -44,6 +44,7 @@ from fleet.server.limits import DEFAULT_BODY_TIMEOUT
 from fleet.server.metrics import Metrics
 from fleet.server.openapi import OpenAPICache
 from fleet.server.paths import node_proxy_route, resource_route, route_segments
+from fleet.server.portforward import PortForwardProxy
 from fleet.server.proxy import (
     NODE_PROXY_VERBS,
     STREAM_SUBRESOURCES,
@@ -102,6 +103,7 @@ class APIServer:
         # server presents the admin token its own authenticator knows.
         agent_token = agent_token or admin_token_from(authenticator)
         self.pods = PodProxy(store, registry, agent_token)
+        self.portforward = PortForwardProxy(self.pods)
         self.nodes = NodeProxy(store, registry, agent_token)
         # nodes/drain and nodes/schedulable; its runner (`maintenance.run`) is
         # started by whoever runs the server (fleet/server/run.py).
@@ -306,6 +308,9 @@ class APIServer:
         self.authorize(req.user, verb, route, info)
         if sub == "log":
             return await self.pods.logs(route.namespace, route.name, req.query), verb, resource
+        if sub == "portforward":  # upgrades never get here (FleetASGI routes them)
+            await self.pods.pod_agent(route.namespace, route.name)
+            raise errors.BadRequest("Upgrade request required")
         # A plain GET or a POST here is not a WebSocket upgrade: SPDY clients
         # (kubectl before 1.30, or its fallback after a failed WebSocket upgrade).
         return await self.pods.refuse_spdy(sub, route.namespace, route.name, req.query), verb, resource
@@ -343,9 +348,50 @@ class APIServer:
             return
         assert route.name is not None
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-        status = await self.pods.websocket(route.subresource, route.namespace, route.name, query,
-                                           list(scope.get("subprotocols") or []), receive, send,
-                                           extensions)
+        offered = list(scope.get("subprotocols") or [])
+        if route.subresource == "portforward":
+            status = await self.portforward.websocket(route.namespace, route.name, query, offered,
+                                                      receive, send, extensions)
+        else:
+            status = await self.pods.websocket(route.subresource, route.namespace, route.name,
+                                               query, offered, receive, send, extensions)
+        self.metrics.observe("create", resource, status, time.perf_counter() - t0)
+
+    async def raw_upgrade(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """A plain `Upgrade: SPDY/3.1` (fleet/server/upgrade.py): pods/portforward's is
+        served (portforward.py); any other gets what the request without the upgrade
+        would (exec/attach: the "use WebSocket" Status)."""
+        t0 = time.perf_counter()
+        headers = _headers(scope)
+        segments = split_raw_path(_raw_path(scope))
+        try:
+            route = resource_route(route_segments(segments) or [])
+        except errors.APIError:
+            route = None
+        if route is None or route.subresource != "portforward" or route.name is None \
+                or route.namespace is None or scope["method"] != "POST":
+            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+            resp, verb, resource = await self.handle(Req(scope["method"], scope["path"], query,
+                                                         headers, b"", segments=segments))
+            body = resp.body if isinstance(resp.body, bytes) else b""
+            await send({"type": "raw.response", "status": resp.status, "body": body,
+                        "headers": [(b"content-type", resp.content_type.encode())]})
+            self.metrics.observe(verb, resource, resp.status, time.perf_counter() - t0)
+            return
+        resource = "pods/portforward"
+        try:
+            user = self.authenticator.authenticate(headers)
+            if user is None:
+                raise errors.Unauthorized("Unauthorized")
+            self.authorize(user, "create", route, self.resources.kind_for(replace(route, subresource="")))
+        except errors.APIError as e:
+            await send({"type": "raw.response", "status": e.code, "body": dumps(e.status()),
+                        "headers": [(b"content-type", b"application/json")]})
+            self.metrics.observe("create", resource, e.code, time.perf_counter() - t0)
+            return
+        offered = [p.strip() for k, v in scope["headers"] if k.lower() == b"x-stream-protocol-version"
+                   for p in v.decode("latin-1").split(",") if p.strip()]
+        status = await self.portforward.raw(route.namespace, route.name, offered, receive, send)
         self.metrics.observe("create", resource, status, time.perf_counter() - t0)
 
     @staticmethod
@@ -376,6 +422,9 @@ class FleetASGI:
         self.body_timeout = body_timeout
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == upgrade.SCOPE_TYPE:  # Upgrade: SPDY/3.1 (kubectl port-forward)
+            await self.server.raw_upgrade(scope, receive, send)
+            return
         if scope["type"] == "websocket":
             try:
                 route = resource_route(route_segments(split_raw_path(_raw_path(scope))))

@@ -19,9 +19,10 @@ container not running) reaches the client as a real HTTP error carrying a
 `Status`, which is what client-go reads out of a failed upgrade.
 
 kubectl falls back to SPDY (a POST with `Upgrade: SPDY/3.1`) when the
-WebSocket upgrade fails; Fleet does not speak SPDY, so that POST gets the
-same lookup (so a missing pod still reads "pods "x" not found") and then a
-400 saying WebSocket is required.
+WebSocket upgrade fails; Fleet speaks SPDY only for `pods/portforward`
+(portforward.py), so an exec/attach POST gets the same lookup (so a missing
+pod still reads "pods "x" not found") and then a 400 saying WebSocket is
+required.
 
 `nodes/{name}/proxy/{path}` is Kubernetes' plain-HTTP relay to a node's
 agent: any agent endpoint (`kfleet image import` uploads archives to the
@@ -62,8 +63,9 @@ STREAM_SUBRESOURCES: dict[str, tuple[tuple[str, ...], str]] = {
     "log": (("get",), "Pod"),
     "exec": (("create", "get"), "PodExecOptions"),
     "attach": (("create", "get"), "PodAttachOptions"),
+    "portforward": (("create", "get"), "PodPortForwardOptions"),  # portforward.py
 }
-WEBSOCKET_SUBRESOURCES = frozenset({"exec", "attach"})
+WEBSOCKET_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
 
 # The remote-command subprotocols a client may ask for, newest first.  The
 # proxy forwards only these (never arbitrary strings) and lets the agent pick.
@@ -424,12 +426,21 @@ class PodProxy:
 
     async def resolve(self, namespace: str, name: str, container: str | None) -> Target:
         """Pod → container → node → agent address, or the APIError a client should see."""
-        pods = self._kind("pods")
+        pod = await self._pod(namespace, name)
+        chosen = select_container(pod, container)
+        return Target(namespace, name, chosen, await self._agent_of(pod, name))
+
+    async def pod_agent(self, namespace: str, name: str) -> AgentAddress:
+        """Pod → node → agent address (pods/portforward names no container)."""
+        return await self._agent_of(await self._pod(namespace, name), name)
+
+    async def _pod(self, namespace: str, name: str) -> dict[str, Any]:
         try:
-            pod = await self.store.get(pods.key(namespace, name))
+            return await self.store.get(self._kind("pods").key(namespace, name))
         except KeyNotFound:
             raise errors.NotFound(f'pods "{name}" not found', name=name, kind="pods") from None
-        chosen = select_container(pod, container)
+
+    async def _agent_of(self, pod: Mapping[str, Any], name: str) -> AgentAddress:
         node_name = (pod.get("spec") or {}).get("nodeName")
         if not node_name:
             raise errors.BadRequest(f"pod {name} does not have a host assigned")
@@ -438,7 +449,7 @@ class PodProxy:
             node = await self.store.get(nodes.key(None, node_name))
         except KeyNotFound:
             raise errors.NotFound(f'nodes "{node_name}" not found', name=node_name, kind="nodes") from None
-        return Target(namespace, name, chosen, agent_address(node))
+        return agent_address(node)
 
     def _auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}

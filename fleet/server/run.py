@@ -40,7 +40,7 @@ from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.controllers.nodelifecycle import NodeLifecycleConfig
 from fleet.network.cluster_dns import ClusterDNSConfig, kube_dns_spec, run_cluster_dns
 from fleet.network.dns import DNSStats, parse_bind
-from fleet.server import limits, svcrepair, systemsvc
+from fleet.server import limits, svcrepair, systemsvc, upgrade
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
 from fleet.server.nscache import NamespaceCache
@@ -203,6 +203,8 @@ async def _serve(app: QuartTrio | FleetASGI, address: str, port: int, tls: Servi
     cfg.accesslog = None
     cfg.errorlog = logging.getLogger("hypercorn.error")
     (timeouts or limits.ClientTimeouts()).apply(cfg)
+    if isinstance(app, FleetASGI):
+        upgrade.enable(cfg)  # kubectl port-forward's plain SPDY/3.1 upgrade
     cfg.graceful_timeout = 2
     await serve(app, cfg, task_status=task_status)  # type: ignore[arg-type]
 

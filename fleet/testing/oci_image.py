@@ -42,6 +42,7 @@ APPLETS = (
     "head", "tail", "date", "hostname", "touch", "pwd", "uname", "wc", "dd", "yes", "seq",
     "ln", "chmod", "stat", "tee", "sync", "whoami", "mount", "df", "du", "top", "xargs",
     "timeout", "nslookup", "ping", "ip", "vi", "find", "sort", "uniq", "tr", "cut", "awk",
+    "tar",  # kubectl cp runs `tar` in the container
 )
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PASSWD = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"

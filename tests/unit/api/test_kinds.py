@@ -19,7 +19,7 @@ IDENTITY = [
     # group, version, kind, plural, singular, namespaced, shortNames, categories, subresources
     ("", "v1", "Namespace", "namespaces", "namespace", False, ("ns",), (), ("status", "finalize")),
     ("", "v1", "Pod", "pods", "pod", True, ("po",), ("all",),
-     ("status", "binding", "log", "exec", "attach", "eviction")),
+     ("status", "binding", "log", "exec", "attach", "portforward", "eviction")),
     ("", "v1", "Node", "nodes", "node", False, ("no",), (), ("status", "drain", "schedulable")),
     ("", "v1", "Service", "services", "service", True, ("svc",), ("all",), ("status",)),
     ("", "v1", "Endpoints", "endpoints", "endpoints", True, ("ep",), (), ()),
