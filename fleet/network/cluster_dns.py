@@ -7,10 +7,9 @@ EndpointSlices and Namespaces (and Pods for verified pod records) feed
 `fleet.network.dns` start (so no query is answered from an empty cache), and the
 `kube-system/kube-dns` Service (ClusterIP `service_ip`, ports 53/UDP `dns` and 53/TCP
 `dns-tcp`, targetPort = the listener's port) with its hand-made Endpoints (the
-advertised address) is ensured — by the server's store-side system Services
-(fleet/server/systemsvc.py, with `kube_dns_spec`, repaired at every pass of the
-allocation repair loop) when the port is known up front, here through the API when the
-kernel picks it; the node dataplane DNATs the ClusterIP to it.
+advertised address) is one of the server's system Services (fleet/server/systemsvc.py,
+fed `kube_dns_spec`, repaired at every pass of the allocation repair loop); the node
+dataplane DNATs the ClusterIP to it.
 
 Upstream resolvers: `upstreams`, else the `nameserver`s of `resolv_conf`, minus any
 that would loop back to this server.
@@ -45,7 +44,6 @@ from fleet.network.dns_forward import (
     read_resolv_conf_upstreams,
 )
 from fleet.network.dns_records import DEFAULT_TTL, ClusterRecords
-from fleet.network.system_service import ensure_system_service
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +64,7 @@ class ClusterDNSConfig:
     pod_records: str = "insecure"
     service_ip: str = DEFAULT_SERVICE_IP
     # The address written into kube-dns' Endpoints; empty: the bind host, or for a
-    # wildcard bind the node's address (first non-loopback IPv4).
+    # wildcard bind the default-route interface's address.
     advertise: str = ""
     # Source networks that get answers (others are dropped); ["*"]: everyone.
     allow: list[str] = field(default_factory=lambda: list(DEFAULT_ALLOWED_CLIENTS))
@@ -76,8 +74,8 @@ class ClusterDNSConfig:
 
     def validate(self) -> None:
         """ValueError for a bad flag (checked by the CLI before anything starts)."""
-        if self.bind:
-            parse_bind(self.bind)
+        if self.bind and parse_bind(self.bind)[1] == 0:
+            raise ValueError(f"{self.bind}: the port must be fixed (kube-dns' Endpoints name it)")
         if not 0 <= self.ttl <= 86400:
             raise ValueError(f"TTL {self.ttl}: must be between 0 and 86400 seconds")
         for u in self.upstreams:
@@ -105,12 +103,12 @@ def upstreams_for(cfg: ClusterDNSConfig, own: tuple[str, int]) -> list[Upstream]
 
 
 def advertised_address(cfg: ClusterDNSConfig, host: str) -> str:
+    """`advertise`, else kube-apiserver's --advertise-address rule on the bind host (the
+    default-route interface's address for a wildcard bind), as the `kubernetes` Service."""
     if cfg.advertise:
         return cfg.advertise
-    if host not in ("0.0.0.0", "::"):
-        return host
-    from fleet.agent.node import node_address
-    return node_address()
+    from fleet.server.systemsvc import default_advertise_address
+    return default_advertise_address(host)
 
 
 def _slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
@@ -148,7 +146,6 @@ def wire(records: ClusterRecords, client: Client) -> list[Informer]:
 
 
 async def run_cluster_dns(cfg: ClusterDNSConfig, client_cfg: ClientConfig, stats: DNSStats, *,
-                          ensure_kube_dns: bool = True,
                           task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
     host, port = parse_bind(cfg.bind)
     records = ClusterRecords(cfg.domain, cfg.ttl, cfg.pod_records)
@@ -163,8 +160,6 @@ async def run_cluster_dns(cfg: ClusterDNSConfig, client_cfg: ClientConfig, stats
         forwarder.upstreams = upstreams_for(cfg, (host, port))
         log.info("cluster DNS for %s on %s:%d, upstreams %s", cfg.domain, host, port,
                  ", ".join(map(str, forwarder.upstreams)) or "none")
-        if ensure_kube_dns:  # else the server's system Services (fleet/server/systemsvc.py) do
-            nursery.start_soon(_keep_kube_dns, cfg, client, port)
         task_status.started((host, port))
 
 
@@ -188,10 +183,9 @@ async def _bind(nursery: trio.Nursery, handler: DNSHandler, host: str, port: int
 
 
 def kube_dns_spec(cfg: ClusterDNSConfig, port: int | None = None) -> dict[str, Any]:
-    """The keywords of `ensure_system_service` for kube-dns (this module's through the
-    API, or the store-side one of the ClusterIP allocator): ClusterIP `service_ip`,
-    ports 53/UDP `dns` and 53/TCP `dns-tcp` → the listener's `port` (default: the bind
-    port) at the advertised address."""
+    """The keywords of `fleet.server.systemsvc.ensure_system_service` for kube-dns:
+    ClusterIP `service_ip`, ports 53/UDP `dns` and 53/TCP `dns-tcp` → the listener's
+    `port` (default: the bind port) at the advertised address."""
     host, bind_port = parse_bind(cfg.bind)
     port = port or bind_port
     return {"namespace": DNS_NAMESPACE, "name": DNS_SERVICE, "cluster_ip": cfg.service_ip,
@@ -201,19 +195,6 @@ def kube_dns_spec(cfg: ClusterDNSConfig, port: int | None = None) -> dict[str, A
             "endpoint_ports": [{"name": "dns", "port": port, "protocol": "UDP"},
                                {"name": "dns-tcp", "port": port, "protocol": "TCP"}],
             "labels": {"k8s-app": "kube-dns"}}
-
-
-async def _keep_kube_dns(cfg: ClusterDNSConfig, client: Client, port: int) -> None:
-    spec = kube_dns_spec(cfg, port)
-    backoff = 1.0
-    while True:
-        try:
-            await ensure_system_service(client, **spec)
-            return
-        except Exception as e:  # the API not ready, an IP taken...: try again later
-            log.warning("cluster DNS: ensuring %s/%s: %s", DNS_NAMESPACE, DNS_SERVICE, e)
-            await trio.sleep(backoff)
-            backoff = min(backoff * 2, 60.0)
 
 
 __all__ = ["DEFAULT_BIND", "DEFAULT_SERVICE_IP", "ClusterDNSConfig", "advertised_address",

@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +39,7 @@ from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.controllers.nodelifecycle import NodeLifecycleConfig
 from fleet.network.cluster_dns import ClusterDNSConfig, kube_dns_spec, run_cluster_dns
-from fleet.network.dns import DNSStats, parse_bind
+from fleet.network.dns import DNSStats
 from fleet.server import limits, svcrepair, systemsvc, upgrade
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
@@ -278,13 +278,10 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                        or systemsvc.default_advertise_address(cfg.address),
                                        port=cfg.port)]
             # kube-dns: ClusterIP --cluster-dns → the DNS listener's port at the advertised
-            # address (a kernel-picked port, 0, is ensured by the DNS component once bound).
-            dns_bind = parse_bind(cfg.dns.bind) if cfg.dns.bind else None
-            if dns_bind is not None and dns_bind[1]:
-                dns_cfg = replace(cfg.dns, advertise=cfg.dns.advertise
-                                  or systemsvc.default_advertise_address(dns_bind[0]))
+            # address.
+            if cfg.dns.bind:
                 system_services.append(partial(systemsvc.ensure_system_service, store, registry,
-                                               allocator, **kube_dns_spec(dns_cfg)))
+                                               allocator, **kube_dns_spec(cfg.dns)))
             await systemsvc.ensure_all(system_services)
             api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), admission,
                             rest, metrics, watches, f"{host}:{cfg.port}")
@@ -315,9 +312,8 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             # Node IPAM and node lifecycle are controllers of the manager, like the others.
             nursery.start_soon(_supervised("controller-manager", _run_controllers, cfg, client_cfg))
             if cfg.dns.bind:
-                nursery.start_soon(_supervised("cluster-dns", partial(
-                    run_cluster_dns, ensure_kube_dns=not (dns_bind and dns_bind[1])),
-                    cfg.dns, client_cfg, dns_stats))
+                nursery.start_soon(_supervised("cluster-dns", run_cluster_dns, cfg.dns, client_cfg,
+                                               dns_stats))
             if cfg.agent:
                 nursery.start_soon(_supervised("agent", _run_agent, cfg, url, token, tls.ca_cert_pem))
 

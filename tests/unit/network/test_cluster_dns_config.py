@@ -12,12 +12,6 @@ from fleet.network.cluster_dns import (
 )
 from fleet.network.dns import parse_bind
 from fleet.network.dns_forward import Upstream
-from fleet.network.system_service import (
-    desired_endpoints,
-    desired_service,
-    endpoints_differ,
-    plan_service,
-)
 
 PORTS = [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 10053},
          {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 10053}]
@@ -34,7 +28,8 @@ def test_parse_bind() -> None:
 
 def test_validate_flags() -> None:
     ClusterDNSConfig().validate()
-    for cfg in (ClusterDNSConfig(bind="nope"), ClusterDNSConfig(upstreams=["dns.example"]),
+    for cfg in (ClusterDNSConfig(bind="nope"), ClusterDNSConfig(bind="127.0.0.1:0"),
+                ClusterDNSConfig(upstreams=["dns.example"]),
                 ClusterDNSConfig(pod_records="maybe")):
         with pytest.raises(ValueError):
             cfg.validate()
@@ -56,31 +51,17 @@ def test_upstreams_skip_ourselves(tmp_path) -> None:  # type: ignore[no-untyped-
 def test_advertised_address() -> None:
     assert advertised_address(ClusterDNSConfig(advertise="192.0.2.4"), "0.0.0.0") == "192.0.2.4"
     assert advertised_address(ClusterDNSConfig(), "127.0.0.1") == "127.0.0.1"
-    assert advertised_address(ClusterDNSConfig(), "0.0.0.0")  # the node's address
+    assert advertised_address(ClusterDNSConfig(), "0.0.0.0")  # the default-route address
 
 
-def test_kube_dns_objects_and_repairs() -> None:
-    want = desired_service("kube-system", "kube-dns", "10.43.0.10", PORTS, {"k8s-app": "kube-dns"})
-    assert want["spec"]["clusterIP"] == "10.43.0.10" and "selector" not in want["spec"]
-    assert plan_service(None, want) is None
-    assert plan_service(want, want) is None
-    drifted = {**want, "metadata": {"labels": {}},
-               "spec": {**want["spec"], "ports": [{**PORTS[0], "targetPort": 9999}]}}
-    assert plan_service(drifted, want) == {"metadata": {"labels": {"k8s-app": "kube-dns"}},
-                                           "spec": {"ports": PORTS}}
+def test_kube_dns_spec() -> None:
     spec = kube_dns_spec(ClusterDNSConfig(bind="192.0.2.4:10053"))
-    assert spec["ports"] == PORTS and spec["endpoint_ips"] == ["192.0.2.4"]
-    assert kube_dns_spec(ClusterDNSConfig(bind="127.0.0.1:0"), 5353)["endpoint_ports"][1] == {
-        "name": "dns-tcp", "port": 5353, "protocol": "TCP"}
-    ep = desired_endpoints("kube-system", "kube-dns", ["192.0.2.4"], spec["endpoint_ports"],
-                           {"k8s-app": "kube-dns"})
-    assert ep["subsets"] == [{"addresses": [{"ip": "192.0.2.4"}],
-                              "ports": [{"name": "dns", "port": 10053, "protocol": "UDP"},
-                                        {"name": "dns-tcp", "port": 10053, "protocol": "TCP"}]}]
-    assert not endpoints_differ(ep, ep)
-    moved = desired_endpoints("kube-system", "kube-dns", ["192.0.2.5"], spec["endpoint_ports"],
-                              {"k8s-app": "kube-dns"})
-    assert endpoints_differ(ep, moved)
+    assert spec == {"namespace": "kube-system", "name": "kube-dns", "cluster_ip": "10.43.0.10",
+                    "ports": PORTS, "endpoint_ips": ["192.0.2.4"],
+                    "endpoint_ports": [{"name": "dns", "port": 10053, "protocol": "UDP"},
+                                       {"name": "dns-tcp", "port": 10053, "protocol": "TCP"}],
+                    "labels": {"k8s-app": "kube-dns"}}
+    assert kube_dns_spec(ClusterDNSConfig(advertise="192.0.2.9"))["endpoint_ips"] == ["192.0.2.9"]
 
 
 def test_client_filter() -> None:
