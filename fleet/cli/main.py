@@ -95,8 +95,8 @@ def server(
     cluster_dns_ttl: Annotated[int, cyclopts.Parameter(
         help="TTL (seconds) of cluster DNS records and of their negative answers.")] = 5,
     cluster_dns_advertise: Annotated[str, cyclopts.Parameter(
-        help="Address written into kube-dns' Endpoints (default: the bind host, or the "
-             "default-route interface's address for a wildcard bind).")] = "",
+        help="Address written into kube-dns' Endpoints (default: the bind host; for a wildcard "
+             "bind --address unless loopback, else the default-route interface's address).")] = "",
     dns_upstream: Annotated[list[str] | None, cyclopts.Parameter(
         help="Upstream resolver ip[:port] for names outside the cluster domain (repeatable; "
              "default: the nameservers of --resolv-conf).")] = None,

@@ -102,12 +102,20 @@ def upstreams_for(cfg: ClusterDNSConfig, own: tuple[str, int]) -> list[Upstream]
     return [u for u in ups if (u.host, u.port) not in loops]
 
 
-def advertised_address(cfg: ClusterDNSConfig, host: str) -> str:
-    """`advertise`, else kube-apiserver's --advertise-address rule on the bind host (the
-    default-route interface's address for a wildcard bind), as the `kubernetes` Service."""
+def advertised_address(cfg: ClusterDNSConfig, host: str, server_address: str = "") -> str:
+    """Where kube-dns' Endpoints point: `advertise`; else a specific bind host; else the
+    server's own advertised address (`server_address`: its --advertise-address, or a
+    non-loopback --address); else the default-route interface's address (kube-apiserver's
+    --advertise-address rule) — never loopback for a wildcard bind, since pods reach it
+    through a DNAT."""
     if cfg.advertise:
         return cfg.advertise
     from fleet.server.systemsvc import default_advertise_address
+    if host not in ("0.0.0.0", "::"):
+        return default_advertise_address(host)
+    if server_address and server_address not in ("0.0.0.0", "::", "localhost") \
+            and not server_address.startswith("127.") and server_address != "::1":
+        return server_address
     return default_advertise_address(host)
 
 
@@ -182,7 +190,8 @@ async def _bind(nursery: trio.Nursery, handler: DNSHandler, host: str, port: int
             delay = min(delay * 2, 30.0)
 
 
-def kube_dns_spec(cfg: ClusterDNSConfig, port: int | None = None) -> dict[str, Any]:
+def kube_dns_spec(cfg: ClusterDNSConfig, port: int | None = None, server_address: str = ""
+                  ) -> dict[str, Any]:
     """The keywords of `fleet.server.systemsvc.ensure_system_service` for kube-dns:
     ClusterIP `service_ip`, ports 53/UDP `dns` and 53/TCP `dns-tcp` → the listener's
     `port` (default: the bind port) at the advertised address."""
@@ -191,7 +200,7 @@ def kube_dns_spec(cfg: ClusterDNSConfig, port: int | None = None) -> dict[str, A
     return {"namespace": DNS_NAMESPACE, "name": DNS_SERVICE, "cluster_ip": cfg.service_ip,
             "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": port},
                       {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": port}],
-            "endpoint_ips": [advertised_address(cfg, host)],
+            "endpoint_ips": [advertised_address(cfg, host, server_address)],
             "endpoint_ports": [{"name": "dns", "port": port, "protocol": "UDP"},
                                {"name": "dns-tcp", "port": port, "protocol": "TCP"}],
             "labels": {"k8s-app": "kube-dns"}}

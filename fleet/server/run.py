@@ -281,7 +281,9 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             # address.
             if cfg.dns.bind:
                 system_services.append(partial(systemsvc.ensure_system_service, store, registry,
-                                               allocator, **kube_dns_spec(cfg.dns)))
+                                               allocator, **kube_dns_spec(
+                                                   cfg.dns, server_address=cfg.advertise_address
+                                                   or cfg.address)))
             await systemsvc.ensure_all(system_services)
             api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), admission,
                             rest, metrics, watches, f"{host}:{cfg.port}")

@@ -51,7 +51,14 @@ def test_upstreams_skip_ourselves(tmp_path) -> None:  # type: ignore[no-untyped-
 def test_advertised_address() -> None:
     assert advertised_address(ClusterDNSConfig(advertise="192.0.2.4"), "0.0.0.0") == "192.0.2.4"
     assert advertised_address(ClusterDNSConfig(), "127.0.0.1") == "127.0.0.1"
-    assert advertised_address(ClusterDNSConfig(), "0.0.0.0")  # the default-route address
+    from fleet.server.systemsvc import default_advertise_address
+
+    # A wildcard bind: the server's own address unless it is loopback, else the
+    # default-route interface's.
+    assert advertised_address(ClusterDNSConfig(), "0.0.0.0", "198.18.0.254") == "198.18.0.254"
+    for server in ("", "127.0.0.1", "0.0.0.0"):
+        assert advertised_address(ClusterDNSConfig(), "0.0.0.0", server) == \
+            default_advertise_address("0.0.0.0")
 
 
 def test_kube_dns_spec() -> None:
