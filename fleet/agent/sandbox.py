@@ -94,8 +94,10 @@ class PodSandbox:
         sspec = SandboxSpec(pod_uid=self.uid, namespace=self.namespace, name=self.name,
                             log_dir=self.log_dir, hostname=hostname,
                             netns_path=Path(netns) if netns else None,
+                            # The host's /etc/hosts for host-network pods (as the
+                            # kubelet); their own resolv.conf always (ClusterFirstWithHostNet).
                             hosts_file=files[0] if netns else None,
-                            dns_file=files[1] if netns else None)
+                            dns_file=files[1])
         self.sandbox = await self.env.driver.create_sandbox(sspec)
         await self._setup_volumes()
         self._changed()

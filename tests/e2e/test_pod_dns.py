@@ -108,6 +108,8 @@ def test_pod_resolv_conf_hosts_and_cluster_names(cluster: tuple[FleetServer, str
         ("cf", {}),
         ("member", {"hostname": "db-0", "subdomain": "db"}),
         ("dflt", {"dnsPolicy": "Default"}),
+        ("hostnet", {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}),
+        ("hostnet-default", {"hostNetwork": True}),
         ("custom", {"dnsPolicy": "None", "dnsConfig": {
             "nameservers": ["192.0.2.77"], "searches": ["fs-a.example"],
             "options": [{"name": "ndots", "value": "2"}]}}),
@@ -122,6 +124,14 @@ def test_pod_resolv_conf_hosts_and_cluster_names(cluster: tuple[FleetServer, str
         f"search {ns}.svc.cluster.local svc.cluster.local cluster.local fs-corp.example\n"
         "options ndots:5\n")
     assert _exec(srv, ns, "dflt", "cat /etc/resolv.conf") == (
+        "nameserver 192.0.2.53\nsearch fs-corp.example\noptions timeout:1\n")
+    _running(srv, ns, "hostnet")
+    assert _exec(srv, ns, "hostnet", "cat /etc/resolv.conf") == (
+        "nameserver 10.43.0.10\n"
+        f"search {ns}.svc.cluster.local svc.cluster.local cluster.local fs-corp.example\n"
+        "options ndots:5\n")
+    _running(srv, ns, "hostnet-default")  # ClusterFirst with the host's network: Default
+    assert _exec(srv, ns, "hostnet-default", "cat /etc/resolv.conf") == (
         "nameserver 192.0.2.53\nsearch fs-corp.example\noptions timeout:1\n")
     assert _exec(srv, ns, "custom", "cat /etc/resolv.conf") == (
         "nameserver 192.0.2.77\nsearch fs-a.example\noptions ndots:2\n")
