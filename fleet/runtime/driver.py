@@ -47,6 +47,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import enum
+import errno
 import json
 import logging
 import os
@@ -626,9 +627,25 @@ class ShimDriver(abc.ABC):
             if busy:
                 raise RuntimeDriverError(f"container cgroup {busy} still busy after 5s")
             # Raised, not ignored: a bundle left behind is a leak the caller must see.
-            with contextlib.suppress(FileNotFoundError):
-                shutil.rmtree(handle.bundle)
+            # The shim records the exit in the bundle as it ends: a write landing while
+            # rmtree walks the directory fails it with ENOTEMPTY, so the shim is given
+            # a moment to finish, then the removal is tried again.
+            for attempt in range(5):
+                try:
+                    shutil.rmtree(handle.bundle)
+                    return
+                except FileNotFoundError:
+                    return
+                except OSError as e:
+                    if e.errno != errno.ENOTEMPTY or attempt == 4:
+                        raise
+                    time.sleep(0.05 * (attempt + 1))
 
+        # Wait (bounded) for the shim to finish writing the exit record and go.
+        for _ in range(100):
+            if not self._alive(handle.shim_pid, handle.shim_start):
+                break
+            await trio.sleep(0.02)
         await trio.to_thread.run_sync(rm)
 
     async def stats(self, handle: ContainerHandle) -> ContainerStats:
