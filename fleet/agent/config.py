@@ -68,6 +68,11 @@ class AgentConfig:
     # attach) are never cut by these.
     keep_alive_timeout: float = DEFAULT_HEADER_TIMEOUT
     request_body_timeout: float = DEFAULT_BODY_TIMEOUT
+    # Pods' DNS (fleet/agent/dnsconfig.py; kubelet's --cluster-dns, --cluster-domain,
+    # --resolv-conf).  Without pod networking ClusterFirst pods fall back to Default.
+    cluster_dns: list[str] = field(default_factory=lambda: ["10.43.0.10"])
+    cluster_domain: str = "cluster.local"
+    resolv_conf: str = "/etc/resolv.conf"
 
     @property
     def pod_networking(self) -> bool:

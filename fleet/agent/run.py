@@ -47,6 +47,7 @@ from fleet.agent import api, imagegc, inventory
 from fleet.agent import env as agent_env
 from fleet.agent import volumes as agent_volumes
 from fleet.agent.config import AgentConfig
+from fleet.agent.dnsconfig import NodeDNS
 from fleet.agent.events import EventRecorder
 from fleet.agent.images import StoreImages
 from fleet.agent.node import NodeAgent
@@ -126,7 +127,10 @@ async def run(cfg: AgentConfig, *,
                         env=agent_env, volumes=agent_volumes,
                         node_allocatable=lambda: _allocatable(node),
                         events=EventRecorder(client, cfg.node_name),
-                        services=services.list)
+                        services=services.list,
+                        # No pod network, no way to the cluster DNS ClusterIP.
+                        dns=NodeDNS(tuple(cfg.cluster_dns) if network is not None else (),
+                                    cfg.cluster_domain, cfg.resolv_conf))
         sync = PodSync(cfg.node_name, env)
         await collect_garbage(client, cfg, record)
         async with trio.open_nursery() as n:

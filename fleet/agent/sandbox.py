@@ -10,13 +10,20 @@ volumes and their periodic refresh — retried with back-off until it succeeds.
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from fleet.agent.dnsconfig import (
+    NodeDNS,
+    ResolvConf,
+    container_hostname,
+    hosts_file,
+    parse_resolv_conf,
+    pod_dns,
+)
 from fleet.runtime.driver import Mount, RuntimeDriverError, SandboxSpec
 
 log = logging.getLogger("fleet.agent.worker")
@@ -34,6 +41,7 @@ class PodSandbox:
     # Provided by PodWorker.
     env: Any
     pod: dict[str, Any]
+    pod_ips: list[str]
     uid: str
     namespace: str
     name: str
@@ -60,7 +68,6 @@ class PodSandbox:
                 backoff = min(backoff * 2, 60.0)
 
     async def _setup(self) -> None:
-        spec = self.pod.get("spec") or {}
         netns: str | None = None
         if self.host_network:
             self.pod_ips = [self.env.host_ip]
@@ -79,13 +86,18 @@ class PodSandbox:
             except Exception as e:
                 raise SetupError(f"network: {e}") from e
             self.pod_ips = list(net.ips) or [self.env.host_ip]
-        hostname = spec.get("hostname") or self.name
-        files = await trio.to_thread.run_sync(self._write_etc_files, hostname)
+        node_dns = self.env.dns or NodeDNS()
+        hostname = container_hostname(self.pod, node_dns.cluster_domain)
+        files, dns_events = await trio.to_thread.run_sync(self._write_etc_files, node_dns)
+        for etype, reason, message in dns_events:
+            await self._event(etype, reason, message)
         sspec = SandboxSpec(pod_uid=self.uid, namespace=self.namespace, name=self.name,
                             log_dir=self.log_dir, hostname=hostname,
                             netns_path=Path(netns) if netns else None,
+                            # The host's /etc/hosts for host-network pods (as the
+                            # kubelet); their own resolv.conf always (ClusterFirstWithHostNet).
                             hosts_file=files[0] if netns else None,
-                            dns_file=files[1] if netns else None)
+                            dns_file=files[1])
         self.sandbox = await self.env.driver.create_sandbox(sspec)
         await self._setup_volumes()
         self._changed()
@@ -94,19 +106,24 @@ class PodSandbox:
     def log_dir(self) -> Path:
         return self.env.data_dir / "logs" / f"{self.namespace}_{self.name}_{self.uid}"
 
-    def _write_etc_files(self, hostname: str) -> tuple[Path, Path | None]:
+    def _write_etc_files(self, node_dns: NodeDNS) -> tuple[tuple[Path, Path | None],
+                                                            list[tuple[str, str, str]]]:
+        """/etc/hosts and resolv.conf by the kubelet's rules (fleet.agent.dnsconfig)."""
         d = self.pod_dir / "etc"
         d.mkdir(parents=True, exist_ok=True)
-        ip = self.pod_ips[0] if self.pod_ips else "127.0.0.1"
         hosts = d / "hosts"
-        hosts.write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-                         f"{ip}\t{hostname}\n")
+        hosts.write_text(hosts_file(self.pod, self.pod_ips or ["127.0.0.1"], node_dns.cluster_domain))
+        host_conf = ResolvConf()
+        if node_dns.resolv_conf:
+            try:
+                host_conf = parse_resolv_conf(Path(node_dns.resolv_conf).read_text())
+            except OSError as e:
+                log.warning("pod %s/%s: reading %s: %s", self.namespace, self.name,
+                            node_dns.resolv_conf, e)
+        decision = pod_dns(self.pod, node_dns, host_conf)
         resolv = d / "resolv.conf"
-        try:
-            shutil.copyfile("/etc/resolv.conf", resolv)
-        except OSError:
-            return hosts, None
-        return hosts, resolv
+        resolv.write_text(decision.conf.render())
+        return (hosts, resolv), decision.events
 
     # -- volumes ---------------------------------------------------------------------------
     async def _setup_volumes(self) -> None:

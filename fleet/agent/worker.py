@@ -146,6 +146,9 @@ class WorkerEnv:
     env: Any = None
     # fleet.agent.events.EventRecorder: the kubelet's Events for pods; None = none.
     events: Any = None
+    # fleet.agent.dnsconfig.NodeDNS: cluster DNS address(es), domain, node resolv.conf;
+    # None: the defaults (10.43.0.10, cluster.local, /etc/resolv.conf).
+    dns: Any = None
     # Every Service the agent knows (an informer's list), for the service-link
     # variables (fleet.agent.service_env); None: no such variables.
     services: Callable[[], Iterable[Mapping[str, Any]]] | None = None

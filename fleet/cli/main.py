@@ -87,6 +87,27 @@ def server(
         help="Seconds a client may take to complete the TLS handshake.")] = 32.0,
     request_body_timeout: Annotated[float, cyclopts.Parameter(
         help="Seconds a request body may take to arrive in full (then 408).")] = 60.0,
+    cluster_dns_bind: Annotated[str, cyclopts.Parameter(
+        help="host:port of the cluster DNS listeners (UDP and TCP); '' turns cluster DNS off.")] = "0.0.0.0:10053",
+    cluster_domain: Annotated[str, cyclopts.Parameter(help="The cluster DNS domain.")] = "cluster.local",
+    cluster_dns: Annotated[str, cyclopts.Parameter(
+        help="ClusterIP of the kube-system/kube-dns Service.")] = "10.43.0.10",
+    cluster_dns_ttl: Annotated[int, cyclopts.Parameter(
+        help="TTL (seconds) of cluster DNS records and of their negative answers.")] = 5,
+    cluster_dns_advertise: Annotated[str, cyclopts.Parameter(
+        help="Address written into kube-dns' Endpoints (default: the bind host; for a wildcard "
+             "bind --address unless loopback, else the default-route interface's address).")] = "",
+    dns_upstream: Annotated[list[str] | None, cyclopts.Parameter(
+        help="Upstream resolver ip[:port] for names outside the cluster domain (repeatable; "
+             "default: the nameservers of --resolv-conf).")] = None,
+    resolv_conf: Annotated[str, cyclopts.Parameter(
+        help="resolv.conf whose nameservers are the default upstreams.")] = "/etc/resolv.conf",
+    cluster_dns_pods: Annotated[str, cyclopts.Parameter(
+        help="Pod records a-b-c-d.<ns>.pod.<domain>: insecure (any IP, CoreDNS's `pods insecure`), "
+             "verified (a pod of that namespace has the IP) or disabled.")] = "insecure",
+    cluster_dns_allow: Annotated[str | None, cyclopts.Parameter(
+        help="Source networks (comma-separated CIDRs, '*' for all) whose DNS queries are answered "
+             "(default: loopback and the private ranges).")] = None,
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -136,6 +157,16 @@ def server(
     cfg.keep_alive_timeout = keep_alive_timeout
     cfg.tls_handshake_timeout = tls_handshake_timeout
     cfg.request_body_timeout = request_body_timeout
+    cfg.dns.bind, cfg.dns.domain, cfg.dns.service_ip = cluster_dns_bind, cluster_domain, cluster_dns
+    cfg.dns.advertise, cfg.dns.resolv_conf = cluster_dns_advertise, resolv_conf
+    cfg.dns.ttl, cfg.dns.pod_records = cluster_dns_ttl, cluster_dns_pods
+    cfg.dns.upstreams = [u for arg in dns_upstream or [] for u in arg.split(",") if u.strip()]
+    if cluster_dns_allow is not None:
+        cfg.dns.allow = [n.strip() for n in cluster_dns_allow.split(",") if n.strip()]
+    try:
+        cfg.dns.validate()
+    except ValueError as e:
+        sys.exit(f"fleet server: cluster DNS: {e}")
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def main() -> None:
@@ -249,6 +280,12 @@ def agent(
     simulate_control_port: Annotated[int | None, cyclopts.Parameter(
         help="Serve the simulator's control endpoint (pause/resume heartbeats) on "
              "127.0.0.1:PORT (0: any free port).")] = None,
+    cluster_dns: Annotated[str, cyclopts.Parameter(
+        help="Cluster DNS address(es) for ClusterFirst pods, comma-separated ('' = none: "
+             "ClusterFirst falls back to Default).")] = "10.43.0.10",
+    cluster_domain: Annotated[str, cyclopts.Parameter(help="The cluster DNS domain.")] = "cluster.local",
+    resolv_conf: Annotated[str, cyclopts.Parameter(
+        help="The node's resolv.conf, for Default pods and the host search domains.")] = "/etc/resolv.conf",
     log_level: str = "INFO",
 ) -> None:
     """Run a node agent: register the node and run the pods bound to it."""
@@ -268,7 +305,9 @@ def agent(
                       pod_cidr=pod_cidr, bridge_name=bridge_name, cluster_cidr=cluster_cidr,
                       service_cidr=service_cidr, service_proxy=service_proxy,
                       network_backend=network_backend,
-                      insecure_registries=list(insecure_registry or []))
+                      insecure_registries=list(insecure_registry or []),
+                      cluster_dns=[a.strip() for a in cluster_dns.split(",") if a.strip()],
+                      cluster_domain=cluster_domain, resolv_conf=resolv_conf)
     if not simulate:
         cfg.registries = _registries(registries, data_dir, disable_default_registry_endpoint,
                                      "fleet agent")

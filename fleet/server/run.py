@@ -38,6 +38,8 @@ from fleet.client import ClientConfig
 from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.controllers.nodelifecycle import NodeLifecycleConfig
+from fleet.network.cluster_dns import ClusterDNSConfig, kube_dns_spec, run_cluster_dns
+from fleet.network.dns import DNSStats
 from fleet.server import limits, svcrepair, systemsvc, upgrade
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
@@ -126,6 +128,8 @@ class ServerConfig:
     keep_alive_timeout: float = limits.DEFAULT_HEADER_TIMEOUT
     tls_handshake_timeout: float = limits.DEFAULT_HEADER_TIMEOUT
     request_body_timeout: float = limits.DEFAULT_BODY_TIMEOUT
+    # Cluster DNS (fleet/network/cluster_dns.py): listeners, domain, upstreams; bind "" = off.
+    dns: ClusterDNSConfig = field(default_factory=ClusterDNSConfig)
 
 
 @dataclass
@@ -241,6 +245,8 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             await nursery.start(_supervised("memory-trim", memory.trim_periodically))
             watches = WatchCounter()
             metrics = Metrics(store.stats, lambda: watches.open)
+            dns_stats = DNSStats()
+            metrics.registry.register(dns_stats)  # type: ignore[arg-type]
             host = "127.0.0.1" if cfg.address in ("0.0.0.0", "::", "") else cfg.address
             url = f"https://{host}:{cfg.port}"
             priority_classes = ClassCache()
@@ -263,14 +269,21 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                          PortRange.parse(cfg.service_node_port_range))
             await nursery.start(_supervised("service-allocator", allocator.run, store))
             rest.allocators[("", "services")] = allocator
-            # System Services (`default/kubernetes`; the DNS part adds `kube-system/kube-dns`
-            # here): ensured now and again at every pass of the repair loop.
+            # System Services (`default/kubernetes`, `kube-system/kube-dns`): ensured now
+            # and again at every pass of the repair loop.
             system_services = [partial(systemsvc.ensure_default_service_cidr, store, registry,
                                        allocator.ip_range.cidr),
                                partial(systemsvc.ensure_kubernetes_service, store, registry, allocator,
                                        advertise_address=cfg.advertise_address
                                        or systemsvc.default_advertise_address(cfg.address),
                                        port=cfg.port)]
+            # kube-dns: ClusterIP --cluster-dns → the DNS listener's port at the advertised
+            # address.
+            if cfg.dns.bind:
+                system_services.append(partial(systemsvc.ensure_system_service, store, registry,
+                                               allocator, **kube_dns_spec(
+                                                   cfg.dns, server_address=cfg.advertise_address
+                                                   or cfg.address)))
             await systemsvc.ensure_all(system_services)
             api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), admission,
                             rest, metrics, watches, f"{host}:{cfg.port}")
@@ -300,6 +313,9 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                 nursery.start_soon(_supervised("scheduler", scheduler.run, client_cfg))
             # Node IPAM and node lifecycle are controllers of the manager, like the others.
             nursery.start_soon(_supervised("controller-manager", _run_controllers, cfg, client_cfg))
+            if cfg.dns.bind:
+                nursery.start_soon(_supervised("cluster-dns", run_cluster_dns, cfg.dns, client_cfg,
+                                               dns_stats))
             if cfg.agent:
                 nursery.start_soon(_supervised("agent", _run_agent, cfg, url, token, tls.ca_cert_pem))
 
@@ -342,6 +358,8 @@ async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes, *,
                             driver=cfg.agent_driver, network_driver=cfg.agent_network,
                             bridge_name=cfg.agent_bridge, registries=cfg.agent_registries,
                             cluster_cidr=cfg.cluster_cidr, service_cidr=cfg.service_cidr,
+                            cluster_dns=[cfg.dns.service_ip], cluster_domain=cfg.dns.domain,
+                            resolv_conf=cfg.dns.resolv_conf,
                             # The built-in agent's port drops slow clients as the API does.
                             keep_alive_timeout=cfg.keep_alive_timeout,
                             request_body_timeout=cfg.request_body_timeout,
