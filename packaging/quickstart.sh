@@ -53,5 +53,6 @@ done
 echo
 echo "Cluster is up. In another shell:"
 echo "  export KUBECONFIG=$kc"
-echo "  kubectl get deploy,pods -o wide; kubectl logs deploy/hello; kubectl exec deploy/hello -- wget -qO- localhost:8080"
+echo "  kubectl get deploy,pods,svc -o wide; kubectl logs deploy/hello; kubectl exec deploy/hello -- wget -qO- localhost:8080"
+echo "  kubectl exec deploy/hello -- nslookup hello; kubectl port-forward svc/hello 8080:80"
 wait "$server"

@@ -1,7 +1,9 @@
 """The README's first command, minus the install: `fleet server` with its built-in agent,
 the example image built by packaging/build_example_image.py and imported with
 `kfleet image import`, then packaging/examples/hello.yaml applied with kubectl — the
-Deployment's two replicas become Ready and each serves the page on its pod IP."""
+Deployment's two replicas become Ready and each serves the page on its pod IP; from
+inside a pod the `hello` Service answers on its ClusterIP and its name resolves through
+the cluster DNS (search path `<ns>.svc.cluster.local`)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,9 @@ BRIDGE = "fleetqs0"
 def test_readme_example_workload(fleet_server_factory: ServerFactory, tmp_path: Path) -> None:
     srv = fleet_server_factory.start(extra_args=[
         "--agent-port", str(free_port()), "--agent-network", "bridge", "--agent-bridge", BRIDGE,
-        "--cluster-cidr", "10.245.0.0/16"])
+        "--cluster-cidr", "10.245.0.0/16",
+        # The test server listens on loopback only: pods reach its DNS on the bridge.
+        "--cluster-dns-advertise", "10.245.0.1"])
     ns = f"qs-{uuid.uuid4().hex[:6]}"
     try:
         image = tmp_path / "busybox-fleet.tar"
@@ -62,6 +66,16 @@ def test_readme_example_workload(fleet_server_factory: ServerFactory, tmp_path: 
             body = wait_until(lambda ip=ip: _fetch(f"http://{ip}:8080/index.html"), timeout=30,
                               what=f"the page on {ip}")
             assert body.strip() == "hello from fleet"
+        svc = get(srv, f"/api/v1/namespaces/{ns}/services/hello")[1]
+        cip = svc["spec"]["clusterIP"]
+        rc, out, err = run_kubectl(srv, "exec", "-n", ns, "deploy/hello", "--", "wget", "-q", "-O", "-",
+                                   f"http://{cip}/index.html")
+        assert rc == 0 and out.strip() == "hello from fleet", (rc, out, err)
+        # busybox's nslookup goes on through every search domain after the answer and
+        # exits 1 for the NXDOMAINs of the others (as it does against CoreDNS): the
+        # answer itself is what counts.
+        rc, out, err = run_kubectl(srv, "exec", "-n", ns, "deploy/hello", "--", "nslookup", "hello")
+        assert f"Name:\thello.{ns}.svc.cluster.local\nAddress: {cip}" in out, (rc, out, err)
     finally:
         # Deleting the namespace takes the Deployment, its ReplicaSet and pods with it
         # (kubectl waits until it is gone); the agent removes everything of them.
