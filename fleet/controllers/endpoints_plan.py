@@ -35,10 +35,12 @@ from fleet.controllers.endpoints_util import (
     find_port,
     is_ipv6,
     is_service_ip_set,
+    meta_of,
     pod_ips,
     selects,
     should_pod_be_in_endpoints,
     should_set_hostname,
+    spec_of,
 )
 
 MAX_CAPACITY = 1000
@@ -47,24 +49,14 @@ TRUNCATED = "truncated"
 Obj = Mapping[str, Any]
 
 
-def _md(obj: Obj | None) -> Mapping[str, Any]:
-    md = (obj or {}).get("metadata")
-    return md if isinstance(md, Mapping) else {}
-
-
-def _spec(obj: Obj | None) -> Mapping[str, Any]:
-    spec = (obj or {}).get("spec")
-    return spec if isinstance(spec, Mapping) else {}
-
-
 def _address_family(service: Obj, pod: Obj) -> str:
     """podToEndpointAddressForService's family: the Service's first ipFamily, its
     cluster IP's, or — headless — the pod's primary IP's."""
-    fams = _spec(service).get("ipFamilies")
+    fams = spec_of(service).get("ipFamilies")
     if isinstance(fams, list) and fams:
         return str(fams[0])
     if is_service_ip_set(service):
-        return "IPv6" if is_ipv6(_spec(service).get("clusterIP")) else "IPv4"
+        return "IPv6" if is_ipv6(spec_of(service).get("clusterIP")) else "IPv4"
     ips = pod_ips(pod)
     return "IPv6" if ips and is_ipv6(ips[0]) else "IPv4"
 
@@ -75,12 +67,12 @@ def pod_address(service: Obj, pod: Obj) -> dict[str, Any] | None:
     ip = next((i for i in pod_ips(pod) if is_ipv6(i) == (family == "IPv6")), None)
     if ip is None:
         return None
-    md = _md(pod)
+    md = meta_of(pod)
     addr: dict[str, Any] = {"ip": ip}
     if should_set_hostname(pod, service):
-        addr["hostname"] = _spec(pod)["hostname"]
-    if _spec(pod).get("nodeName"):
-        addr["nodeName"] = _spec(pod)["nodeName"]
+        addr["hostname"] = spec_of(pod)["hostname"]
+    if spec_of(pod).get("nodeName"):
+        addr["nodeName"] = spec_of(pod)["nodeName"]
     addr["targetRef"] = {"kind": "Pod", "namespace": md.get("namespace"), "name": md.get("name"),
                          "uid": md.get("uid")}
     return addr
@@ -97,9 +89,9 @@ def _port(sp: Mapping[str, Any], num: int) -> dict[str, Any]:
 
 def desired_subsets(service: Obj, pods: Iterable[Obj]) -> list[dict[str, Any]]:
     """One subset per (pod, port), repacked (see the module docstring)."""
-    publish = bool(_spec(service).get("publishNotReadyAddresses"))
-    service_ports = [p for p in _spec(service).get("ports") or [] if isinstance(p, Mapping)]
-    headless = _spec(service).get("clusterIP") == "None"
+    publish = bool(spec_of(service).get("publishNotReadyAddresses"))
+    service_ports = [p for p in spec_of(service).get("ports") or [] if isinstance(p, Mapping)]
+    headless = spec_of(service).get("clusterIP") == "None"
     raw: list[dict[str, Any]] = []
     for pod in pods:
         if not selects(service, pod) or not should_pod_be_in_endpoints(pod, publish):
@@ -257,7 +249,7 @@ def _canonical(subsets: Any) -> list[dict[str, Any]]:
 
 
 def endpoints_labels(service: Obj) -> dict[str, str]:
-    labels = dict(_md(service).get("labels") or {})
+    labels = dict(meta_of(service).get("labels") or {})
     if is_service_ip_set(service):
         labels.pop(LABEL_HEADLESS, None)
     else:
@@ -275,14 +267,14 @@ def plan_endpoints(service: Obj, pods: Iterable[Obj], current: Obj | None, *,
         subsets = repack_subsets(subsets)  # canonical again, so the next sync compares equal
     labels = endpoints_labels(service)
     if current is not None:
-        annotations = _md(current).get("annotations") or {}
+        annotations = meta_of(current).get("annotations") or {}
         capacity_ok = (annotations.get(OVER_CAPACITY) == TRUNCATED) == truncated
-        if (_canonical(current.get("subsets")) == subsets and (_md(current).get("labels") or {}) == labels
+        if (_canonical(current.get("subsets")) == subsets and (meta_of(current).get("labels") or {}) == labels
                 and capacity_ok):
             return None
         body = copy.deepcopy(dict(current))
     else:
-        md = _md(service)
+        md = meta_of(service)
         body = {"metadata": {"name": md.get("name"), "namespace": md.get("namespace")}}
     body["apiVersion"], body["kind"] = "v1", "Endpoints"
     meta = body.setdefault("metadata", {})

@@ -46,12 +46,12 @@ MIRRORING_CONTROLLER = "endpointslicemirroring-controller.k8s.io"
 Obj = Mapping[str, Any]
 
 
-def _md(obj: Obj | None) -> Mapping[str, Any]:
+def meta_of(obj: Obj | None) -> Mapping[str, Any]:
     md = (obj or {}).get("metadata")
     return md if isinstance(md, Mapping) else {}
 
 
-def _spec(obj: Obj | None) -> Mapping[str, Any]:
+def spec_of(obj: Obj | None) -> Mapping[str, Any]:
     spec = (obj or {}).get("spec")
     return spec if isinstance(spec, Mapping) else {}
 
@@ -68,7 +68,7 @@ def _status(obj: Obj | None) -> Mapping[str, Any]:
 def service_selector(service: Obj) -> dict[str, str] | None:
     """The Service's selector, None for a selector-less one (an empty map is stored as
     none by Kubernetes, so it is none here too)."""
-    sel = _spec(service).get("selector")
+    sel = spec_of(service).get("selector")
     if not isinstance(sel, Mapping) or not sel:
         return None
     return {str(k): str(v) for k, v in sel.items()}
@@ -77,20 +77,20 @@ def service_selector(service: Obj) -> dict[str, str] | None:
 def manages_endpoints(service: Obj) -> bool:
     """Whether the endpoints controllers build this Service's endpoints from pods: it
     has a selector and is not an ExternalName (issues.k8s.io/105986)."""
-    return _spec(service).get("type") != "ExternalName" and service_selector(service) is not None
+    return spec_of(service).get("type") != "ExternalName" and service_selector(service) is not None
 
 
 def selects(service: Obj, pod: Obj) -> bool:
     """The Service selects the pod: same namespace, every selector label matches."""
     sel = service_selector(service)
-    if sel is None or _md(service).get("namespace") != _md(pod).get("namespace"):
+    if sel is None or meta_of(service).get("namespace") != meta_of(pod).get("namespace"):
         return False
-    return set_selector_matches(sel, _md(pod).get("labels"))
+    return set_selector_matches(sel, meta_of(pod).get("labels"))
 
 
 def is_service_ip_set(service: Obj) -> bool:
     """helper.IsServiceIPSet: a cluster IP other than None (headless) or unset."""
-    ip = _spec(service).get("clusterIP") or ""
+    ip = spec_of(service).get("clusterIP") or ""
     return ip not in ("", "None")
 
 
@@ -112,10 +112,10 @@ def address_family(ip: Any) -> str | None:
 def service_address_type(service: Obj) -> str:
     """The address family of the Service's endpoints (single stack): its first
     ipFamily, else its cluster IP's family, else IPv4."""
-    fams = _spec(service).get("ipFamilies")
+    fams = spec_of(service).get("ipFamilies")
     if isinstance(fams, list) and fams and fams[0] in ("IPv4", "IPv6"):
         return str(fams[0])
-    if is_service_ip_set(service) and is_ipv6(_spec(service).get("clusterIP")):
+    if is_service_ip_set(service) and is_ipv6(spec_of(service).get("clusterIP")):
         return "IPv6"
     return "IPv4"
 
@@ -146,14 +146,14 @@ def should_pod_be_in_endpoints(pod: Obj, include_terminating: bool) -> bool:
     `include_terminating` — not being deleted."""
     if is_terminal(pod) or not pod_ips(pod):
         return False
-    return include_terminating or not _md(pod).get("deletionTimestamp")
+    return include_terminating or not meta_of(pod).get("deletionTimestamp")
 
 
 def should_set_hostname(pod: Obj, service: Obj) -> bool:
     """A pod's hostname is published when its subdomain is the Service (StatefulSets)."""
-    spec = _spec(pod)
-    return (bool(spec.get("hostname")) and spec.get("subdomain") == _md(service).get("name")
-            and _md(pod).get("namespace") == _md(service).get("namespace"))
+    spec = spec_of(pod)
+    return (bool(spec.get("hostname")) and spec.get("subdomain") == meta_of(service).get("name")
+            and meta_of(pod).get("namespace") == meta_of(service).get("namespace"))
 
 
 def find_port(pod: Obj, service_port: Mapping[str, Any]) -> int | None:
@@ -170,7 +170,7 @@ def find_port(pod: Obj, service_port: Mapping[str, Any]) -> int | None:
     if isinstance(target, str) and target.isdigit():
         return int(target)
     proto = service_port.get("protocol") or "TCP"
-    spec = _spec(pod)
+    spec = spec_of(pod)
     containers = [c for c in spec.get("containers") or [] if isinstance(c, Mapping)]
     containers += [c for c in spec.get("initContainers") or []
                    if isinstance(c, Mapping) and c.get("restartPolicy") == "Always"]
@@ -187,7 +187,7 @@ def pod_endpoint_view(pod: Obj | None) -> tuple[Any, ...] | None:
     that leaves this and the labels alone concerns no Service."""
     if pod is None:
         return None
-    md, spec = _md(pod), _spec(pod)
+    md, spec = meta_of(pod), spec_of(pod)
     ports = [(c.get("name"), repr(c.get("ports"))) for c in spec.get("containers") or []
              if isinstance(c, Mapping)]
     ready = pod_ready_condition(pod) or {}
@@ -201,7 +201,7 @@ def services_for_pod_change(services: Iterable[Obj], old: Obj | None, new: Obj |
     a pod event — those selecting its old or new labels, when something an endpoint is
     made of changed; on a label change only, the Services whose membership changed."""
     if old is not None and new is not None:
-        labels_changed = _md(old).get("labels") != _md(new).get("labels")
+        labels_changed = meta_of(old).get("labels") != meta_of(new).get("labels")
         if not labels_changed and pod_endpoint_view(old) == pod_endpoint_view(new):
             return []
         if labels_changed and pod_endpoint_view(old) == pod_endpoint_view(new):
@@ -215,12 +215,12 @@ def services_for_pod_change(services: Iterable[Obj], old: Obj | None, new: Obj |
 
 def slice_service_key(slice_: Obj) -> str | None:
     """"ns/service" of a slice, from its service-name label."""
-    name = (_md(slice_).get("labels") or {}).get(LABEL_SERVICE_NAME)
-    return f"{_md(slice_).get('namespace') or ''}/{name}" if name else None
+    name = (meta_of(slice_).get("labels") or {}).get(LABEL_SERVICE_NAME)
+    return f"{meta_of(slice_).get('namespace') or ''}/{name}" if name else None
 
 
 def managed_by(slice_: Obj) -> str | None:
-    return (_md(slice_).get("labels") or {}).get(LABEL_MANAGED_BY)
+    return (meta_of(slice_).get("labels") or {}).get(LABEL_MANAGED_BY)
 
 
 def slice_index(controller: str) -> Callable[[dict[str, Any]], list[str]]:
@@ -235,7 +235,7 @@ def slice_index(controller: str) -> Callable[[dict[str, Any]], list[str]]:
 
 def _rv(obj: Obj) -> int | None:
     try:
-        return int(str(_md(obj).get("resourceVersion")))
+        return int(str(meta_of(obj).get("resourceVersion")))
     except ValueError:
         return None
 
@@ -252,18 +252,18 @@ class SliceTracker:
 
     def update(self, slice_: Obj) -> None:
         """The controller wrote `slice_` (the server's answer)."""
-        key, uid, rv = slice_service_key(slice_), str(_md(slice_).get("uid") or ""), _rv(slice_)
+        key, uid, rv = slice_service_key(slice_), str(meta_of(slice_).get("uid") or ""), _rv(slice_)
         if key and uid and rv is not None:
             self._by_service.setdefault(key, {})[uid] = rv
 
     def expect_deletion(self, slice_: Obj) -> None:
-        key, uid = slice_service_key(slice_), str(_md(slice_).get("uid") or "")
+        key, uid = slice_service_key(slice_), str(meta_of(slice_).get("uid") or "")
         if key and uid:
             self._by_service.setdefault(key, {})[uid] = _DELETION_EXPECTED
 
     def has(self, slice_: Obj) -> bool:
         key = slice_service_key(slice_)
-        return key is not None and str(_md(slice_).get("uid") or "") in self._by_service.get(key, {})
+        return key is not None and str(meta_of(slice_).get("uid") or "") in self._by_service.get(key, {})
 
     def should_sync(self, slice_: Obj) -> bool:
         """An informer event about `slice_` is news: a slice the controller did not
@@ -272,7 +272,7 @@ class SliceTracker:
         known = self._by_service.get(key or "")
         if known is None:
             return True
-        mine = known.get(str(_md(slice_).get("uid") or ""))
+        mine = known.get(str(meta_of(slice_).get("uid") or ""))
         rv = _rv(slice_)
         return mine is None or rv is None or rv > mine
 
@@ -280,7 +280,7 @@ class SliceTracker:
         """A slice was deleted; True when that was the controller's own deletion."""
         key = slice_service_key(slice_)
         known = self._by_service.get(key or "")
-        uid = str(_md(slice_).get("uid") or "")
+        uid = str(meta_of(slice_).get("uid") or "")
         if known is None or uid not in known:
             return False
         expected = known.pop(uid) == _DELETION_EXPECTED
@@ -295,7 +295,7 @@ class SliceTracker:
             return False
         seen: set[str] = set()
         for s in slices:
-            uid = str(_md(s).get("uid") or "")
+            uid = str(meta_of(s).get("uid") or "")
             seen.add(uid)
             mine = known.get(uid)
             if mine is None:
@@ -334,12 +334,12 @@ class TriggerTimeTracker:
             t = _parse((pod_ready_condition(pod) or {}).get("lastTransitionTime"))
             if t is None:
                 continue
-            name = str(_md(pod).get("name") or "")
+            name = str(meta_of(pod).get("name") or "")
             now_pods[name] = t
             before = last_pods.get(name)
             if before is None or t > before:
                 earliest = t if earliest is None else min(earliest, t)
-        service_time = _parse(_md(service).get("creationTimestamp"))
+        service_time = _parse(meta_of(service).get("creationTimestamp"))
         if service_time is not None and (last_service is None or service_time > last_service):
             earliest = service_time if earliest is None else min(earliest, service_time)
         self._state[key] = (now_pods, service_time)

@@ -43,11 +43,13 @@ from fleet.controllers.endpoints_util import (
     LAST_CHANGE_TRIGGER_TIME,
     find_port,
     is_service_ip_set,
+    meta_of,
     pod_ips_of_family,
     selects,
     service_address_type,
     should_pod_be_in_endpoints,
     should_set_hostname,
+    spec_of,
 )
 
 DEFAULT_MAX_ENDPOINTS_PER_SLICE = 100
@@ -58,16 +60,6 @@ PortKey = tuple[tuple[str, int, str, str], ...]
 EndpointKey = tuple[tuple[str, ...], str, str, str]
 
 
-def _md(obj: Obj) -> Mapping[str, Any]:
-    md = obj.get("metadata")
-    return md if isinstance(md, Mapping) else {}
-
-
-def _spec(obj: Obj) -> Mapping[str, Any]:
-    spec = obj.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
-
-
 # ---------------------------------------------------------------------------------------
 # Ports and endpoints
 
@@ -76,7 +68,7 @@ def endpoint_ports(service: Obj, pod: Obj) -> list[dict[str, Any]]:
     """getEndpointPorts: the Service's ports as this pod serves them (ports the pod has
     no match for are left out; a headless Service may have none)."""
     out: list[dict[str, Any]] = []
-    for sp in _spec(service).get("ports") or []:
+    for sp in spec_of(service).get("ports") or []:
         if not isinstance(sp, Mapping):
             continue
         num = find_port(pod, sp)
@@ -106,33 +98,33 @@ def endpoint_key(ep: Mapping[str, Any]) -> EndpointKey:
 def pod_to_endpoint(pod: Obj, node: Obj | None, service: Obj, address_type: str) -> dict[str, Any]:
     """podToEndpoint (see the module docstring)."""
     serving = is_pod_ready(pod)
-    terminating = bool(_md(pod).get("deletionTimestamp"))
-    ready = bool(_spec(service).get("publishNotReadyAddresses")) or (serving and not terminating)
-    md = _md(pod)
+    terminating = bool(meta_of(pod).get("deletionTimestamp"))
+    ready = bool(spec_of(service).get("publishNotReadyAddresses")) or (serving and not terminating)
+    md = meta_of(pod)
     ep: dict[str, Any] = {
         "addresses": pod_ips_of_family(pod, address_type)[:1],
         "conditions": {"ready": ready, "serving": serving, "terminating": terminating},
         "targetRef": {"kind": "Pod", "namespace": md.get("namespace"), "name": md.get("name"),
                       "uid": md.get("uid")},
     }
-    node_name = _spec(pod).get("nodeName")
+    node_name = spec_of(pod).get("nodeName")
     if node_name:
         ep["nodeName"] = node_name
-    zone = (_md(node).get("labels") or {}).get(LABEL_ZONE) if node else None
+    zone = (meta_of(node).get("labels") or {}).get(LABEL_ZONE) if node else None
     if zone:
         ep["zone"] = zone
     if should_set_hostname(pod, service):
-        ep["hostname"] = _spec(pod)["hostname"]
+        ep["hostname"] = spec_of(pod)["hostname"]
     return ep
 
 
 def slice_labels(service: Obj, controller: str = ENDPOINTSLICE_CONTROLLER) -> dict[str, str]:
     """setEndpointSliceLabels: the Service's labels but the reserved ones, its name,
     the managing controller, and the headless mark for a Service without a cluster IP."""
-    labels = {k: v for k, v in (_md(service).get("labels") or {}).items() if k not in RESERVED_LABELS}
+    labels = {k: v for k, v in (meta_of(service).get("labels") or {}).items() if k not in RESERVED_LABELS}
     if not is_service_ip_set(service):
         labels[LABEL_HEADLESS] = ""
-    labels[LABEL_SERVICE_NAME] = str(_md(service).get("name") or "")
+    labels[LABEL_SERVICE_NAME] = str(meta_of(service).get("name") or "")
     labels[LABEL_MANAGED_BY] = controller
     return labels
 
@@ -140,7 +132,7 @@ def slice_labels(service: Obj, controller: str = ENDPOINTSLICE_CONTROLLER) -> di
 def new_slice(service: Obj, ports: list[dict[str, Any]], address_type: str,
               controller: str = ENDPOINTSLICE_CONTROLLER) -> dict[str, Any]:
     """newEndpointSlice: a slice to create, named `<service>-<random>` by the server."""
-    md = _md(service)
+    md = meta_of(service)
     return {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"generateName": f"{md.get('name')}-", "namespace": md.get("namespace"),
@@ -171,7 +163,7 @@ class SlicePlan:
 
 
 def _name(obj: Obj) -> str:
-    return str(_md(obj).get("name") or "")
+    return str(meta_of(obj).get("name") or "")
 
 
 def desired_endpoints(service: Obj, pods: Iterable[Obj], nodes: Mapping[str, Obj], address_type: str,
@@ -183,13 +175,13 @@ def desired_endpoints(service: Obj, pods: Iterable[Obj], nodes: Mapping[str, Obj
     ports_by_key: dict[PortKey, list[dict[str, Any]]] = {}
     wanted: dict[PortKey, dict[EndpointKey, dict[str, Any]]] = {}
     skipped: list[str] = []
-    publish = bool(_spec(service).get("publishNotReadyAddresses"))
+    publish = bool(spec_of(service).get("publishNotReadyAddresses"))
     for pod in sorted(pods, key=_name):
         if not selects(service, pod) or not should_pod_be_in_endpoints(pod, True):
             continue
         ports = endpoint_ports(service, pod)
         key = port_key(ports)
-        node_name = str(_spec(pod).get("nodeName") or "")
+        node_name = str(spec_of(pod).get("nodeName") or "")
         node = nodes.get(node_name) if node_name else None
         if node_name and node is None and not publish:
             skipped.append(_name(pod))
@@ -232,7 +224,7 @@ def _reconcile_port_map(service: Obj, existing: list[dict[str, Any]], wanted: di
                 continue
             kept.append(got)
             changed = changed or got != ep
-        labels_changed = (_md(s).get("labels") or {}) != labels
+        labels_changed = (meta_of(s).get("labels") or {}) != labels
         if changed or len(kept) != len(old_eps) or len(old_eps) != len(s.get("endpoints") or []):
             if not kept:
                 plan.delete.append(s)
@@ -286,7 +278,7 @@ def _is_placeholder_of(stored: Obj, placeholder: Obj) -> bool:
     """placeholderSliceCompare: the stored slice is the placeholder we would create."""
     return (not stored.get("endpoints") and not stored.get("ports")
             and stored.get("addressType") == placeholder.get("addressType")
-            and (_md(stored).get("labels") or {}) == _md(placeholder).get("labels"))
+            and (meta_of(stored).get("labels") or {}) == meta_of(placeholder).get("labels"))
 
 
 def _recycle(plan: SlicePlan, service_uid: str) -> None:
@@ -304,7 +296,7 @@ def _recycle(plan: SlicePlan, service_uid: str) -> None:
             md = body["metadata"]
             md.pop("generateName", None)
             md["name"] = _name(old)
-            md["resourceVersion"] = _md(old).get("resourceVersion")
+            md["resourceVersion"] = meta_of(old).get("resourceVersion")
             plan.update.append(body)
             plan.delete.pop(i)
         else:
@@ -331,11 +323,11 @@ def plan_slices(service: Obj, pods: Iterable[Obj], nodes: Mapping[str, Obj], exi
     the Service and its pods call for.  See the module docstring."""
     plan = SlicePlan()
     address_type = service_address_type(service)
-    uid = str(_md(service).get("uid") or "")
+    uid = str(meta_of(service).get("uid") or "")
     labels = slice_labels(service)
     ports_by_key, wanted, plan.skipped_pods = desired_endpoints(service, pods, nodes, address_type)
     mine: dict[PortKey, list[dict[str, Any]]] = {}
-    all_existing = [dict(s) for s in existing if not _md(s).get("deletionTimestamp")]
+    all_existing = [dict(s) for s in existing if not meta_of(s).get("deletionTimestamp")]
     for s in all_existing:
         ref = controller_of(s)
         if s.get("addressType") != address_type or ref is None or str(ref.get("uid")) != uid:
@@ -356,7 +348,7 @@ def plan_slices(service: Obj, pods: Iterable[Obj], nodes: Mapping[str, Obj], exi
         else:
             plan.create.append(placeholder)
     _recycle(plan, uid)
-    if _md(service).get("deletionTimestamp"):
+    if meta_of(service).get("deletionTimestamp"):
         plan.create.clear()  # no new slices for a Service on its way out
     for s in plan.create + plan.update:
         _set_trigger_time(s, trigger_time)

@@ -36,6 +36,7 @@ from fleet.controllers.endpoints_util import (
     LEADER_ANNOTATION,
     MIRRORING_CONTROLLER,
     address_family,
+    meta_of,
 )
 from fleet.controllers.endpointslice_plan import PortKey, SlicePlan, endpoint_key, port_key
 
@@ -45,33 +46,28 @@ Obj = Mapping[str, Any]
 Key = tuple[str, PortKey]
 
 
-def _md(obj: Obj | None) -> Mapping[str, Any]:
-    md = (obj or {}).get("metadata")
-    return md if isinstance(md, Mapping) else {}
-
-
 def _name(obj: Obj) -> str:
-    return str(_md(obj).get("name") or "")
+    return str(meta_of(obj).get("name") or "")
 
 
 def should_mirror(endpoints: Obj | None) -> bool:
     """shouldMirror: not skipped by label, not a leader-election lock."""
     if endpoints is None:
         return False
-    labels = _md(endpoints).get("labels") or {}
-    annotations = _md(endpoints).get("annotations") or {}
+    labels = meta_of(endpoints).get("labels") or {}
+    annotations = meta_of(endpoints).get("annotations") or {}
     return labels.get(LABEL_SKIP_MIRROR) != "true" and LEADER_ANNOTATION not in annotations
 
 
 def mirrored_labels(endpoints: Obj) -> dict[str, str]:
-    labels = dict(_md(endpoints).get("labels") or {})
+    labels = dict(meta_of(endpoints).get("labels") or {})
     labels[LABEL_SERVICE_NAME] = _name(endpoints)
     labels[LABEL_MANAGED_BY] = MIRRORING_CONTROLLER
     return labels
 
 
 def mirrored_annotations(endpoints: Obj) -> dict[str, str]:
-    return {k: v for k, v in (_md(endpoints).get("annotations") or {}).items()
+    return {k: v for k, v in (meta_of(endpoints).get("annotations") or {}).items()
             if k not in (LAST_CHANGE_TRIGGER_TIME, LAST_APPLIED)}
 
 
@@ -107,7 +103,7 @@ class MirrorPlan(SlicePlan):
 
 
 def _new_slice(endpoints: Obj, ports: list[dict[str, Any]], address_type: str) -> dict[str, Any]:
-    md = _md(endpoints)
+    md = meta_of(endpoints)
     out: dict[str, Any] = {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"generateName": f"{md.get('name')}-", "namespace": md.get("namespace"),
@@ -156,7 +152,7 @@ def plan_mirror(endpoints: Obj, existing: Iterable[Obj], *,
                             f"A max of {max_per_subset} addresses can be mirrored to EndpointSlices per "
                             f"Endpoints subset. {plan.skipped_addresses} addresses were skipped"))
     by_key: dict[Key, list[dict[str, Any]]] = {}
-    for s in sorted((dict(s) for s in existing if not _md(s).get("deletionTimestamp")), key=_name):
+    for s in sorted((dict(s) for s in existing if not meta_of(s).get("deletionTimestamp")), key=_name):
         by_key.setdefault((str(s.get("addressType") or ""), port_key(s.get("ports"))), []).append(s)
     labels, annotations = mirrored_labels(endpoints), mirrored_annotations(endpoints)
     for key, eps in wanted.items():
@@ -170,13 +166,13 @@ def plan_mirror(endpoints: Obj, existing: Iterable[Obj], *,
             first = slices[0]
             have = {endpoint_key(e): e for e in first.get("endpoints") or [] if isinstance(e, Mapping)}
             if (have == eps and len(first.get("endpoints") or []) == len(have)
-                    and (_md(first).get("labels") or {}) == labels
-                    and (_md(first).get("annotations") or {}) == annotations):
+                    and (meta_of(first).get("labels") or {}) == labels
+                    and (meta_of(first).get("annotations") or {}) == annotations):
                 continue
             body = _new_slice(endpoints, ports_by_key[key], key[0])
             body["metadata"].pop("generateName")
             body["metadata"]["name"] = _name(first)
-            body["metadata"]["resourceVersion"] = _md(first).get("resourceVersion")
+            body["metadata"]["resourceVersion"] = meta_of(first).get("resourceVersion")
             body["endpoints"] = desired
             plan.update.append(body)
         else:
@@ -194,11 +190,11 @@ def plan_mirror(endpoints: Obj, existing: Iterable[Obj], *,
             plan.create.pop()
             new["metadata"].pop("generateName", None)
             new["metadata"]["name"] = _name(old)
-            new["metadata"]["resourceVersion"] = _md(old).get("resourceVersion")
+            new["metadata"]["resourceVersion"] = meta_of(old).get("resourceVersion")
             plan.update.append(new)
             plan.delete.pop(i)
         else:
             i += 1
-    if _md(endpoints).get("deletionTimestamp"):
+    if meta_of(endpoints).get("deletionTimestamp"):
         plan.create.clear()
     return plan

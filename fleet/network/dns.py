@@ -41,7 +41,7 @@ import dnslib
 import trio
 from prometheus_client.core import CounterMetricFamily
 
-from fleet.network.dns_forward import Forwarder, Resolved
+from fleet.network.dns_forward import Forwarder, Resolved, read_exactly
 from fleet.network.dns_records import (
     FORMERR,
     NOERROR,
@@ -452,8 +452,8 @@ class _TCPServer:
             async with stream:
                 while True:
                     with trio.move_on_after(TCP_IDLE_TIMEOUT) as idle:
-                        head = await _read(stream, 2)
-                        data = await _read(stream, int.from_bytes(head, "big")) if head else None
+                        head = await read_exactly(stream, 2)
+                        data = await read_exactly(stream, int.from_bytes(head, "big")) if head else None
                     if idle.cancelled_caught or not data:
                         return
                     reply = self.handler.quick(data, False)
@@ -467,16 +467,6 @@ class _TCPServer:
             pass
         finally:
             self.connections -= 1
-
-
-async def _read(stream: trio.SocketStream, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = await stream.receive_some(n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
 
 
 def _bind_pair(host: str, port: int) -> tuple[socket.socket, socket.socket]:

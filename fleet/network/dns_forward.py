@@ -264,14 +264,15 @@ class Forwarder:
             stream = await trio.open_tcp_stream(up.host, up.port)
             async with stream:
                 await stream.send_all(len(wire).to_bytes(2, "big") + wire)
-                head = await _read_exactly(stream, 2)
+                head = await read_exactly(stream, 2)
                 if head is None:
                     return None
-                return await _read_exactly(stream, int.from_bytes(head, "big"))
+                return await read_exactly(stream, int.from_bytes(head, "big"))
         return None
 
 
-async def _read_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes | None:
+async def read_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes | None:
+    """`n` bytes from `stream`, or None if it ends first (DNS over TCP's framing)."""
     buf = bytearray()
     while len(buf) < n:
         chunk = await stream.receive_some(n - len(buf))
@@ -281,6 +282,6 @@ async def _read_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes | None:
     return bytes(buf)
 
 
-__all__ = ["DEFAULT_MAX_INFLIGHT", "DEFAULT_TIMEOUT", "ForwardCache", "Forwarder", "Resolved",
+__all__ = ["DEFAULT_MAX_INFLIGHT", "DEFAULT_TIMEOUT", "ForwardCache", "Forwarder", "Resolved", "read_exactly",
            "Upstream", "negative_ttl", "parse_upstream", "read_resolv_conf_upstreams",
            "upstreams_from_resolv_conf"]
