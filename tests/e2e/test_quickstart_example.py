@@ -76,6 +76,11 @@ def test_readme_example_workload(fleet_server_factory: ServerFactory, tmp_path: 
         # answer itself is what counts.
         rc, out, err = run_kubectl(srv, "exec", "-n", ns, "deploy/hello", "--", "nslookup", "hello")
         assert f"Name:\thello.{ns}.svc.cluster.local\nAddress: {cip}" in out, (rc, out, err)
+        # By name: the short one through the search path, and the full one.
+        for host in ("hello", f"hello.{ns}.svc.cluster.local"):
+            rc, out, err = run_kubectl(srv, "exec", "-n", ns, "deploy/hello", "--", "wget", "-q", "-O",
+                                       "-", f"http://{host}/index.html")
+            assert rc == 0 and out.strip() == "hello from fleet", (host, rc, out, err)
     finally:
         # Deleting the namespace takes the Deployment, its ReplicaSet and pods with it
         # (kubectl waits until it is gone); the agent removes everything of them.
