@@ -9,6 +9,7 @@ when the admin kubeconfig is written and its path printed.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import os
 import signal
@@ -231,7 +232,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
     data_dir = Path(cfg.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = load_or_create_admin_token(data_dir)
-    tls = ensure_serving_tls(data_dir, [cfg.address])
+    tls = ensure_serving_tls(data_dir, serving_names(cfg))
     async with open_store(data_dir / "fleet.db", retention=cfg.retention, sync=cfg.sync,
                           compact_interval=cfg.compact_interval) as store:
         registry = default_registry()
@@ -346,6 +347,18 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
             unhealthy_zone_threshold=cfg.unhealthy_zone_threshold,
             large_cluster_size_threshold=cfg.large_cluster_size_threshold))
     await manager.run(client_cfg, task_status=task_status)
+
+
+def serving_names(cfg: ServerConfig) -> list[str]:
+    """The serving certificate's names beyond localhost: the listen and advertised
+    addresses, and the `kubernetes` Service as pods reach it (its ClusterIP and
+    `kubernetes.default.svc.<domain>`), so in-cluster clients verify the server."""
+    names = [cfg.address, cfg.advertise_address or systemsvc.default_advertise_address(cfg.address)]
+    with contextlib.suppress(ValueError):
+        names.append(ServiceIPRange(cfg.service_cidr).kubernetes_ip)
+    names += ["kubernetes", "kubernetes.default", "kubernetes.default.svc",
+              f"kubernetes.default.svc.{cfg.dns.domain}"]
+    return names
 
 
 async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes, *,
