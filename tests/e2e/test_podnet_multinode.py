@@ -169,7 +169,12 @@ def test_a_node_deleted_and_registered_again_keeps_its_pod_cidr(multinode_factor
     wait_routes(cluster, o, set())
     obj = cluster.wait_node_ready(m)
     assert obj["spec"]["podCIDR"] == cidrs[m.name], (obj["spec"], cidrs)
-    assert obj["metadata"]["annotations"]["network.fleet.dev/public-ip"] == m.address
+    # Ready can come before the agent's pod-network loop republishes its address.
+    deadline = time.monotonic() + 30
+    while (obj["metadata"].get("annotations") or {}).get("network.fleet.dev/public-ip") != m.address:
+        assert time.monotonic() < deadline, obj["metadata"]
+        time.sleep(0.3)
+        obj = cluster.node_object(m) or obj
     r = wait_routes(cluster, o, {cidrs[m.name]})[cidrs[m.name]]
     assert r["gateway"] == m.address
     assert wget_from(cluster, ns, "a", f"http://{ip_b}:8080/cgi-bin/ip") == \
