@@ -114,6 +114,12 @@ async def measure(args: argparse.Namespace, wrk: str, base: Path) -> dict[str, A
             pods[name] = (ns, net.pod_ip)
         srv_ns, srv_ip = pods["srv"]
         cli_ns, _ = pods["cli"]
+        # busybox httpd closes first, so every request leaves a TIME_WAIT socket in the
+        # server pod; at thousands of connections/s the client soon reuses ports still
+        # in TIME_WAIT there and waits out SYN retransmits — measuring the port space,
+        # not the path.  No TIME_WAIT buckets in the pods (per-netns sysctl) avoids it.
+        for ns in (srv_ns, cli_ns):
+            sh("nsenter", f"--net={ns}", "sysctl", "-qw", "net.ipv4.tcp_max_tw_buckets=0")
         httpd = subprocess.Popen(["nsenter", f"--net={srv_ns}", "busybox", "httpd", "-f", "-p", "8080",
                                   "-h", str(www)])
         rules = ServiceRules(ProxyOptions(node_name="n1", node_ips=(), cluster_cidr=CLUSTER_CIDR,
