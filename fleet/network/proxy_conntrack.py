@@ -9,7 +9,8 @@ the same, in two halves:
 
 * `stale_flows(old, new)` — pure: from the UDP service ports (and their serving
   endpoints) the previous sync applied and the ones this sync applied, the `FlowFilter`s
-  to delete.  The rules, as kube-proxy's (1.28-era, state-diff form):
+  to delete.  The rules, as kube-proxy's (1.28-era, state-diff form; the first sync
+  after a start reconciles as newer versions do, see `stale_flows`):
     - a serving endpoint of a UDP port went (removed, or no longer serving): flows sent
       to each of the port's frontends — ClusterIP:port, each externalIP:port and
       load-balancer IP:port — whose reply source is that endpoint's IP, and for a
@@ -61,14 +62,16 @@ class UdpPort:
 UdpState = Mapping[tuple[str, str, str, str], UdpPort]
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class FlowFilter:
     """UDP conntrack entries to delete: original destination `orig_dst` (None: any
-    address) and port `orig_dport`, and reply source `reply_src` (None: any)."""
+    address) and port `orig_dport`, and reply source `reply_src` (None: any) — except
+    those whose reply source is in `keep` (the serving endpoints, for a reconcile)."""
 
     orig_dst: str | None
     orig_dport: int
     reply_src: str | None = None
+    keep: frozenset[str] = frozenset()
 
     def __str__(self) -> str:  # conntrack(8) style, for logs
         parts = ["-p udp"]
@@ -77,15 +80,26 @@ class FlowFilter:
         parts.append(f"--orig-port-dst {self.orig_dport}")
         if self.reply_src:
             parts.append(f"--reply-src {self.reply_src}")
+        if self.keep:
+            parts.append(f"(reply source not {','.join(sorted(self.keep))})")
         return " ".join(parts)
 
 
 def stale_flows(old: UdpState | None, new: UdpState) -> list[FlowFilter]:
     """The conntrack deletions a sync from `old` to `new` calls for (sorted, no
-    duplicates).  `old` None (the first sync: nothing known about the kernel) → none."""
-    if old is None:
-        return []
+    duplicates).  `old` None — the first sync after a start, nothing known of what the
+    kernel's flows were built from — reconciles instead, as newer kube-proxy versions
+    do on every sync: flows to a frontend of a UDP port with serving endpoints whose
+    reply source is not one of them (a port without endpoints is left alone)."""
     out: set[FlowFilter] = set()
+    if old is None:
+        for after in new.values():
+            keep = frozenset(ip for ip, _ in after.serving)
+            if keep:
+                out.update(FlowFilter(addr, port, keep=keep) for addr, port in after.frontends())
+                if after.port.node_port:
+                    out.add(FlowFilter(None, after.port.node_port, keep=keep))
+        return _sorted(out)
     for ident, before in old.items():
         after = new.get(ident)
         gone_ips = {ip for ip, _ in before.serving - (after.serving if after else frozenset())}
@@ -104,14 +118,20 @@ def stale_flows(old: UdpState | None, new: UdpState) -> list[FlowFilter]:
             out.update(FlowFilter(addr, port) for addr, port in after.frontends())
             if after.port.node_port:
                 out.add(FlowFilter(None, after.port.node_port))
-    return sorted(out, key=lambda f: (f.orig_dst or "", f.orig_dport, f.reply_src or ""))
+    return _sorted(out)
+
+
+def _sorted(filters: Iterable[FlowFilter]) -> list[FlowFilter]:
+    return sorted(filters, key=lambda f: (f.orig_dst or "", f.orig_dport, f.reply_src or "",
+                                          sorted(f.keep)))
 
 
 def matches(filters: Iterable[FlowFilter], orig_dst: str, orig_dport: int, reply_src: str) -> bool:
     """Whether a UDP entry (original destination address and port, reply source) is
     one of `filters`."""
     return any((f.orig_dst is None or f.orig_dst == orig_dst) and f.orig_dport == orig_dport
-               and (f.reply_src is None or f.reply_src == reply_src) for f in filters)
+               and (f.reply_src is None or f.reply_src == reply_src) and reply_src not in f.keep
+               for f in filters)
 
 
 def _index(filters: Iterable[FlowFilter]) -> dict[int, list[FlowFilter]]:

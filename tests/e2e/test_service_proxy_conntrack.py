@@ -158,6 +158,26 @@ async def test_without_the_cleanup_the_flow_stays_on_the_removed_endpoint(cluste
         n.cancel_scope.cancel()
 
 
+async def test_restarted_proxy_reconciles_the_flow_to_a_removed_endpoint(cluster: Cluster) -> None:
+    """The endpoint leaves while the proxy is down: the new proxy's first sync knows no
+    previous state, so it reconciles — flows to the Service not answered by one of its
+    serving endpoints go."""
+    rules = cluster.rules
+    assert rules is not None
+    answers = Answers()
+    async with trio.open_nursery() as n:
+        stuck = await _stuck_endpoint(cluster, rules, answers, n, seconds=12)
+        other = "b" if stuck == "a" else "a"
+        restarted = cluster.new_rules()
+        t0 = time.monotonic()
+        res = await restarted.sync([dns_service()], [dns_slice(cluster.pods[other].ip)])
+        assert res.kind == "full"
+        assert res.conntrack == [FlowFilter(DNS_IP, 53, keep=frozenset({cluster.pods[other].ip}))]
+        assert res.conntrack_deleted == 1, res
+        await answers.wait_for(lambda: other in answers.since(t0), 2.0)
+        n.cancel_scope.cancel()
+
+
 async def test_udp_service_gets_its_first_endpoint_while_a_client_sends(cluster: Cluster) -> None:
     """No endpoints (rejected) → one: the same client flow is answered within a second
     or two (the clean-up deletes entries to the ClusterIP:port; in nftables mode the

@@ -94,8 +94,16 @@ def test_stale_flows(old: Any, new: Any, want: list[F]) -> None:
     assert stale_flows(state(*old), state(*new)) == want
 
 
-def test_first_sync_deletes_nothing() -> None:
-    assert stale_flows(None, state([dns()], [udp_eps("10.42.0.2")])) == []
+def test_first_sync_reconciles_ports_with_serving_endpoints() -> None:
+    """After a start nothing is known of the flows' origin: every flow to a frontend of
+    a UDP port with serving endpoints whose reply source is not one of them goes."""
+    keep = frozenset({"10.42.0.2", "10.42.0.3"})
+    got = stale_flows(None, state([dns(**LB), svc("empty", ip="10.43.0.11", ports=UDP),
+                                   svc("web", ip="10.43.0.12")],
+                                  [udp_eps("10.42.0.2", "10.42.0.3"),
+                                   eps("web", [ep("10.42.0.4")])]))
+    assert got == [F(None, 30053, keep=keep), F("10.43.0.10", 53, keep=keep),
+                   F("192.0.2.1", 53, keep=keep), F("198.51.100.7", 53, keep=keep)]
 
 
 def test_renderer_keeps_udp_ports_through_its_revision_cache() -> None:
@@ -124,6 +132,9 @@ def test_renderer_keeps_udp_ports_through_its_revision_cache() -> None:
     (F(None, 30053, "10.42.0.2"), ("192.0.2.1", 30053, "10.42.0.3"), False),
     (F("10.43.0.10", 53), ("10.43.0.10", 53, "10.43.0.10"), True),
     (F("10.43.0.10", 53), ("10.43.0.10", 5353, "10.43.0.10"), False),
+    (F("10.43.0.10", 53, keep=frozenset({"10.42.0.2"})), ("10.43.0.10", 53, "10.42.0.2"), False),
+    (F("10.43.0.10", 53, keep=frozenset({"10.42.0.2"})), ("10.43.0.10", 53, "10.42.0.9"), True),
+    (F("10.43.0.10", 53, keep=frozenset({"10.42.0.2"})), ("10.43.0.10", 53, "10.43.0.10"), True),
 ])
 def test_matches(filt: F, entry: tuple[str, int, str], want: bool) -> None:
     assert matches([filt], *entry) is want
@@ -133,6 +144,8 @@ def test_filter_reads_like_conntrack() -> None:
     assert str(F("10.43.0.10", 53, "10.42.0.2")) == \
         "-p udp --orig-dst 10.43.0.10 --orig-port-dst 53 --reply-src 10.42.0.2"
     assert str(F(None, 30053)) == "-p udp --orig-port-dst 30053"
+    assert str(F(None, 30053, keep=frozenset({"b", "a"}))) == \
+        "-p udp --orig-port-dst 30053 (reply source not a,b)"
 
 
 async def _noop_apply(text: str, netns: str | None) -> None:
@@ -152,9 +165,11 @@ async def test_sync_deletes_after_apply_and_survives_failures() -> None:
     rules = ServiceRules(OPTS, netns="/run/netns/x", apply=_noop_apply, plan_in_thread=False,
                          conntrack=deleter)
     res = await rules.sync([dns()], [udp_eps("10.42.0.2", "10.42.0.3")])
-    assert calls == [] and res.conntrack == []  # first sync: nothing known before
+    # The first sync reconciles (nothing known of what came before).
+    first = [F("10.43.0.10", 53, keep=frozenset({"10.42.0.2", "10.42.0.3"}))]
+    assert calls == [(first, "/run/netns/x")] and res.conntrack == first
     res = await rules.sync([dns()], [udp_eps("10.42.0.3")])
-    assert calls == [([F("10.43.0.10", 53, "10.42.0.2")], "/run/netns/x")]
+    assert calls[1:] == [([F("10.43.0.10", 53, "10.42.0.2")], "/run/netns/x")]
     assert res.conntrack_deleted == 3
     fail = True
     before = CONNTRACK_FAILURES._value.get()
@@ -164,7 +179,7 @@ async def test_sync_deletes_after_apply_and_survives_failures() -> None:
     # The failure does not replay: the next sync diffs from what was applied.
     fail = False
     res = await rules.sync([dns()], [])
-    assert res.conntrack == [] and len(calls) == 2
+    assert res.conntrack == [] and len(calls) == 3
 
 
 async def test_failed_transaction_keeps_the_old_state_for_the_next_diff() -> None:
@@ -180,6 +195,7 @@ async def test_failed_transaction_keeps_the_old_state_for_the_next_diff() -> Non
     rules = ServiceRules(OPTS, apply=apply, plan_in_thread=False,
                          conntrack=lambda flows, netns: calls.append(flows) or 0)
     await rules.sync([dns()], [udp_eps("10.42.0.2", "10.42.0.3")])
+    calls.clear()  # the first sync's reconcile
     broken = True
     with pytest.raises(nft.NftError):
         await rules.sync([dns()], [udp_eps("10.42.0.3")])
