@@ -18,7 +18,7 @@ the same, in two halves:
     - a UDP port goes from no serving endpoints to some: every flow to its frontends
       (those are the entries made while the port was rejecting; they were never DNATed
       and would keep bypassing the new endpoints).
-  Newer kube-proxy versions reconcile the whole table against the current state on every
+  kube-proxy 1.32+ reconciles the whole table against the current state on every
   sync instead; the state diff deletes the same entries without a full dump per sync
   when nothing changed.
 * `delete_flows(filters, netns)` — blocking, for a worker thread: dump the UDP entries of
@@ -88,17 +88,17 @@ class FlowFilter:
 def stale_flows(old: UdpState | None, new: UdpState) -> list[FlowFilter]:
     """The conntrack deletions a sync from `old` to `new` calls for (sorted, no
     duplicates).  `old` None — the first sync after a start, nothing known of what the
-    kernel's flows were built from — reconciles instead, as newer kube-proxy versions
-    do on every sync: flows to a frontend of a UDP port with serving endpoints whose
-    reply source is not one of them (a port without endpoints is left alone)."""
+    kernel's flows were built from — reconciles instead, as kube-proxy 1.32+ does on
+    every sync: flows to a frontend of a UDP port whose reply source is not one of its
+    serving endpoints (for a port with none, every flow to it: whatever answers is
+    gone — kubernetes/kubernetes#139629 fixed the reconciler skipping those)."""
     out: set[FlowFilter] = set()
     if old is None:
         for after in new.values():
             keep = frozenset(ip for ip, _ in after.serving)
-            if keep:
-                out.update(FlowFilter(addr, port, keep=keep) for addr, port in after.frontends())
-                if after.port.node_port:
-                    out.add(FlowFilter(None, after.port.node_port, keep=keep))
+            out.update(FlowFilter(addr, port, keep=keep) for addr, port in after.frontends())
+            if after.port.node_port:
+                out.add(FlowFilter(None, after.port.node_port, keep=keep))
         return _sorted(out)
     for ident, before in old.items():
         after = new.get(ident)

@@ -96,13 +96,14 @@ def test_stale_flows(old: Any, new: Any, want: list[F]) -> None:
 
 def test_first_sync_reconciles_ports_with_serving_endpoints() -> None:
     """After a start nothing is known of the flows' origin: every flow to a frontend of
-    a UDP port with serving endpoints whose reply source is not one of them goes."""
+    a UDP port whose reply source is not one of its serving endpoints goes (all of them
+    for a port with none); TCP ports are never touched."""
     keep = frozenset({"10.42.0.2", "10.42.0.3"})
     got = stale_flows(None, state([dns(**LB), svc("empty", ip="10.43.0.11", ports=UDP),
                                    svc("web", ip="10.43.0.12")],
                                   [udp_eps("10.42.0.2", "10.42.0.3"),
                                    eps("web", [ep("10.42.0.4")])]))
-    assert got == [F(None, 30053, keep=keep), F("10.43.0.10", 53, keep=keep),
+    assert got == [F(None, 30053, keep=keep), F("10.43.0.10", 53, keep=keep), F("10.43.0.11", 53),
                    F("192.0.2.1", 53, keep=keep), F("198.51.100.7", 53, keep=keep)]
 
 
