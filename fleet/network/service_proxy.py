@@ -18,8 +18,9 @@ and `fleet.network.proxy_diff` (how to get there in one transaction):
   `fleet killall` / a node reset removes the table (`fleet.agent.inventory`).
 * After a successful sync that took serving endpoints away from a UDP port (or gave a
   rejecting one its first), `ServiceRules` deletes the conntrack entries that would
-  keep clients on the old path (`fleet.network.proxy_conntrack`), in a worker thread in
-  the table's namespace; a failure is logged and counted, the sync stands.
+  keep clients on the old path (`fleet.network.proxy_conntrack`; its first sync, with
+  nothing to compare to, reconciles every UDP port instead), in a worker thread in the
+  table's namespace; a failure is logged and counted, the sync stands.
 
 Rendering a thousand Services takes a noticeable fraction of a second, so it runs in
 a worker thread on a snapshot of the caches; the event loop keeps serving meanwhile.
