@@ -55,6 +55,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleet.network.proxy_conntrack import UdpPort
 from fleet.network.proxy_objects import (
     Endpoint,
     ServicePort,
@@ -423,6 +424,10 @@ class Renderer:
         # resourceVersion): an untouched Service costs a dict lookup, not a re-parse.
         self._by_revision: dict[tuple[Any, ...], _Fragment] = {}
         self._services: dict[tuple[str, str], list[ServicePort]] = {}
+        #: The UDP service ports of the latest rendering with their endpoints, for the
+        #: conntrack clean-up (`fleet.network.proxy_conntrack`).
+        self.udp_ports: dict[tuple[str, str, str, str], UdpPort] = {}
+        self._udp_by_revision: dict[tuple[Any, ...], UdpPort] = {}
         _base_table(opts)  # bad options fail here, not at the first render
 
     def _service_ports(self, svc: Mapping[str, Any],
@@ -468,6 +473,8 @@ class Renderer:
         fragments: dict[tuple[ServicePort, tuple[Endpoint, ...]], _Fragment] = {}
         parsed: dict[tuple[str, str, str, str], list[Endpoint]] = {}
         by_revision: dict[tuple[Any, ...], _Fragment] = {}
+        udp_ports: dict[tuple[str, str, str, str], UdpPort] = {}
+        udp_by_revision: dict[tuple[Any, ...], UdpPort] = {}
         for sp in ports:
             ident = (sp.namespace, sp.name, sp.protocol, sp.port_name)
             if ident in seen:  # two ports with one name and protocol: invalid, keep the first
@@ -478,7 +485,8 @@ class Renderer:
             revisions = tuple((object_meta(es).get("uid"), object_meta(es).get("resourceVersion")) for es in mine)
             rev_key = (sp, revisions) if all(u and r for u, r in revisions) else None
             frag = self._by_revision.get(rev_key) if rev_key is not None else None
-            if frag is None:
+            udp = self._udp_by_revision.get(rev_key) if rev_key is not None else None
+            if frag is None or (sp.protocol == "udp" and udp is None):
                 found: dict[tuple[str, int], Endpoint] = {}
                 for es in mine:
                     for e in self._slice_endpoints(es, sp, parsed):
@@ -490,6 +498,8 @@ class Renderer:
                     b.service_port(sp, key[1])
                     frag = b.finish(sp.key)
                 fragments[key] = frag
+                if sp.protocol == "udp":
+                    udp = UdpPort.of(sp, key[1])
             else:
                 for uid, rv in revisions:  # keep their parsed endpoints for next time
                     pkey = (uid, rv, sp.port_name, sp.protocol)
@@ -497,10 +507,15 @@ class Renderer:
                         parsed[pkey] = self._parsed[pkey]
             if rev_key is not None:
                 by_revision[rev_key] = frag
+            if udp is not None:
+                udp_ports[ident] = udp
+                if rev_key is not None:
+                    udp_by_revision[rev_key] = udp
             _merge(table, frag)
         # Only what this rendering used is kept: memory follows the cluster's size.
         self._fragments, self._parsed, self._by_revision = fragments, parsed, by_revision
         self._services = services_seen
+        self.udp_ports, self._udp_by_revision = udp_ports, udp_by_revision
         return table
 
 

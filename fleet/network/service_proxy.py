@@ -16,12 +16,18 @@ and `fleet.network.proxy_diff` (how to get there in one transaction):
   rules stay live until the fresh ones replace them in one transaction.  Nothing is
   torn down on stop — running pods keep their Services through an agent restart;
   `fleet killall` / a node reset removes the table (`fleet.agent.inventory`).
+* After a successful sync that took serving endpoints away from a UDP port (or gave a
+  rejecting one its first), `ServiceRules` deletes the conntrack entries that would
+  keep clients on the old path (`fleet.network.proxy_conntrack`; its first sync, with
+  nothing to compare to, reconciles every UDP port instead), in a worker thread in the
+  table's namespace; a failure is logged and counted, the sync stands.
 
 Rendering a thousand Services takes a noticeable fraction of a second, so it runs in
 a worker thread on a snapshot of the caches; the event loop keeps serving meanwhile.
 Metrics (process-wide registry, served on the agent's /metrics):
 `fleet_service_proxy_sync_seconds` (histogram), `fleet_service_proxy_rules` (rules +
-map elements in the table), `fleet_service_proxy_sync_failures_total`.
+map elements in the table), `fleet_service_proxy_sync_failures_total`,
+`fleet_service_proxy_conntrack_deleted_total`, `fleet_service_proxy_conntrack_failures_total`.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
@@ -37,6 +43,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from fleet._core.supervise import REGISTRY
 from fleet.network import nft
+from fleet.network.proxy_conntrack import FlowFilter, UdpPort, delete_flows, stale_flows
 from fleet.network.proxy_diff import Op, diff, full, hold_chain_deletes, needs_full, script
 from fleet.network.proxy_rules import DEFAULT_TABLE, ProxyOptions, Renderer, Table
 
@@ -56,6 +63,11 @@ RULES = Gauge("fleet_service_proxy_rules",
               registry=REGISTRY)
 SYNC_FAILURES = Counter("fleet_service_proxy_sync_failures",
                         "Service rule transactions nft refused.", registry=REGISTRY)
+CONNTRACK_DELETED = Counter("fleet_service_proxy_conntrack_deleted",
+                            "Stale UDP conntrack entries deleted after syncs.", registry=REGISTRY)
+CONNTRACK_FAILURES = Counter("fleet_service_proxy_conntrack_failures",
+                             "Conntrack clean-ups that failed (logged; the sync stands).",
+                             registry=REGISTRY)
 
 
 @dataclass
@@ -67,6 +79,9 @@ class SyncResult:
     script: str
     render_seconds: float
     apply_seconds: float
+    #: Stale UDP flows this sync called for, and how many entries went (None: failed).
+    conntrack: list[FlowFilter] = field(default_factory=list)
+    conntrack_deleted: int | None = 0
 
 
 class ServiceRules:
@@ -75,7 +90,8 @@ class ServiceRules:
     def __init__(self, opts: ProxyOptions, *, netns: str | None = None,
                  stale_chain_grace: float = STALE_CHAIN_GRACE,
                  apply: Callable[[str, str | None], Awaitable[None]] | None = None,
-                 plan_in_thread: bool = True) -> None:
+                 plan_in_thread: bool = True,
+                 conntrack: Callable[[list[FlowFilter], str | None], int] | None | bool = True) -> None:
         self.opts = opts
         self.renderer = Renderer(opts)
         self.netns = netns
@@ -87,6 +103,13 @@ class ServiceRules:
         # Tests under a MockClock plan on the event loop (a thread's time is not mocked).
         self.plan_in_thread = plan_in_thread
         self._lock = trio.Lock()
+        #: Deletes stale UDP flows in a worker thread after a sync (None: never).  By
+        #: default the kernel's, unless `apply` is a test's recorder (then none).
+        if conntrack is True:
+            conntrack = delete_flows if apply is None else None
+        self._conntrack = conntrack or None
+        #: The UDP ports the kernel's rules were last brought to (None: not known yet).
+        self.udp_applied: dict[tuple[str, str, str, str], UdpPort] | None = None
 
     def next_cleanup(self) -> float | None:
         """Seconds until held chains are due for deletion (None: nothing held)."""
@@ -140,7 +163,28 @@ class ServiceRules:
             self.applied, self.stale = applied, stale
             SYNC_SECONDS.labels(kind).observe(t2 - t0)
             RULES.set(new.rule_count())
-            return SyncResult(kind, ops, text, t1 - t0, t2 - t1)
+            udp = dict(self.renderer.udp_ports)
+            flows = stale_flows(self.udp_applied, udp)
+            self.udp_applied = udp
+            deleted = await self.clear_conntrack(flows) if flows else 0
+            return SyncResult(kind, ops, text, t1 - t0, t2 - t1, flows, deleted)
+
+    async def clear_conntrack(self, flows: list[FlowFilter]) -> int | None:
+        """Delete the UDP conntrack entries `flows` match in our namespace; a failure is
+        logged and counted, never raised (the rules are in place; entries time out)."""
+        if self._conntrack is None:
+            return 0
+        try:
+            n = await trio.to_thread.run_sync(self._conntrack, flows, self.netns)
+        except Exception as e:  # netlink, a vanished namespace, a missing module...
+            CONNTRACK_FAILURES.inc()
+            log.warning("service proxy: conntrack clean-up of %d filter(s) failed: %r", len(flows), e)
+            return None
+        CONNTRACK_DELETED.inc(n)
+        if n:
+            log.info("service proxy: deleted %d stale UDP conntrack entr%s (%s)", n,
+                     "y" if n == 1 else "ies", "; ".join(map(str, flows[:5])))
+        return n
 
     async def check_present(self) -> bool:
         """False (and the next sync is a full one) if someone deleted our table."""

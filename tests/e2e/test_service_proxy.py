@@ -27,6 +27,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,8 +155,16 @@ class Cluster:
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    async with node_cluster(tmp_path) as c:
+        yield c
+
+
+@asynccontextmanager
+async def node_cluster(tmp_path: Path, prefix: str = "fd") -> AsyncIterator[Cluster]:
+    """The node, the outside and pods a, b, c (netns and pod uids named `<prefix>-*`;
+    other test modules reuse it with their own prefix)."""
     tag = uuid.uuid4().hex[:6]
-    node_name, out_name = f"fd-{tag}-node", f"fd-{tag}-out"
+    node_name, out_name = f"{prefix}-{tag}-node", f"{prefix}-{tag}-out"
     pod_dir = tmp_path / "netns"
     created: list[str] = []
     servers: list[subprocess.Popen[str]] = []
@@ -177,7 +186,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
                                             cluster_cidr=CLUSTER_CIDR, host_netns=c.node_ns,
                                             options={"bridge": BRIDGE, "nft_table": "fd_fleet"}))
         for name, node in (("a", "n1"), ("b", "n2"), ("c", "n1")):
-            ref = PodRef(uid=f"fd-{name}-{tag}", namespace="default", name=name)
+            ref = PodRef(uid=f"{prefix}-{name}-{tag}", namespace="default", name=name)
             ns = await create_pod_netns(ref.uid, pod_dir)
             net = await driver.setup(ref, ns)
             assert net.pod_ip
