@@ -308,6 +308,27 @@ class SliceTracker:
     def delete_service(self, service_key: str) -> None:
         self._by_service.pop(service_key, None)
 
+    def keys_to_sync(self, manager: str, old: Obj | None, new: Obj | None) -> list[str]:
+        """The Service keys a slice event should queue, for the controller whose slices
+        carry `managed-by: manager` (both slice-writing controllers' onEndpointSlice
+        handlers): its own slice deleted by someone else, a slice moved between
+        Services, a slice changing hands, or news about one of its slices."""
+        if new is None:
+            if (old is not None and managed_by(old) == manager and self.has(old)
+                    and not self.handle_deletion(old)):
+                return _keys(old)
+            return []
+        if old is not None and slice_service_key(old) != slice_service_key(new):
+            return _keys(old, new)
+        changed_hands = old is not None and (managed_by(old) == manager) != (managed_by(new) == manager)
+        if changed_hands or (managed_by(new) == manager and self.should_sync(new)):
+            return _keys(new)
+        return []
+
+
+def _keys(*slices: Obj) -> list[str]:
+    return [k for k in (slice_service_key(s) for s in slices) if k]
+
 
 # ---------------------------------------------------------------------------------------
 # The last-change trigger time

@@ -32,12 +32,10 @@ from fleet.controllers.endpoints_util import (
     ENDPOINTSLICE_CONTROLLER,
     SliceTracker,
     TriggerTimeTracker,
-    managed_by,
     manages_endpoints,
     selects,
     services_for_pod_change,
     slice_index,
-    slice_service_key,
 )
 from fleet.controllers.endpointslice_plan import (
     DEFAULT_MAX_ENDPOINTS_PER_SLICE,
@@ -148,23 +146,7 @@ class EndpointSliceController(QueueWorker):
                     self.queue.add(key_of(svc))
 
     def _on_slice(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        if new is None:  # deleted: ours, and not by us?
-            if old is not None and managed_by(old) == ENDPOINTSLICE_CONTROLLER and self.tracker.has(old):
-                if not self.tracker.handle_deletion(old):
-                    self._queue_for(old)
-            return
-        if old is not None and slice_service_key(old) != slice_service_key(new):
-            self._queue_for(old)
-            self._queue_for(new)
-            return
-        changed_hands = old is not None and (managed_by(old) == ENDPOINTSLICE_CONTROLLER) != (
-            managed_by(new) == ENDPOINTSLICE_CONTROLLER)
-        if changed_hands or (managed_by(new) == ENDPOINTSLICE_CONTROLLER and self.tracker.should_sync(new)):
-            self._queue_for(new)
-
-    def _queue_for(self, slice_: Mapping[str, Any]) -> None:
-        key = slice_service_key(slice_)
-        if key:
+        for key in self.tracker.keys_to_sync(ENDPOINTSLICE_CONTROLLER, old, new):
             self.queue.add(key)
 
     # -- sync -----------------------------------------------------------------------------

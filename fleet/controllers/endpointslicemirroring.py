@@ -24,10 +24,8 @@ from fleet.client import ApiException
 from fleet.controllers.endpoints_util import (
     MIRRORING_CONTROLLER,
     SliceTracker,
-    managed_by,
     service_selector,
     slice_index,
-    slice_service_key,
 )
 from fleet.controllers.endpointslice import (
     DISCOVERY_V1,
@@ -83,23 +81,7 @@ class EndpointSliceMirroringController(QueueWorker):
             self.enqueue(new if new is not None else old)
 
     def _on_slice(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        if new is None:
-            if old is not None and managed_by(old) == MIRRORING_CONTROLLER and self.tracker.has(old):
-                if not self.tracker.handle_deletion(old):
-                    self._queue_for(old)
-            return
-        if old is not None and slice_service_key(old) != slice_service_key(new):
-            self._queue_for(old)
-            self._queue_for(new)
-            return
-        changed_hands = old is not None and (managed_by(old) == MIRRORING_CONTROLLER) != (
-            managed_by(new) == MIRRORING_CONTROLLER)
-        if changed_hands or (managed_by(new) == MIRRORING_CONTROLLER and self.tracker.should_sync(new)):
-            self._queue_for(new)
-
-    def _queue_for(self, slice_: dict[str, Any]) -> None:
-        key = slice_service_key(slice_)
-        if key:
+        for key in self.tracker.keys_to_sync(MIRRORING_CONTROLLER, old, new):
             self.queue.add(key)
 
     async def reconcile(self, key: str) -> float | None:
