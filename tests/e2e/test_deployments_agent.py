@@ -31,19 +31,16 @@ from typing import Any
 import httpx
 import pytest
 
-from fleet.runtime.images import ImageStore, import_archive_sync
 from fleet.runtime.oci import find_runtime
-from fleet.testing.oci_image import build_busybox_image, busybox_problem, write_oci_archive
+from fleet.testing.oci_image import busybox_problem
 from tests.conftest import (
     KUBECTL,
     FleetServer,
-    ServerFactory,
     create_namespace,
-    free_port,
     run_kubectl,
 )
+from tests.e2e.agentcluster import agent_cluster
 from tests.e2e.helpers import wait_until
-from tests.e2e.leaks import finish, wait_clean
 from tests.e2e.test_agent import IMAGE
 
 pytestmark = [
@@ -62,40 +59,9 @@ APPS = "/apis/apps/v1"
 
 @pytest.fixture(scope="module")
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetServer]:
-    base = tmp_path_factory.mktemp("deploy-agent")
-    factory = ServerFactory(base)
-    srv = factory.new(extra_args=["--agent-port", str(free_port()), "--agent-network", "bridge",
-                                  "--agent-bridge", BRIDGE, "--cluster-cidr", CLUSTER_CIDR])
-    agent_dir = srv.data_dir / "agent"
-    archive = write_oci_archive(build_busybox_image(), base / "busybox.tar", IMAGE)
-    import_archive_sync(ImageStore(agent_dir / "images"), archive, IMAGE)
-    try:
-        srv.start()
-        with srv.client() as c:
-            wait_until(lambda: any(
-                x["type"] == "Ready" and x["status"] == "True"
-                for n in c.get("/api/v1/nodes").json()["items"]
-                for x in (n.get("status") or {}).get("conditions", [])), timeout=60,
-                what="the node Ready")
+    with agent_cluster(request, tmp_path_factory.mktemp("deploy-agent"), bridge=BRIDGE,
+                       cluster_cidr=CLUSTER_CIDR) as srv:
         yield srv
-    finally:
-        leaked: list[str] = []
-        try:
-            with srv.client() as c:
-                for d in c.get(f"{APPS}/deployments").json().get("items", []):
-                    md = d["metadata"]
-                    c.patch(f"{APPS}/namespaces/{md['namespace']}/deployments/{md['name']}/scale",
-                            json={"spec": {"replicas": 0}},
-                            headers={"Content-Type": "application/merge-patch+json"})
-            leaked = wait_clean(agent_dir, timeout=120)
-        except Exception as e:  # noqa: BLE001 - clean-up goes on regardless
-            print(f"clean-up: {e!r}")
-        finally:
-            factory.stop_all()
-            if getattr(request.node, "_fleet_failed", False):
-                print(srv.output()[-15000:])
-            # Removes the bridge too; fails on a leak.
-            finish(agent_dir, leaked, srv.output()[-15000:])
 
 
 @pytest.fixture

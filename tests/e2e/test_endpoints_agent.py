@@ -29,19 +29,16 @@ from typing import Any
 
 import pytest
 
-from fleet.runtime.images import ImageStore, import_archive_sync
 from fleet.runtime.oci import find_runtime
-from fleet.testing.oci_image import build_busybox_image, busybox_problem, write_oci_archive
+from fleet.testing.oci_image import busybox_problem
 from tests.conftest import (
     KUBECTL,
     FleetServer,
-    ServerFactory,
     create_namespace,
-    free_port,
     run_kubectl,
 )
+from tests.e2e.agentcluster import agent_cluster
 from tests.e2e.helpers import wait_until
-from tests.e2e.leaks import delete_pods_and_wait_clean, finish
 from tests.e2e.test_agent import IMAGE
 
 pytestmark = [
@@ -59,38 +56,9 @@ CLUSTER_CIDR = "10.219.0.0/16"
 
 @pytest.fixture(scope="module")
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetServer]:
-    base = tmp_path_factory.mktemp("fe-endpoints-agent")
-    factory = ServerFactory(base)
-    srv = factory.new(extra_args=["--agent-port", str(free_port()), "--agent-network", "bridge",
-                                  "--agent-bridge", BRIDGE, "--cluster-cidr", CLUSTER_CIDR])
-    agent_dir = srv.data_dir / "agent"
-    archive = write_oci_archive(build_busybox_image(), base / "busybox.tar", IMAGE)
-    import_archive_sync(ImageStore(agent_dir / "images"), archive, IMAGE)
-    leaked: list[str] = []
-    try:
-        srv.start()
-        with srv.client() as c:
-            wait_until(lambda: any(
-                x["type"] == "Ready" and x["status"] == "True"
-                for n in c.get("/api/v1/nodes").json()["items"]
-                for x in (n.get("status") or {}).get("conditions", [])), timeout=60, what="the node Ready")
+    with agent_cluster(request, tmp_path_factory.mktemp("fe-endpoints-agent"), bridge=BRIDGE,
+                       cluster_cidr=CLUSTER_CIDR, delete_pods=True, grace=0) as srv:
         yield srv
-    finally:
-        try:
-            with srv.client() as c:
-                for d in c.get("/apis/apps/v1/deployments").json().get("items", []):
-                    md = d["metadata"]
-                    c.patch(f"/apis/apps/v1/namespaces/{md['namespace']}/deployments/{md['name']}/scale",
-                            json={"spec": {"replicas": 0}},
-                            headers={"Content-Type": "application/merge-patch+json"})
-            leaked = delete_pods_and_wait_clean(srv, agent_dir, timeout=120, grace=0)
-        except Exception as e:  # noqa: BLE001 - clean-up goes on regardless
-            print(f"clean-up: {e!r}")
-        finally:
-            factory.stop_all()
-            if getattr(request.node, "_fleet_failed", False):
-                print(srv.output()[-15000:])
-            finish(agent_dir, leaked, srv.output()[-15000:])  # removes the bridge and table too
 
 
 @pytest.fixture
