@@ -38,7 +38,8 @@ from fleet.network import (
 )
 from fleet.network.bridge import BridgeDriver, host_veth_name
 from fleet.network.ipam import IPAMExhausted
-from fleet.network.netns import delete_netns_sync, is_netns, list_netns
+from fleet.network.netns import is_netns
+from tests.e2e.netnode import node_and_outside
 
 _missing = [t for t in ("ip", "nft", "nsenter", "busybox") if shutil.which(t) is None]
 pytestmark = [
@@ -99,43 +100,11 @@ class Node:
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[Node]:
-    tag = uuid.uuid4().hex[:6]
-    node_name, out_name = f"flt-{tag}-node", f"flt-{tag}-out"
     pod_dir = tmp_path / "netns"
-    created: list[str] = []
-    try:
-        for name in (node_name, out_name):
-            sh("ip", "netns", "add", name)
-            created.append(name)
-        # Both ends are created inside the test namespaces; nothing appears on the host.
-        sh("ip", "-n", node_name, "link", "add", "up0", "type", "veth",
-           "peer", "name", "ext0", "netns", out_name)
-        for ns, dev, addr in ((node_name, "up0", NODE_OUTSIDE_IP), (out_name, "ext0", OUTSIDE_IP)):
-            sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        yield Node(
-            node_ns=f"/run/netns/{node_name}",
-            outside_ns=f"/run/netns/{out_name}",
-            pod_dir=pod_dir,
-            state_dir=tmp_path / "state",
-        )
-    finally:
-        problems = []
-        for path in list_netns(pod_dir):
-            try:
-                delete_netns_sync(path)
-            except OSError as e:
-                problems.append(repr(e))
-        if pod_dir.exists():
-            # create_pod_netns made the directory a (shared) mount of itself.
-            subprocess.run(["umount", "-l", str(pod_dir)], capture_output=True)
-        # Deleting the node namespace takes the bridge, veths and nft table with it.
-        for name in reversed(created):
-            p = subprocess.run(["ip", "netns", "del", name], capture_output=True, text=True)
-            if p.returncode != 0:
-                problems.append(p.stderr)
-        assert not problems, problems
+    with node_and_outside("flt", pod_dir, node_ip=NODE_OUTSIDE_IP,
+                          outside_ip=OUTSIDE_IP) as (node_ns, outside_ns):
+        yield Node(node_ns=node_ns, outside_ns=outside_ns, pod_dir=pod_dir,
+                   state_dir=tmp_path / "state")
 
 
 async def run_in(netns: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:

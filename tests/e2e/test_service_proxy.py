@@ -37,10 +37,10 @@ import trio
 
 from fleet.network import NetworkConfig, PodRef, create_pod_netns, nft
 from fleet.network.bridge import BridgeDriver
-from fleet.network.netns import delete_netns_sync, list_netns
 from fleet.network.proxy_diff import touched
 from fleet.network.proxy_rules import ProxyOptions
 from fleet.network.service_proxy import ServiceRules
+from tests.e2e.netnode import node_and_outside
 
 _missing = [t for t in ("ip", "nft", "nsenter", "busybox") if shutil.which(t) is None]
 pytestmark = [
@@ -164,58 +164,34 @@ async def node_cluster(tmp_path: Path, prefix: str = "fd") -> AsyncIterator[Clus
     """The node, the outside and pods a, b, c (netns and pod uids named `<prefix>-*`;
     other test modules reuse it with their own prefix)."""
     tag = uuid.uuid4().hex[:6]
-    node_name, out_name = f"{prefix}-{tag}-node", f"{prefix}-{tag}-out"
     pod_dir = tmp_path / "netns"
-    created: list[str] = []
     servers: list[subprocess.Popen[str]] = []
-    try:
-        for name in (node_name, out_name):
-            sh("ip", "netns", "add", name)
-            created.append(name)
-        sh("ip", "-n", node_name, "link", "add", "up0", "type", "veth", "peer", "name", "ext0",
-           "netns", out_name)
-        for ns, dev, addr in ((node_name, "up0", NODE_IP), (out_name, "ext0", OUTSIDE_IP)):
-            sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        # A real node has a default route; without one, an address nothing DNATs
-        # fails routing before our filter chains see it.
-        sh("ip", "-n", node_name, "route", "add", "default", "via", OUTSIDE_IP)
-        c = Cluster(node_ns=f"/run/netns/{node_name}", outside_ns=f"/run/netns/{out_name}")
-        driver = BridgeDriver(NetworkConfig(pod_cidr=POD_CIDR, state_dir=str(tmp_path / "state"),
-                                            cluster_cidr=CLUSTER_CIDR, host_netns=c.node_ns,
-                                            options={"bridge": BRIDGE, "nft_table": "fd_fleet"}))
-        for name, node in (("a", "n1"), ("b", "n2"), ("c", "n1")):
-            ref = PodRef(uid=f"{prefix}-{name}-{tag}", namespace="default", name=name)
-            ns = await create_pod_netns(ref.uid, pod_dir)
-            net = await driver.setup(ref, ns)
-            assert net.pod_ip
-            c.pods[name] = Pod(name, ns, net.pod_ip, node)
-            if name != "c":
-                p = subprocess.Popen(["nsenter", f"--net={ns}", sys.executable, "-c", SERVER, name],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                servers.append(p)
-                assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-        c.rules = c.new_rules()
-        yield c
-    finally:
-        problems = []
-        for p in servers:
-            p.kill()
-            p.wait()
-        for path in list_netns(pod_dir):
-            try:
-                delete_netns_sync(path)
-            except OSError as e:
-                problems.append(repr(e))
-        if pod_dir.exists():
-            subprocess.run(["umount", "-l", str(pod_dir)], capture_output=True)
-        # Deleting the node namespace takes the bridge, veths and both tables with it.
-        for name in reversed(created):
-            p2 = subprocess.run(["ip", "netns", "del", name], capture_output=True, text=True)
-            if p2.returncode != 0:
-                problems.append(p2.stderr)
-        assert not problems, problems
+    # A real node has a default route; without one, an address nothing DNATs fails
+    # routing before our filter chains see it.
+    with node_and_outside(prefix, pod_dir, node_ip=NODE_IP, outside_ip=OUTSIDE_IP,
+                          default_route=True) as (node_ns, outside_ns):
+        try:
+            c = Cluster(node_ns=node_ns, outside_ns=outside_ns)
+            driver = BridgeDriver(NetworkConfig(pod_cidr=POD_CIDR, state_dir=str(tmp_path / "state"),
+                                                cluster_cidr=CLUSTER_CIDR, host_netns=c.node_ns,
+                                                options={"bridge": BRIDGE, "nft_table": "fd_fleet"}))
+            for name, node in (("a", "n1"), ("b", "n2"), ("c", "n1")):
+                ref = PodRef(uid=f"{prefix}-{name}-{tag}", namespace="default", name=name)
+                ns = await create_pod_netns(ref.uid, pod_dir)
+                net = await driver.setup(ref, ns)
+                assert net.pod_ip
+                c.pods[name] = Pod(name, ns, net.pod_ip, node)
+                if name != "c":
+                    p = subprocess.Popen(["nsenter", f"--net={ns}", sys.executable, "-c", SERVER, name],
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                    servers.append(p)
+                    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+            c.rules = c.new_rules()
+            yield c
+        finally:
+            for p in servers:
+                p.kill()
+                p.wait()
 
 
 def service(name: str = "web", ip: str = CIP, **spec: Any) -> dict[str, Any]:
