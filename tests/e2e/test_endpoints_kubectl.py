@@ -33,7 +33,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import KUBECTL, FleetServer, ServerFactory, _make_base, run_kubectl
+from tests.conftest import (
+    KUBECTL,
+    FleetServer,
+    ServerFactory,
+    _make_base,
+    create_namespace,
+    run_kubectl,
+)
 from tests.e2e.helpers import wait_until
 from tests.e2e.simnodes import SimNodes
 
@@ -74,10 +81,7 @@ def srv(cluster: tuple[FleetServer, SimNodes]) -> FleetServer:
 @pytest.fixture
 def ns(srv: FleetServer) -> Iterator[str]:
     name = f"fe-{uuid.uuid4().hex[:6]}"
-    with srv.client() as c:
-        r = c.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
-                                               "metadata": {"name": name}})
-        assert r.status_code == 201, r.text
+    create_namespace(srv, name)
     yield name
     with srv.client() as c:
         c.delete(f"/api/v1/namespaces/{name}")
