@@ -148,7 +148,7 @@ def test_an_agent_restart_keeps_routes_and_repairs_them(multinode: MultiNodeClus
 
 
 def test_a_node_deleted_and_registered_again_keeps_its_pod_cidr(multinode_factory: Any) -> None:
-    """A Node object deleted while its agent runs: peers drop its route; the agent
+    """A Node object deleted while its agent runs: the agent
     registers again asking for the pod CIDR its pods use — not the lowest free one node
     IPAM would hand out — republishes its address, and the route comes back."""
     cluster = multinode_factory(nodes=3, agent_args=["--node-status-interval", "1"])
@@ -166,7 +166,9 @@ def test_a_node_deleted_and_registered_again_keeps_its_pod_cidr(multinode_factor
 
     with cluster.client() as c:
         assert c.delete(f"/api/v1/nodes/{m.name}").status_code == 200
-    wait_routes(cluster, o, set())
+    # (Whether o ever sees m's route gone depends on how fast m registers again — under
+    # a second here — so only the outcome is checked; a node that leaves for good takes
+    # its route with it, as k showed above.)
     obj = cluster.wait_node_ready(m)
     assert obj["spec"]["podCIDR"] == cidrs[m.name], (obj["spec"], cidrs)
     # Ready can come before the agent's pod-network loop republishes its address.
