@@ -52,6 +52,9 @@ ROOTS = {
     ("discovery.k8s.io", "v1", "EndpointSlice"): "V1EndpointSlice",
     ("networking.k8s.io", "v1", "IPAddress"): "V1IPAddress",
     ("networking.k8s.io", "v1", "ServiceCIDR"): "V1ServiceCIDR",
+    ("networking.k8s.io", "v1", "Ingress"): "V1Ingress",
+    ("networking.k8s.io", "v1", "IngressClass"): "V1IngressClass",
+    ("networking.k8s.io", "v1", "NetworkPolicy"): "V1NetworkPolicy",
 }
 
 SCALARS = {"str": "string", "int": "integer", "bool": "boolean", "float": "number",

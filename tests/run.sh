@@ -9,7 +9,8 @@ PY="${PYTHON:-python3}"
 
 # Debian tools the suite uses (kubectl 1.32 comes with these machines): the
 # OCI runtime, a static busybox for test images, nftables and iproute2 for pod
-# networking, util-linux for nsenter, and a registry to pull images from.
+# networking, util-linux for nsenter, a registry to pull images from, and nginx
+# (the ingress' nginx engine) with curl to reach it.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     need=()
     command -v sqlite3 >/dev/null || need+=(sqlite3)
@@ -19,6 +20,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     command -v ip >/dev/null || need+=(iproute2)
     command -v nsenter >/dev/null || need+=(util-linux)
     command -v docker-registry >/dev/null || need+=(docker-registry)
+    command -v nginx >/dev/null || need+=(nginx)
+    command -v curl >/dev/null || need+=(curl)
     if [ "${#need[@]}" -gt 0 ]; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
