@@ -205,6 +205,7 @@ class Cache(Protocol):
 
     items: dict[str, dict[str, Any]]
 
+    @property
     def has_synced(self) -> bool: ...
 
 
@@ -246,16 +247,28 @@ class IngressController:
         self.generation = 0
         self.applied: RouteTable | None = None  # the table the engine serves
         self.events = EventDeduper()
+        # (input, "ns/name") → the status last asked for: see `handler`.
+        self.wanted: dict[tuple[str, str], dict[str, Any]] = {}
         self.dirty = trio.Event()
         self._lock = trio.Lock()
 
-    def mark(self, etype: str = "", old: Any = None, new: Any = None) -> None:
-        """Informer handler: a change worth a new pass."""
-        if relevant_change(old, new):
-            self.dirty.set()
+    def handler(self, input_name: str) -> Callable[[str, Any, Any], None]:
+        """The handler for one input's informer: marks the controller dirty on a
+        change the builder can see (`relevant_change`); a status-only change
+        also counts when it is not the status this controller last asked for (someone
+        else wrote it: it is put back)."""
+        def on_event(etype: str, old: Any, new: Any) -> None:
+            if relevant_change(old, new):
+                self.dirty.set()
+            elif old is not None and new is not None and old.get("status") != new.get("status"):
+                key = (input_name, f"{(new.get('metadata') or {}).get('namespace') or ''}/"
+                                   f"{(new.get('metadata') or {}).get('name')}")
+                if key in self.wanted and self.wanted[key] != new.get("status"):
+                    self.dirty.set()
+        return on_event
 
     def synced(self) -> bool:
-        return all(c.has_synced() for c in self.caches.values())
+        return all(c.has_synced for c in self.caches.values())
 
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
         return {name: list(self.caches[name].items.values()) if name in self.caches else []
@@ -303,8 +316,11 @@ class IngressController:
 
     async def write_statuses(self, result: BuildResult) -> bool:
         ok = True
-        for update, _want, patch in pending_writes(result.statuses, self.lookup, self.gateway_controller,
-                                                   now_rfc3339()):
+        writes = pending_writes(result.statuses, self.lookup, self.gateway_controller, now_rfc3339())
+        self.wanted = {(KIND_INPUT[u.kind], f"{u.namespace or ''}/{u.name}"): want for u, want, _ in writes}
+        for update, _want, patch in writes:
+            if patch is None:
+                continue
             plural, cluster = KINDS[update.kind]
             try:
                 await self.client.patch(update.api_version, plural, update.name, {"status": patch},
@@ -385,14 +401,14 @@ async def ensure_classes(client: Any) -> None:
 
 
 def wire(controller: IngressController, client: Client) -> dict[str, Any]:
-    """The nine informers (not started), each feeding `controller.mark`."""
+    """The nine informers (not started), each feeding `controller.handler(input)`."""
     from fleet.client.informer import Informer
 
     infs: dict[str, Any] = {}
     for name, (api_version, plural) in INPUTS.items():
         inf = Informer(client, api_version, plural, component="ingress",
                        transform=slim_secret if plural == "secrets" else None)
-        inf.add_handler(controller.mark)
+        inf.add_handler(controller.handler(name))
         infs[name] = inf
     return infs
 

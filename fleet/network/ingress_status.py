@@ -121,10 +121,11 @@ def merge_patch(old: Any, new: Any) -> Any:
 
 
 def pending_writes(updates: Iterable[StatusUpdate], lookup: Any, controller: str, now: str
-                   ) -> list[tuple[StatusUpdate, dict[str, Any], dict[str, Any]]]:
-    """(update, status to write, merge patch) for every update whose object exists in
-    `lookup(kind, namespace, name)` and whose status differs from what it holds."""
-    out = []
+                   ) -> list[tuple[StatusUpdate, dict[str, Any], dict[str, Any] | None]]:
+    """(update, status it should hold, merge patch) for every update whose object exists
+    in `lookup(kind, namespace, name)`; the patch is None when the object's status is
+    already that."""
+    out: list[tuple[StatusUpdate, dict[str, Any], dict[str, Any] | None]] = []
     for u in updates:
         if u.kind not in KINDS:
             continue
@@ -133,8 +134,7 @@ def pending_writes(updates: Iterable[StatusUpdate], lookup: Any, controller: str
             continue  # gone (or not listed yet): nothing to write to
         want = desired_status(u, cur, controller, now)
         have = current_status(cur)
-        if want != have:
-            out.append((u, want, merge_patch(have, want)))
+        out.append((u, want, merge_patch(have, want) if want != have else None))
     return out
 
 
