@@ -390,3 +390,35 @@ def test_only_tls_secrets_keep_their_data() -> None:
     opaque = {"type": "Opaque", "metadata": {"name": "o"}, "data": {"password": "x"}}
     assert ingress.slim_secret(tls) == tls
     assert "data" not in ingress.slim_secret(opaque)
+
+
+async def test_with_the_real_builder(autojump_clock: Any, tmp_path: Path) -> None:
+    cfg = ingress.IngressConfig(advertise=["192.0.2.10"], data_dir=tmp_path)
+    cert = ensure_default_certificate(cfg.ingress_dir())
+    rule = {"host": "a.example", "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {
+        "service": {"name": "web", "port": {"number": 80}}}}]}}
+    obj = ing("a", "web")
+    obj["spec"] = {"ingressClassName": "fleet", "rules": [rule]}
+    service = svc("web")
+    service["spec"]["ports"] = [{"port": 80, "targetPort": 8080, "protocol": "TCP"}]
+    eps = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+           "metadata": {"name": "web-1", "namespace": "default", "resourceVersion": "1",
+                        "labels": {"kubernetes.io/service-name": "web"}},
+           "ports": [{"port": 8080, "protocol": "TCP"}],
+           "endpoints": [{"addresses": ["10.0.0.5"], "conditions": {"ready": True}}]}
+    klass = ingress.default_ingress_class()
+    klass["metadata"].update(uid="c1", resourceVersion="1")
+    api = FakeAPI({"ingresses": [obj], "services": [service], "endpointslices": [eps],
+                   "ingressclasses": [klass]})
+    async with trio.open_nursery() as n:
+        ctl, engine, rec = await start(n, api, build=ingress.default_build(cfg, cert))
+        http = engine.tables[0].listener(8080)
+        https = engine.tables[0].listener(8443)
+        assert http is not None and https is not None and https.default_certificate == cert
+        sel = engine.tables[0].select(8080, "a.example", "GET", "/x")
+        assert sel is not None
+        assert [(e.address, e.port) for e in sel.route.backends[0].endpoints] == [("10.0.0.5", 8080)]
+        assert api.patches == [("ingresses", "a", "default",
+                                {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}})]
+        assert rec.events == []
+        n.cancel_scope.cancel()
