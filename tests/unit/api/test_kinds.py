@@ -50,6 +50,12 @@ IDENTITY = [
     ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "endpointslice", True, (), (), ()),
     ("networking.k8s.io", "v1", "IPAddress", "ipaddresses", "ipaddress", False, (), (), ()),
     ("networking.k8s.io", "v1", "ServiceCIDR", "servicecidrs", "servicecidr", False, (), (), ("status",)),
+    ("gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses", "gatewayclass", False, ("gc",),
+     ("gateway-api",), ("status",)),
+    ("gateway.networking.k8s.io", "v1", "Gateway", "gateways", "gateway", True, ("gtw",), ("gateway-api",),
+     ("status",)),
+    ("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes", "httproute", True, (), ("gateway-api",),
+     ("status",)),
     # Served from memory (fleet/server/resource_metrics.py): get and list only, no singular name.
     ("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", False, (), (), ()),
     ("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", True, (), (), ()),
