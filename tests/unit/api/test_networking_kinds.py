@@ -29,6 +29,7 @@ from fleet.api.kinds.networkpolicy import (
     parse_cidr_sloppy,
     validate_network_policy,
 )
+from fleet.api.smp_schema import schema_for
 from fleet.api.validation import DNS1123_SUBDOMAIN_ERR
 from fleet.auth import Attributes, UserInfo
 
@@ -442,3 +443,10 @@ def test_network_policy_table_is_kubectls() -> None:
     obj = netpol(podSelector={"matchLabels": {"app": "db"},
                               "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a", "b"]}]})
     assert cells(NETWORK_POLICY, obj)[1] == "app=db,tier notin (a,b)"
+
+
+def test_no_strategic_merge_tags() -> None:
+    """k8s.io/api networking/v1 tags none of these kinds' lists (rules, paths, tls, ingress,
+    egress, ports, peers are atomic): a strategic merge patch replaces them whole."""
+    for info in (INGRESS, INGRESS_CLASS, NETWORK_POLICY):
+        assert info.strategic_schema() == schema_for("NoSuchKind")
