@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fleet.network.routebuild_backends import Resolver
-from fleet.network.routebuild_common import Collector, RouteEntry, name_of, namespace_of
+from fleet.network.routebuild_common import Collector, name_of, namespace_of
+from fleet.network.routebuild_gateway import build_gateway
 from fleet.network.routebuild_ingress import build_ingress, load_balancer_status, served_ingresses
 from fleet.network.routetable import (
     BuildResult,
@@ -145,10 +146,15 @@ def build(inp: BuildInput, opts: BuildOptions) -> BuildResult:
         accs[opts.https_port] = _Acc(opts.https_port, "HTTPS", ingress=True, routes=list(part.routes),
                                      certificates=list(part.certificates))
 
-    entries: list[RouteEntry] = _gateway_entries(inp, opts, resolver, col, accs, now)
-    for e in entries:
-        acc = accs.setdefault(e.port, _Acc(e.port, e.protocol))
-        acc.routes.append((e.hostname, e.one_label, e.key, e.route))
+    claims = {port: acc.protocol for port, acc in accs.items()}
+    gw = build_gateway(inp.gateway_classes, inp.gateways, inp.http_routes, inp.namespaces,
+                       opts.gateway_controller, opts.addresses, claims, resolver, col, now)
+    for port, protocol in gw.ports.items():
+        accs.setdefault(port, _Acc(port, protocol))
+    for port, key, cert in gw.certificates:
+        accs[port].certificates.append((key, cert))
+    for e in gw.entries:
+        accs[e.port].routes.append((e.hostname, e.one_label, e.key, e.route))
 
     listeners = []
     for port in sorted(accs):
@@ -159,8 +165,3 @@ def build(inp: BuildInput, opts: BuildOptions) -> BuildResult:
     table = RouteTable(tuple(listeners), opts.generation)
     return BuildResult(table, col.sorted_statuses(), col.sorted_events())
 
-
-def _gateway_entries(inp: BuildInput, opts: BuildOptions, resolver: Resolver, col: Collector,
-                     accs: dict[int, _Acc], now: str) -> list[RouteEntry]:
-    """Gateway API's contribution (none until `routebuild_gateway` lands)."""
-    return []

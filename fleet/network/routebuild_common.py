@@ -95,16 +95,15 @@ class RouteEntry:
 
 def set_conditions(existing: Any, wanted: Sequence[tuple[str, str, str, str]], now: str,
                    observed_generation: int | None) -> list[dict[str, Any]]:
-    """`wanted` (type, status, reason, message) set on a copy of `existing`, keeping each
-    lastTransitionTime whose status did not change; conditions not in `wanted` are dropped
-    (we own the whole list) and the result is in `wanted`'s order."""
-    cur: list[dict[str, Any]] = []
-    prior = [c for c in existing if isinstance(c, dict)] if isinstance(existing, list) else []
+    """`wanted` (type, status, reason, message) merged into a copy of `existing`
+    (meta.SetStatusCondition each): a lastTransitionTime moves only when its status
+    changes, and conditions of other types (another controller's) keep their place,
+    as the Gateway API asks of implementations."""
+    out = [dict(c) for c in existing if isinstance(c, dict)] if isinstance(existing, list) else []
     for ctype, status, reason, message in wanted:
-        old = [c for c in prior if c.get("type") == ctype][:1]
-        cur.extend(set_status_condition(old, ctype, status, reason, message, now,
-                                        observed_generation=observed_generation))
-    return cur
+        out = set_status_condition(out, ctype, status, reason, message, now,
+                                   observed_generation=observed_generation)
+    return out
 
 
 @dataclass

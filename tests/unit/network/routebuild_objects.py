@@ -106,3 +106,57 @@ def tls_secret(name: str, cert: bytes, key: bytes, ns: str = "default",
 
 def namespace(name: str, **labels: str) -> dict:
     return {"metadata": meta(name, None, labels={"kubernetes.io/metadata.name": name, **labels})}
+
+
+def gateway_class(name: str = "fleet", controller: str = GW_CONTROLLER, generation: int = 1) -> dict:
+    return {"metadata": meta(name, None, generation=generation), "spec": {"controllerName": controller}}
+
+
+def listener(name: str, port: int, protocol: str = "HTTP", hostname: str | None = None,
+             certs: list[dict] | None = None, allowed: dict | None = None, **extra: Any) -> dict:
+    spec: dict[str, Any] = {"name": name, "port": port, "protocol": protocol, **extra}
+    if hostname is not None:
+        spec["hostname"] = hostname
+    if certs is not None:
+        spec["tls"] = {"mode": "Terminate", "certificateRefs": certs}
+    if allowed is not None:
+        spec["allowedRoutes"] = allowed
+    return spec
+
+
+def gateway(name: str, *listeners: dict, ns: str = "default", cls: str = "fleet",
+            ts: str = "2024-01-01T00:00:00Z", generation: int = 3) -> dict:
+    return {"metadata": meta(name, ns, ts, generation=generation),
+            "spec": {"gatewayClassName": cls, "listeners": list(listeners)}}
+
+
+def backend_ref(svc: str, port: int | None = 80, weight: int | None = None, **extra: Any) -> dict:
+    ref: dict[str, Any] = {"name": svc, **extra}
+    if port is not None:
+        ref["port"] = port
+    if weight is not None:
+        ref["weight"] = weight
+    return ref
+
+
+def http_rule(*refs: dict, matches: list[dict] | None = None, filters: list[dict] | None = None,
+              **extra: Any) -> dict:
+    r: dict[str, Any] = {"backendRefs": list(refs), **extra}
+    if matches is not None:
+        r["matches"] = matches
+    if filters is not None:
+        r["filters"] = filters
+    return r
+
+
+def http_route(name: str, *rules: dict, parents: list[dict] | None = None, hostnames: list[str] | None = None,
+               ns: str = "default", ts: str = "2024-01-01T00:00:00Z", generation: int = 2,
+               status: dict | None = None) -> dict:
+    spec: dict[str, Any] = {"parentRefs": parents if parents is not None else [{"name": "gw"}],
+                            "rules": list(rules)}
+    if hostnames is not None:
+        spec["hostnames"] = hostnames
+    obj = {"metadata": meta(name, ns, ts, generation=generation), "spec": spec}
+    if status is not None:
+        obj["status"] = status
+    return obj

@@ -1,0 +1,158 @@
+"""Property tests of the route builder: `RouteTable.select` on the built table agrees with
+a brute-force reading of Ingress' rules, and building ignores the order of its inputs."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleet.network.routebuild import BuildInput, BuildOptions, build
+from tests.unit.network.routebuild_objects import (
+    backend,
+    backend_ref,
+    endpoint,
+    gateway,
+    gateway_class,
+    http_route,
+    http_rule,
+    ingress,
+    ingress_class,
+    keypair,
+    listener,
+    namespace,
+    path,
+    rule,
+    service,
+    slice_,
+    tls_secret,
+)
+
+RULE_HOSTS = ["", "foo.com", "*.foo.com", "a.foo.com", "*.a.foo.com", "bar.com"]
+REQ_HOSTS = ["foo.com", "a.foo.com", "b.foo.com", "b.a.foo.com", "c.b.a.foo.com", "bar.com", "x.bar.com"]
+RULE_PATHS = ["/", "/a", "/a/", "/a/b", "/ab", "/a/b/c"]
+REQ_PATHS = ["/", "/a", "/a/", "/a/b", "/ab", "/a/bc", "/a/b/c", "/a/b/c/d", "/x"]
+TYPES = ["Exact", "Prefix", "ImplementationSpecific"]
+OPTS = BuildOptions(now="2024-06-01T00:00:00Z")
+
+# One Ingress: (timestamp day, namespace, rules [(host, [(path, type)])], has default backend)
+ingress_spec = st.tuples(
+    st.integers(1, 3), st.sampled_from(["ns1", "ns2"]),
+    st.lists(st.tuples(st.sampled_from(RULE_HOSTS),
+                       st.lists(st.tuples(st.sampled_from(RULE_PATHS), st.sampled_from(TYPES)),
+                                min_size=1, max_size=3)), max_size=3),
+    st.booleans())
+
+
+def make(specs):
+    """Ingress objects; every path's service is named after its position so the winner is known."""
+    objs, flat, defaults = [], [], []
+    for i, (day, ns, rules, dflt) in enumerate(specs):
+        name = f"ing{i}"
+        age = (f"2024-01-0{day}T00:00:00Z", ns, name)
+        rs = []
+        for ri, (host, paths) in enumerate(rules):
+            ps = []
+            for pi, (p, t) in enumerate(paths):
+                svc = f"s{i}-{ri}-{pi}"
+                ps.append(path(p, svc, t))
+                flat.append((host, p, t, age, ri, pi, svc))
+            rs.append(rule(host or None, *ps))
+        objs.append(ingress(name, *rs, ns=ns, ts=age[0],
+                            default_backend=backend(f"d{i}") if dflt else None))
+        if dflt:
+            defaults.append((age, f"d{i}"))
+    return objs, flat, defaults
+
+
+def host_matches(pattern: str, host: str) -> bool:
+    if pattern == "":
+        return True
+    if pattern.startswith("*."):
+        head, _, rest = host.partition(".")
+        return bool(head) and rest == pattern[2:]
+    return host == pattern
+
+
+def path_matches(value: str, ptype: str, req: str) -> bool:
+    if ptype == "Exact":
+        return req == value
+    p = value.rstrip("/")
+    return p == "" or req == p or req.startswith(p + "/")
+
+
+def expected(flat, defaults, host: str, req: str) -> str | None:
+    """Ingress semantics read directly: the most specific host that has rules (exact, then
+    a one-label wildcard, then none), within it the longest matching path, Exact over
+    Prefix on equal length, the oldest Ingress on a full tie; else the oldest default backend."""
+    dflt = min(defaults)[1] if defaults else None
+    hosts = {h for h, *_ in flat if host_matches(h, host)}
+    if not hosts:
+        return dflt
+    best_host = max(hosts, key=lambda h: (h != "" and not h.startswith("*."), h != "", len(h)))
+    cands = [r for r in flat if r[0] == best_host and path_matches(r[1], r[2], req)]
+    if not cands:
+        return dflt
+    def rank(r):  # noqa: E306
+        _, p, t, age, ri, pi, _ = r
+        length = len(p) if t == "Exact" else len(p.rstrip("/"))
+        return (-length, 0 if t == "Exact" else 1, age, ri, pi)
+    return min(cands, key=rank)[6]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ingress_spec, min_size=1, max_size=4), st.sampled_from(REQ_HOSTS), st.sampled_from(REQ_PATHS))
+def test_select_agrees_with_brute_force_ingress_reading(specs, host, req):
+    objs, flat, defaults = make(specs)
+    result = build(BuildInput(ingresses=objs, ingress_classes=[ingress_class()]), OPTS)
+    sel = result.table.select(8080, host, "GET", req)
+    got = sel.route.backends[0].service if sel is not None else None
+    assert got == expected(flat, defaults, host, req)
+
+
+def _scenario():
+    crt, key = keypair("x.com")
+    return BuildInput(
+        ingresses=[ingress("i1", rule("x.com", path("/a", "web"), path("/a", "api", "Exact")),
+                           ts="2024-01-02T00:00:00Z", default_backend=backend("web"),
+                           tls=[{"hosts": ["x.com"], "secretName": "crt"}]),
+                   ingress("i2", rule("x.com", path("/a", "api")), rule("*.x.com", path("/", "web")),
+                           ts="2024-01-02T00:00:00Z", default_backend=backend("api"),
+                           tls=[{"secretName": "missing"}]),
+                   ingress("i3", rule(None, path("/", "gone")), ns="other")],
+        ingress_classes=[ingress_class(default=True), ingress_class("b", "x.io/other")],
+        gateway_classes=[gateway_class(), gateway_class("z", "x.io/other")],
+        gateways=[gateway("g1", listener("h", 8080), listener("t", 9000, "TCP")),
+                  gateway("g2", listener("h", 9080, hostname="*.x.com",
+                                         allowed={"namespaces": {"from": "All"}}),
+                          ts="2023-01-01T00:00:00Z")],
+        http_routes=[http_route("r1", http_rule(backend_ref("web", weight=3), backend_ref("api", weight=1)),
+                                parents=[{"name": "g1"}, {"name": "g2"}], hostnames=["x.com", "a.x.com"]),
+                     http_route("r2", http_rule(backend_ref("web"), matches=[{"path": {"type": "Exact",
+                                                                                         "value": "/a"}}]),
+                                parents=[{"name": "g2"}], ns="other", ts="2023-06-01T00:00:00Z"),
+                     http_route("r3", http_rule(backend_ref("nope")), parents=[{"name": "g1"}])],
+        services=[service("web", ("http", 80)), service("api", ("http", 80)), service("web", ("http", 80), ns="other")],
+        endpoint_slices=[slice_("web", "w1", [("http", 8080)], [endpoint("10.0.0.2"), endpoint("10.0.0.1")]),
+                         slice_("web", "w2", [("http", 8080)], [endpoint("10.0.0.1"), endpoint("10.0.0.3")]),
+                         slice_("api", "a1", [("http", 9090)], [endpoint("10.0.1.1", ready=False)])],
+        secrets=[tls_secret("crt", crt, key)],
+        namespaces=[namespace("default"), namespace("other")])
+
+
+def _snapshot(result):
+    return (result.table, result.events,
+            [(s.api_version, s.kind, s.namespace, s.name, s.status) for s in result.statuses])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_build_is_deterministic_and_input_order_independent(rnd):
+    base = _scenario()
+    want = _snapshot(build(base, OPTS))
+    fields = {}
+    for name in ("ingresses", "ingress_classes", "gateway_classes", "gateways", "http_routes", "services",
+                 "endpoint_slices", "secrets", "namespaces"):
+        items = list(getattr(base, name))
+        rnd.shuffle(items)
+        fields[name] = items
+    assert _snapshot(build(BuildInput(**fields), OPTS)) == want
