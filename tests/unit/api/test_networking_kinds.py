@@ -450,3 +450,20 @@ def test_no_strategic_merge_tags() -> None:
     egress, ports, peers are atomic): a strategic merge patch replaces them whole."""
     for info in (INGRESS, INGRESS_CLASS, NETWORK_POLICY):
         assert info.strategic_schema() == schema_for("NoSuchKind")
+
+
+def test_a_stored_invalid_selector_value_stays_updatable() -> None:
+    """ValidationOptionsForNetworking: AllowInvalidLabelValueInSelector when the old podSelector fails."""
+    bad_sel = {"matchExpressions": [{"key": "a", "operator": "In", "values": ["not valid!"]}]}
+    old = netpol(podSelector=bad_sel)
+    assert fields_of(validate_network_policy(copy.deepcopy(old), None)) == ["spec.podSelector.matchExpressions[0].values[0]"]
+    new = netpol(podSelector=bad_sel, ingress=[{"from": [{"podSelector": bad_sel}]}])
+    assert validate_network_policy(new, old) == []
+    # Keys are still checked, and a valid old policy gives no allowance.
+    new["spec"]["podSelector"] = {"matchExpressions": [{"key": "b c", "operator": "Exists"}]}
+    assert fields_of(validate_network_policy(new, old)) == ["spec.podSelector.matchExpressions[0].key"]
+    assert validate_network_policy(copy.deepcopy(old), netpol())
+
+
+def fields_of(causes: list[dict[str, str]]) -> list[str]:
+    return [c["field"] for c in causes]
