@@ -33,6 +33,7 @@ through `EngineOptions.observe`; a request no route matched has empty labels),
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -127,6 +128,10 @@ class IngressConfig:
                 raise ValueError(f"ingress port {p}: must be between 0 and 65535")
         if self.http_port and self.http_port == self.https_port:
             raise ValueError("--ingress-http-port and --ingress-https-port must differ")
+        try:
+            ipaddress.ip_address(self.bind_address)
+        except ValueError:
+            raise ValueError(f"--ingress-bind {self.bind_address!r}: not an IP address") from None
 
     def addresses(self) -> tuple[str, ...]:
         """`advertise`, else as --cluster-dns-advertise: a specific bind host, else the

@@ -349,3 +349,22 @@ def test_request_metrics_on_the_server(env: Cluster) -> None:
     assert "fleet_ingress_request_duration_seconds_bucket{" in text
     assert "fleet_ingress_sync_seconds_count" in text
 
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--ingress-engine", "haproxy"], "builtin or nginx"),
+    (["--ingress-http-port", "9443", "--ingress-https-port", "9443"], "must differ"),
+    (["--ingress-bind", "ingress.example"], "not an IP address"),
+    (["--ingress-https-port", "70000"], "between 0 and 65535"),
+])
+def test_bad_ingress_flags_stop_the_server_with_a_clear_error(tmp_path: Path, args: list[str],
+                                                              message: str) -> None:
+    import sys
+
+    from tests.conftest import _server_env
+
+    p = subprocess.run([sys.executable, "-m", "fleet.cli.main", "server", "--data-dir", str(tmp_path),
+                        "--port", str(free_port()), "--metrics-port", str(free_port()), "--no-agent",
+                        *args], capture_output=True, text=True, timeout=60, env=_server_env())
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and message in out and "Traceback" not in out, out

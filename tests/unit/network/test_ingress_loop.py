@@ -379,6 +379,9 @@ def test_config_validation_and_addresses() -> None:
         cfg.validate()
     with pytest.raises(ValueError, match="differ"):
         ingress.IngressConfig(http_port=8080, https_port=8080).validate()
+    with pytest.raises(ValueError, match="not an IP address"):
+        ingress.IngressConfig(bind_address="example.com").validate()
+    ingress.IngressConfig(bind_address="::1", http_port=0).validate()
     assert not ingress.IngressConfig(http_port=0, https_port=0).active
     assert ingress.IngressConfig(bind_address="127.0.0.1").addresses() == ("127.0.0.1",)
     assert ingress.IngressConfig(advertise=["198.51.100.7"]).addresses() == ("198.51.100.7",)
