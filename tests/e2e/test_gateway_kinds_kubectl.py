@@ -8,7 +8,8 @@ point.  Each test works in its own namespace (and its own GatewayClass name):
   objects carry the CRDs' defaults; `kubectl get gatewayclass,gateway,httproute`
   and `kubectl get gtw` print the CRDs' columns; `kubectl describe httproute`
   renders the object; a second `kubectl apply` of an edited manifest patches it
-  (a JSON merge patch, since these kinds take no strategic merge patch, as CRDs).
+  (a JSON merge patch, since these kinds take no strategic merge patch, as CRDs);
+  status written through the status subresource fills ADDRESS and PROGRAMMED.
 * An invalid route (a path regex that does not compile, a redirect together with
   backendRefs) is refused with 422 and both causes, and nothing is stored.
 * `kubectl explain httproute.spec.rules` and `kubectl api-resources
@@ -174,6 +175,15 @@ def test_apply_get_describe(fleet_server: FleetServer, ns: str, gc_name: str) ->
     for text in ("Name:         shop", f"Namespace:    {ns}", "API Version:  gateway.networking.k8s.io/v1",
                  "Kind:         HTTPRoute", "Backend Refs:", "cart-canary", "X-Canary", "Request Redirect:"):
         assert text in out, (text, out)
+
+    # What a controller writes through the status subresource shows in the table.
+    kubectl(fleet_server, "-n", ns, "patch", "gateway", "web", "--subresource=status", "--type=merge", "-p",
+            json.dumps({"status": {"addresses": [{"type": "IPAddress", "value": "127.0.0.1"}], "conditions": [
+                {"type": "Programmed", "status": "True", "reason": "Programmed", "message": "",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}))
+    head, rows = header_and_rows(kubectl(fleet_server, "-n", ns, "get", "gtw", "web"))
+    assert rows == [["web", gc_name, "127.0.0.1", "True", rows[0][-1]]]
+    assert get_json(fleet_server, "-n", ns, "gateway", "web")["metadata"]["generation"] == 1
 
     # A second apply of an edited manifest: kubectl sends a JSON merge patch.
     out = kubectl(fleet_server, "-n", ns, "apply", "-f", "-", input=manifest(gc_name, canary_weight=50))

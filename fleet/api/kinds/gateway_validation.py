@@ -20,6 +20,7 @@ Every function here is pure: objects in, causes out.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -195,6 +196,14 @@ def _regex(out: list[Cause], path: str, value: Any) -> None:
         re.compile(value)
     except re.error as e:
         out.append(v.invalid(path, value, f"must be a valid regular expression: {e}"))
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _duration_seconds(text: str) -> float:
@@ -413,12 +422,14 @@ def _rule(out: list[Cause], r: dict[str, Any], p: str) -> int:
         out.append(rule(p, "object", "RequestRedirect filter must not be used together with backendRefs"))
     single_prefix = (len(matches) == 1 and isinstance(matches[0][1].get("path"), dict)
                      and matches[0][1]["path"].get("type") == "PathPrefix")
-    for scope, fs in (("", filters), ("Within backendRefs, w", ref_filters)):
-        for kind, field in (("RequestRedirect", "requestRedirect"), ("URLRewrite", "urlRewrite")):
-            if _uses_prefix_replace(fs, kind, field) and not single_prefix:
-                lead = scope or "W"
-                out.append(rule(p, "object", f"{lead}hen using {kind} filter with path.replacePrefixMatch, "
-                                             "exactly one PathPrefix match must be specified"))
+    # The CRD's messages, capitals included ("Within backendRefs, When using URLRewrite").
+    for lead, fs, kind, field in (("When", filters, "RequestRedirect", "requestRedirect"),
+                                  ("When", filters, "URLRewrite", "urlRewrite"),
+                                  ("Within backendRefs, when", ref_filters, "RequestRedirect", "requestRedirect"),
+                                  ("Within backendRefs, When", ref_filters, "URLRewrite", "urlRewrite")):
+        if _uses_prefix_replace(fs, kind, field) and not single_prefix:
+            out.append(rule(p, "object", f"{lead} using {kind} filter with path.replacePrefixMatch, "
+                                         "exactly one PathPrefix match must be specified"))
     return len(matches)
 
 
@@ -501,8 +512,10 @@ def _listener_rules(out: list[Cause], listeners: list[dict[str, Any]], p: str) -
     """The CEL rules on spec.listeners as a whole."""
     if any(lis.get("protocol") in ("HTTP", "TCP", "UDP") and "tls" in lis for lis in listeners):
         out.append(rule(p, "array", "tls must not be specified for protocols ['HTTP', 'TCP', 'UDP']"))
-    if any(lis.get("protocol") in ("HTTPS", "TLS") and "tls" not in lis for lis in listeners):
-        out.append(rule(p, "array", "tls mode must be set for protocols ['HTTPS', 'TLS']"))
+    # An HTTPS listener without `tls` is accepted here; its controller reports it (Programmed False).
+    if any(lis.get("protocol") == "HTTPS" and isinstance(lis.get("tls"), dict)
+           and lis["tls"].get("mode") not in (None, "", "Terminate") for lis in listeners):
+        out.append(rule(p, "array", "tls mode must be Terminate for protocol HTTPS"))
     if any(lis.get("protocol") in ("TCP", "UDP") and lis.get("hostname") for lis in listeners):
         out.append(rule(p, "array", "hostname must not be specified for protocols ['TCP', 'UDP']"))
     names = [lis.get("name") for lis in listeners]
@@ -527,6 +540,8 @@ def validate_gateway_spec(spec: dict[str, Any], path: str = "spec") -> list[Caus
     for p, a in addresses:
         _string(out, a, "type", p, min_len=1, max_len=253, regex=ADDRESS_TYPE_RE)
         value = _string(out, a, "value", p, required=True, min_len=1, max_len=253)
+        if (a.get("type") or "IPAddress") == "IPAddress" and value and not _is_ip(value):
+            out.append(v.invalid(f"{p}.value", value, f"{p}.value in body must be of type ipv4"))
         if (a.get("type") or "IPAddress") == "Hostname" and value and not re.search(HOSTNAME_RE, value):
             out.append(rule(p, "object", f"Hostname value must only contain valid characters (matching "
                                          f"{HOSTNAME_RE})"))
