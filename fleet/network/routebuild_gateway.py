@@ -15,7 +15,8 @@ HTTPRoute attachment follows the parentRef (Gateway; sectionName and port narrow
 the listener's allowedRoutes (namespaces Same / All / Selector on the Namespace's
 labels; kinds) and hostname intersection; the route's status gets one entry per
 parentRef of ours (Accepted: Accepted / NoMatchingParent / NotAllowedByListeners /
-NoMatchingListenerHostname; ResolvedRefs: ResolvedRefs / InvalidKind /
+NoMatchingListenerHostname / UnsupportedValue for a regular expression that does
+not compile; ResolvedRefs: ResolvedRefs / InvalidKind /
 RefNotPermitted / BackendNotFound), other controllers' entries are kept.
 """
 
@@ -250,6 +251,8 @@ def build_gateway(gateway_classes: Sequence[Mapping[str, Any]], gateways: Sequen
             if rules is None:
                 rules = route_rules(route, resolver, col)
             (status, reason, message), attached = _attach(route, pref, by_key[gkey], ns_labels)
+            if rules.invalid and status == "True":
+                (status, reason, message), attached = ("False", "UnsupportedValue", rules.invalid), []
             for lst, hosts in attached:
                 lst.attached.add((rns, rname))
                 if not lst.programmed:

@@ -132,6 +132,20 @@ class RuleSet:
     routes: list[tuple[int, int, Route]] = field(default_factory=list)
     # The first backendRef problem: (ResolvedRefs reason, message); None when all resolved.
     ref_problem: tuple[str, str] | None = None
+    # Why the route cannot be served at all (a regular expression that does not compile).
+    invalid: str = ""
+
+
+def _bad_regex(match: Match) -> str:
+    """The first regular expression of a match that does not compile ("" when none)."""
+    patterns = [match.path.value] if match.path.type == "RegularExpression" else []
+    patterns += [s.value for s in (*match.headers, *match.query) if s.type == "RegularExpression"]
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as e:
+            return f"regular expression {p!r} is not valid: {e}"
+    return ""
 
 
 def _backends(route: Mapping[str, Any], refs: Any, resolver: Resolver, col: Collector,
@@ -197,6 +211,11 @@ def route_rules(route: Mapping[str, Any], resolver: Resolver, col: Collector) ->
         timeout = parse_duration(get(rule, "timeouts", "request"))
         matches = dicts(rule.get("matches")) or [{}]
         for mi, m in enumerate(matches):
-            rs.routes.append((ri, mi, Route(source, (_match(m),), tuple(backends), req, resp,
+            match = _match(m)
+            rs.invalid = rs.invalid or _bad_regex(match)
+            rs.routes.append((ri, mi, Route(source, (match,), tuple(backends), req, resp,
                                             redirect, timeout)))
+    if rs.invalid:
+        col.warn("HTTPRoute", route, "UnsupportedValue", rs.invalid + "; the route is not served")
+        rs.routes = []
     return rs

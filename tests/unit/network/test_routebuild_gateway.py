@@ -433,3 +433,17 @@ def test_odd_gateways_do_not_raise(obj):
     routes = [{}, {"spec": {"parentRefs": [{"name": "gw"}], "rules": [None, {"matches": [{"path": None}],
                                                                             "backendRefs": [{"weight": "x"}]}]}}]
     run(*routes, gateways=[obj])
+
+
+@pytest.mark.parametrize("match", [
+    m("/v[0-9", "RegularExpression"),
+    {"headers": [{"type": "RegularExpression", "name": "x", "value": "(unclosed"}]},
+    {"queryParams": [{"type": "RegularExpression", "name": "q", "value": "*bad"}]},
+])
+def test_invalid_regex_route_not_served(match):
+    r = run(http_route("r", http_rule(backend_ref("a"), matches=[m("/ok")]), http_rule(backend_ref("b"),
+                                                                                        matches=[match])))
+    assert parent_conds(r)["Accepted"] == ("False", "UnsupportedValue")
+    assert picked(r, 9080, "h", "/ok") is None
+    assert listener_status(r)["attachedRoutes"] == 0
+    assert [e.reason for e in r.events] == ["UnsupportedValue"]

@@ -156,3 +156,73 @@ def test_build_is_deterministic_and_input_order_independent(rnd):
         rnd.shuffle(items)
         fields[name] = items
     assert _snapshot(build(BuildInput(**fields), OPTS)) == want
+
+
+# --- never raises on odd input ---------------------------------------------------------------
+
+_KEYS = ["metadata", "spec", "status", "name", "namespace", "labels", "annotations", "creationTimestamp",
+         "generation", "rules", "http", "paths", "path", "pathType", "backend", "service", "port", "number",
+         "host", "tls", "hosts", "secretName", "defaultBackend", "ingressClassName", "controller",
+         "controllerName", "gatewayClassName", "listeners", "protocol", "hostname", "allowedRoutes",
+         "namespaces", "from", "selector", "matchLabels", "kinds", "kind", "group", "certificateRefs", "mode",
+         "parentRefs", "sectionName", "hostnames", "backendRefs", "weight", "matches", "filters", "type",
+         "value", "headers", "queryParams", "method", "timeouts", "request", "requestRedirect", "statusCode",
+         "requestHeaderModifier", "set", "add", "remove", "conditions", "parents", "ports", "endpoints",
+         "addresses", "ready", "data", "externalName", "addressType", "tls.crt", "tls.key"]
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2, 70000), st.sampled_from(
+    ["fleet", "fleet.io/ingress", "fleet.io/gateway-controller", "HTTP", "HTTPS", "TCP", "/", "/a", "x.com",
+     "*.x.com", "Exact", "Prefix", "PathPrefix", "RegularExpression", "(", "default", "All", "Selector",
+     "Same", "gw", "web", "Service", "Secret", "kubernetes.io/tls", "ExternalName", "IPv4", "10.0.0.1",
+     "1s", "RequestRedirect", "RequestHeaderModifier", "", "true"]))
+_JSON = st.recursive(_VALUES, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(_KEYS), inner, max_size=5)), max_leaves=25)
+_OBJ = st.dictionaries(st.sampled_from(_KEYS), _JSON, max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(list(BuildInput.__dataclass_fields__)), _OBJ), max_size=12))
+def test_build_never_raises(extra):
+    base = _scenario()
+    fields = {name: list(getattr(base, name)) for name in BuildInput.__dataclass_fields__}
+    for name, obj in extra:
+        fields[name].append(obj)
+    result = build(BuildInput(**fields), OPTS)
+    for lst in result.table.listeners:  # and what it built can be served without raising
+        for h in lst.hosts:
+            result.table.select(lst.port, h.hostname.replace("*", "a"), "GET", "/a", {"x": "1"}, {"q": "1"})
+
+
+def _paths(obj, prefix=()):
+    """Every (path) to a value inside a JSON-like object."""
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, (*prefix, i))
+
+
+def _replace(obj, path, value):
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(obj, dict):
+        return {k: (_replace(v, rest, value) if k == head else v) for k, v in obj.items()}
+    return [(_replace(v, rest, value) if i == head else v) for i, v in enumerate(obj)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_build_never_raises_on_a_corrupted_valid_object(data):
+    base = _scenario()
+    fields = {name: list(getattr(base, name)) for name in BuildInput.__dataclass_fields__}
+    for _ in range(data.draw(st.integers(1, 3))):
+        name = data.draw(st.sampled_from([n for n, v in fields.items() if v]))
+        i = data.draw(st.integers(0, len(fields[name]) - 1))
+        path = data.draw(st.sampled_from(list(_paths(fields[name][i]))))
+        fields[name][i] = _replace(fields[name][i], path, data.draw(_JSON))
+    result = build(BuildInput(**fields), OPTS)
+    for lst in result.table.listeners:
+        for h in lst.hosts:
+            result.table.select(lst.port, h.hostname.replace("*", "a"), "GET", "/a", {"x": "1"}, {"q": "1"})
