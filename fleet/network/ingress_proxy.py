@@ -251,6 +251,12 @@ class ProxyEngine:
                     return
             if not isinstance(ev, h11.Request):
                 return  # idle timeout, the client closed, or a protocol state we do not serve
+            if head_size(ev) > self.options.max_header_bytes:
+                # h11's own limit only catches a head still incomplete at that size.
+                await self._client_error(down, h11.RemoteProtocolError("head too large", 431))
+                return
+            if not _has_body(ev):
+                down.h11.next_event()  # h11 has the EndOfMessage already: no body to stream
             try:
                 await self._request(down, ev, port, scheme, client_ip)
             except (_Closed, h11.LocalProtocolError):
@@ -360,7 +366,7 @@ class ProxyEngine:
                      backend: Backend, port: int, scheme: str, client_ip: str) -> int:
         route = sel.route
         timeout = route.timeout if route.timeout is not None else self.options.response_timeout
-        has_body = "transfer-encoding" in info.headers or info.headers.get("content-length", "0") not in ("", "0")
+        has_body = _has_body(req)
         headers = upstream_request_headers(req.headers, info, client_ip=client_ip, scheme=scheme,
                                            port=port, flt=route.request_headers)
         if "transfer-encoding" in info.headers:
@@ -472,17 +478,27 @@ class _Exchange:
                     self.body_sent += len(ev.data)
                     if limit and self.body_sent > limit:
                         raise _TooLarge
-                    await _upstream_send(self.conn, ev)
+                    if not await self._to_backend(ev):
+                        return
                 elif isinstance(ev, h11.EndOfMessage):
-                    await _upstream_send(self.conn, h11.EndOfMessage())
-                    break
+                    await self._to_backend(h11.EndOfMessage())
+                    return
                 else:  # the client went away mid-body
                     raise _Closed
-        except (_TooLarge, _Closed, h11.RemoteProtocolError, *BROKEN) as e:
+        except (_TooLarge, _Closed, h11.RemoteProtocolError) as e:
+            # The client's side failed: stop the whole exchange.
             self.body_error = e
             cancel.cancel()
         finally:
             self.body_done.set()
+
+    async def _to_backend(self, ev: object) -> bool:
+        """Send body to the backend; False once it broke (the response side reports that)."""
+        try:
+            await _upstream_send(self.conn, ev)
+            return True
+        except (h11.LocalProtocolError, *BROKEN):
+            return False
 
     async def _response(self) -> int | None:
         """Relay the backend's response; None when the body pump cancelled us first."""
@@ -578,6 +594,18 @@ async def _pipe(src: trio.abc.Stream, dst: trio.abc.Stream, done: trio.CancelSco
         pass
     finally:
         done.cancel()
+
+
+def head_size(req: h11.Request) -> int:
+    """Bytes of a request line and headers as sent (give or take whitespace)."""
+    return len(req.method) + len(req.target) + 12 + sum(len(k) + len(v) + 4 for k, v in req.headers)
+
+
+def _has_body(req: h11.Request) -> bool:
+    for name, value in req.headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
 
 
 def _why(e: BaseException) -> str:
