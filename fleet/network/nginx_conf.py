@@ -696,6 +696,7 @@ def render(table: RouteTable, options: EngineOptions, *, paths: NginxPaths, stam
         "server {",
         f"    listen {_q('unix:' + paths.status_socket)};",
         "    access_log off;",
+        "    set $fleet_via -;  # declares the variable the log format names, even with no route",
         f"    location = /generation {{ default_type text/plain; return 200 \"{int(stamp)}\"; }}",
         "    location / { return 404; }",
         "}",
