@@ -17,7 +17,8 @@ pure write-side decisions (`fleet.network.ingress_status`):
 * After a successful apply, the statuses the builder asked for are written through
   the status subresource as merge patches — only those that differ from the
   informer's copy; a 404 (the object went) is ignored, any other failure makes the
-  next pass try again.  Events go through the shared EventRecorder, each once while
+  next pass try again.  An Ingress we stopped serving (its class changed) that still
+  shows our addresses gets its `status.loadBalancer` emptied.  Events go through the shared EventRecorder, each once while
   its condition lasts (`EventDeduper`).
 * At start: the IngressClass `fleet` (the default class) and the GatewayClass `fleet`
   are created when absent (never overwritten: a user's edits stay), and the default
@@ -28,11 +29,13 @@ Metrics (process-wide registry, so on the server's /metrics):
 `fleet_ingress_request_duration_seconds{kind,namespace,name}` (fed by the engine
 through `EngineOptions.observe`; a request no route matched has empty labels),
 `fleet_ingress_sync_seconds`, `fleet_ingress_sync_failures_total`,
-`fleet_ingress_status_write_failures_total`.
+`fleet_ingress_status_write_failures_total`.  A route object's request series go
+once it is no longer in the served table.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import time
@@ -50,7 +53,8 @@ from fleet.api.meta import now_rfc3339
 from fleet.client import MERGE_PATCH, ApiException, Client, ClientConfig
 from fleet.client.events import EventRecorder
 from fleet.network.ingress_cert import ensure_default_certificate
-from fleet.network.ingress_status import KINDS, EventDeduper, pending_writes
+from fleet.network.ingress_status import KINDS, EventDeduper, pending_writes, released
+from fleet.network.routebuild_ingress import load_balancer_status
 from fleet.network.routetable import (
     BuildResult,
     Certificate,
@@ -84,11 +88,32 @@ STATUS_WRITE_FAILURES = Counter("fleet_ingress_status_write_failures",
                                 registry=REGISTRY)
 
 
+#: (kind, namespace, name) → the codes with a request series: what `forget_routes` removes.
+_SERIES: dict[tuple[str, str, str], set[str]] = {}
+
+
 def observe(source: Source | None, code: int, seconds: float) -> None:
     """`EngineOptions.observe`: one proxied request into the two request metrics."""
-    kind, ns, name = (source.kind, source.namespace, source.name) if source is not None else ("", "", "")
-    REQUESTS.labels(kind, ns, name, str(code)).inc()
-    REQUEST_SECONDS.labels(kind, ns, name).observe(seconds)
+    key = (source.kind, source.namespace, source.name) if source is not None else ("", "", "")
+    REQUESTS.labels(*key, str(code)).inc()
+    REQUEST_SECONDS.labels(*key).observe(seconds)
+    _SERIES.setdefault(key, set()).add(str(code))
+
+
+def forget_routes(active: set[tuple[str, str, str]]) -> None:
+    """Drop the request series of route objects no longer in the served table (a
+    deleted Ingress must not stay on /metrics forever); the no-route series stays."""
+    for key in [k for k in _SERIES if k != ("", "", "") and k not in active]:
+        for code in _SERIES.pop(key):
+            with contextlib.suppress(KeyError):
+                REQUESTS.remove(*key, code)
+        with contextlib.suppress(KeyError):
+            REQUEST_SECONDS.remove(*key)
+
+
+def table_sources(table: RouteTable) -> set[tuple[str, str, str]]:
+    return {(r.source.kind, r.source.namespace, r.source.name)
+            for lst in table.listeners for vh in lst.hosts for r in vh.routes}
 
 
 @dataclass
@@ -241,6 +266,7 @@ class IngressController:
     def __init__(self, engine: Engine, client: Any, recorder: EventRecorder | Any,
                  caches: Mapping[str, Cache], build: BuildFn, *,
                  gateway_controller: str = GATEWAY_CONTROLLER,
+                 addresses: tuple[str, ...] = (),
                  build_in_thread: bool = True) -> None:
         self.engine = engine
         self.client = client
@@ -248,6 +274,9 @@ class IngressController:
         self.caches = caches
         self.build = build
         self.gateway_controller = gateway_controller
+        # Ingress status.loadBalancer as we write it: an Ingress we stop serving that
+        # still shows it is released (`ingress_status.released`).
+        self.load_balancer = load_balancer_status(addresses) if addresses else None
         self.build_in_thread = build_in_thread
         self.generation = 0
         self.applied: RouteTable | None = None  # the table the engine serves
@@ -308,6 +337,7 @@ class IngressController:
                                 getattr(self.engine, "name", "?"), gen, e)
                     return False
                 self.applied = result.table
+                forget_routes(table_sources(result.table))
                 log.info("ingress: engine %s serves table %d (%d listener(s)) after %.3fs",
                          getattr(self.engine, "name", "?"), gen, len(result.table.listeners),
                          time.perf_counter() - t0)
@@ -321,7 +351,10 @@ class IngressController:
 
     async def write_statuses(self, result: BuildResult) -> bool:
         ok = True
-        writes = pending_writes(result.statuses, self.lookup, self.gateway_controller, now_rfc3339())
+        updates = list(result.statuses)
+        if self.load_balancer is not None and "ingresses" in self.caches:
+            updates += released(self.caches["ingresses"].items.values(), result.statuses, self.load_balancer)
+        writes = pending_writes(updates, self.lookup, self.gateway_controller, now_rfc3339())
         self.wanted = {(KIND_INPUT[u.kind], f"{u.namespace or ''}/{u.name}"): want for u, want, _ in writes}
         for update, _want, patch in writes:
             if patch is None:
@@ -429,7 +462,8 @@ async def run_ingress(cfg: IngressConfig, client_cfg: ClientConfig, *,
         recorder = EventRecorder(client, COMPONENT)
         await nursery.start(recorder.run)
         caches: dict[str, Any] = {}
-        controller = IngressController(engine, client, recorder, caches, default_build(cfg, certificate))
+        controller = IngressController(engine, client, recorder, caches, default_build(cfg, certificate),
+                                       addresses=cfg.addresses())
         caches.update(wire(controller, client))
         await nursery.start(engine.run)
         for inf in caches.values():

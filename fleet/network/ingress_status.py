@@ -13,6 +13,8 @@ no I/O, what of that must actually reach the API:
   changes nothing writes nothing.
 * `merge_patch(old, new)` — the RFC 7386 merge patch from one status to the other
   (keys that went are sent as null, lists whole), for the status subresource.
+* `released(...)` — an Ingress we stopped serving that still shows our addresses gets
+  its `status.loadBalancer` emptied.
 * `EventDeduper` — an event is recorded when it appears, not at every pass that still
   finds the same problem; once the problem is gone and comes back it is recorded again.
 """
@@ -138,6 +140,23 @@ def pending_writes(updates: Iterable[StatusUpdate], lookup: Any, controller: str
     return out
 
 
+def released(ingresses: Iterable[dict[str, Any]], statuses: Iterable[StatusUpdate],
+             ours: dict[str, Any]) -> list[StatusUpdate]:
+    """Ingresses we no longer serve (their class changed, our class went) that still
+    show our addresses: their `status.loadBalancer` is emptied, as ingress-nginx does
+    for an Ingress it stops serving, so `kubectl get ing` stops pointing at us."""
+    served = {(u.namespace, u.name) for u in statuses if u.kind == "Ingress"}
+    out = []
+    for ing in ingresses:
+        md = ing.get("metadata") or {}
+        key = (str(md.get("namespace") or ""), str(md.get("name") or ""))
+        lb = (ing.get("status") or {}).get("loadBalancer") if isinstance(ing.get("status"), dict) else None
+        if key in served or not lb or not lb.get("ingress") or lb != ours.get("loadBalancer"):
+            continue
+        out.append(StatusUpdate("networking.k8s.io/v1", "Ingress", key[0], key[1], {"loadBalancer": {}}))
+    return out
+
+
 class EventDeduper:
     """Which of a pass's events are new: not reported by the previous pass."""
 
@@ -151,4 +170,5 @@ class EventDeduper:
         return fresh
 
 
-__all__ = ["KINDS", "EventDeduper", "current_status", "desired_status", "merge_patch", "pending_writes"]
+__all__ = ["KINDS", "EventDeduper", "current_status", "desired_status", "merge_patch", "pending_writes",
+           "released"]

@@ -68,6 +68,16 @@ class FakeAPI:
         self.created: list[dict[str, Any]] = []
         self.existing: set[tuple[str, str]] = set()
 
+    def push(self, plural: str, etype: str, obj: dict[str, Any]) -> None:
+        """A change made by someone else: stored, and sent to the watch."""
+        md = obj["metadata"]
+        self.objs[plural] = [o for o in self.objs[plural]
+                             if (o["metadata"]["name"], o["metadata"].get("namespace"))
+                             != (md["name"], md.get("namespace"))]
+        if etype != "DELETED":
+            self.objs[plural].append(obj)
+        self.send[plural].send_nowait({"type": etype, "object": obj})
+
     async def list_all(self, api_version: str, plural: str, namespace: str | None = None,
                        **kw: Any) -> dict[str, Any]:
         await self.hold[plural].wait()
@@ -153,6 +163,8 @@ def fake_build(inputs: dict[str, list[dict[str, Any]]], generation: int) -> Buil
     services = {s["metadata"]["name"] for s in inputs["services"]}
     hosts, statuses, events = [], [], []
     for obj in sorted(inputs["ingresses"], key=lambda o: o["metadata"]["name"]):
+        if obj["spec"].get("ingressClassName") == "other":
+            continue  # another controller's
         name = obj["metadata"]["name"]
         target = obj["spec"]["defaultBackend"]["service"]["name"]
         problem = "" if target in services else f'service "default/{target}" not found'
@@ -167,11 +179,13 @@ def fake_build(inputs: dict[str, list[dict[str, Any]]], generation: int) -> Buil
 
 
 async def start(nursery: trio.Nursery, api: FakeAPI, engine: FakeEngine | None = None,
-                build: Any = fake_build) -> tuple[IngressController, FakeEngine, FakeRecorder]:
+                build: Any = fake_build, addresses: tuple[str, ...] = ()
+                ) -> tuple[IngressController, FakeEngine, FakeRecorder]:
     engine = engine or FakeEngine()
     recorder = FakeRecorder()
     caches: dict[str, Any] = {}
-    ctl = IngressController(engine, api, recorder, caches, build, build_in_thread=False)
+    ctl = IngressController(engine, api, recorder, caches, build, build_in_thread=False,
+                            addresses=addresses)
     caches.update(wire(ctl, api))  # type: ignore[arg-type]
     for inf in caches.values():
         nursery.start_soon(inf.run)
@@ -205,12 +219,11 @@ async def test_statuses_are_written_only_when_they_change(autojump_clock: Any) -
         await trio.sleep(1)
         assert len(api.patches) == 1 and len(engine.tables) == 1 and ctl.generation == 1
         # A spec change builds again; the same statuses are still in place: no write.
-        await api.send["ingresses"].send({"type": "MODIFIED", "object": ing("a", "other", 3, status=LB)})
+        api.push("ingresses", "MODIFIED", ing("a", "other", 3, status=LB))
         await trio.sleep(1)
         assert ctl.generation == 2 and len(api.patches) == 1
         # Someone clears a's status: it is written back.
-        await api.send["ingresses"].send({"type": "MODIFIED", "object": ing("a", "other", 4,
-                                                                            status={"loadBalancer": {}})})
+        api.push("ingresses", "MODIFIED", ing("a", "other", 4, status={"loadBalancer": {}}))
         await trio.sleep(1)
         assert api.patches[1:] == [("ingresses", "a", "default", {"status": LB})]
         n.cancel_scope.cancel()
@@ -239,12 +252,12 @@ async def test_events_are_recorded_once_while_their_cause_lasts(autojump_clock: 
         warning = ("a", "Warning", "ServiceNotFound", 'service "default/missing" not found')
         assert rec.events == [warning]
         for rv in (2, 3):  # more passes, same problem: no more events
-            await api.send["services"].send({"type": "ADDED", "object": svc(f"x{rv}")})
+            api.push("services", "ADDED", svc(f"x{rv}"))
             await trio.sleep(1)
         assert ctl.generation == 3 and rec.events == [warning]
-        await api.send["services"].send({"type": "ADDED", "object": svc("missing")})
+        api.push("services", "ADDED", svc("missing"))
         await trio.sleep(1)
-        await api.send["services"].send({"type": "DELETED", "object": svc("missing")})
+        api.push("services", "DELETED", svc("missing"))
         await trio.sleep(1)
         assert rec.events == [warning, warning]  # gone, then back: reported again
         n.cancel_scope.cancel()
@@ -258,7 +271,7 @@ async def test_an_engine_failure_keeps_the_previous_table(autojump_clock: Any) -
         first = ctl.applied
         assert first is not None and engine.tables == [first]
         engine.fail = True
-        await api.send["ingresses"].send({"type": "ADDED", "object": ing("b", "web")})
+        api.push("ingresses", "ADDED", ing("b", "web"))
         await trio.sleep(0.5)
         assert ctl.applied is first  # what the engine still serves
         assert (REGISTRY.get_sample_value("fleet_ingress_sync_failures_total") or 0) > failures
@@ -425,3 +438,32 @@ async def test_with_the_real_builder(autojump_clock: Any, tmp_path: Path) -> Non
                                 {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}})]
         assert rec.events == []
         n.cancel_scope.cancel()
+
+
+async def test_an_ingress_we_stop_serving_is_released(autojump_clock: Any) -> None:
+    theirs = ing("d", "web", status={"loadBalancer": {"ingress": [{"ip": "198.51.100.1"}]}})
+    theirs["spec"]["ingressClassName"] = "other"
+    api = FakeAPI({"ingresses": [ing("a", "web", status=LB), theirs], "services": [svc("web")]})
+    async with trio.open_nursery() as n:
+        ctl, engine, _ = await start(n, api, addresses=("192.0.2.10",))
+        assert api.patches == []  # a shows our address already; d is not ours and not showing it
+        moved = ing("a", "web", 5, status=LB)
+        moved["spec"]["ingressClassName"] = "other"
+        api.push("ingresses", "MODIFIED", moved)
+        await trio.sleep(1)
+        assert api.patches == [("ingresses", "a", "default", {"status": {"loadBalancer": {"ingress": None}}})], api.patches
+        assert engine.tables[-1].listeners[0].hosts == ()
+        n.cancel_scope.cancel()
+
+
+def test_a_removed_route_loses_its_request_series() -> None:
+    gone, kept = Source("Ingress", "ns", "gone"), Source("Ingress", "ns", "kept")
+    for src in (gone, kept, None):
+        observe(src, 200, 0.01)
+    ingress.forget_routes({("Ingress", "ns", "kept")})
+    def count(name: str) -> float | None:
+        return REGISTRY.get_sample_value("fleet_ingress_requests_total",
+                                         {"kind": "Ingress", "namespace": "ns", "name": name, "code": "200"})
+    assert count("gone") is None and count("kept") == 1.0
+    assert REGISTRY.get_sample_value("fleet_ingress_requests_total",
+                                     {"kind": "", "namespace": "", "name": "", "code": "200"})
