@@ -3,7 +3,8 @@ Services, the server's ingress listening on loopback ports picked free, kubectl 
 
 * Two hosts and two paths routed to two Services, over HTTP and over HTTPS (curl with
   `--resolve` and `--cacert`: SNI picks the certificate of the right TLS Secret, made
-  with `kubectl create secret tls`); `kubectl get ing` shows the ADDRESS.
+  with `kubectl create secret tls`); `kubectl get ing` shows the ADDRESS, which goes
+  when the Ingress moves to another controller's class.
 * An Ingress to a missing Service: 503 naming it, and a Warning Event.
 * A rule change applied while a slow request is in flight does not cut it; a streamed
   response arrives piece by piece.
@@ -224,6 +225,8 @@ def curl_https(env: Cluster, host: str, path: str, cacert: str) -> subprocess.Co
 def test_https_picks_the_certificate_by_sni(env: Cluster) -> None:
     a = curl_https(env, "host-a.example", "/a/", "host-a.example.crt")
     assert (a.returncode, a.stdout.strip()) == (0, "ic-a"), a.stderr
+    a2 = curl_https(env, "host-a.example", "/b/", "host-a.example.crt")
+    assert (a2.returncode, a2.stdout.strip()) == (0, "ic-b"), a2.stderr
     b = curl_https(env, "host-b.example", "/", "host-b.example.crt")
     assert (b.returncode, b.stdout.strip()) == (0, "ic-b"), b.stderr
     # host-a's name is served with host-a's certificate: b's CA does not verify it.
@@ -238,6 +241,25 @@ def test_kubectl_shows_the_address(env: Cluster) -> None:
     assert wait_until(lambda: address() == "127.0.0.1" and address(), timeout=20, what="the ADDRESS")
     out = kubectl(env.srv, "-n", env.ns, "get", "ing", "ic-routes")
     assert "ADDRESS" in out.splitlines()[0] and "127.0.0.1" in out
+    # Moved to another controller's class: our address leaves its status.
+    kubectl(env.srv, "apply", "-f", "-", input=json.dumps({
+        "apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "ic-other"},
+        "spec": {"controller": "example.com/other"}}))
+    moving = {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "ic-moving"},
+              "spec": {"ingressClassName": "fleet",
+                       "rules": [{"host": "moving.example", "http": {"paths": [prefix("/", "ic-a")]}}]}}
+    apply(env, moving)
+
+    def lb() -> Any:
+        obj = json.loads(kubectl(env.srv, "-n", env.ns, "get", "ing", "ic-moving", "-o", "json"))
+        return (obj.get("status") or {}).get("loadBalancer") or {}
+    wait_until(lambda: lb() == {"ingress": [{"ip": "127.0.0.1"}]}, timeout=20, what="ic-moving's address")
+    moving["spec"]["ingressClassName"] = "ic-other"
+    apply(env, moving)
+    wait_until(lambda: lb() == {}, timeout=20, what="ic-moving's address gone")
+    assert get(env, "moving.example", "/a/")[0] == 404
+    moving["spec"]["ingressClassName"] = "fleet"  # as it was, for the other engine's run
+    apply(env, moving)
 
 
 def test_a_missing_service_is_503_naming_it_and_a_warning_event(env: Cluster) -> None:
