@@ -230,7 +230,7 @@ def build_gateway(gateway_classes: Sequence[Mapping[str, Any]], gateways: Sequen
         col.status(API, "GatewayClass", "", name_of(gc), {"conditions": conds})
 
     served = sorted((g for g in gateways if isinstance(g, Mapping)
-                     and get(g, "spec", "gatewayClassName") in ours), key=age_key)
+                     and text(get(g, "spec", "gatewayClassName")) in ours), key=age_key)
     by_key: dict[tuple[str, str], list[_Listener]] = {}
     for gw in served:
         by_key[(namespace_of(gw), name_of(gw))] = _listeners(gw, claims, resolver, part, col)

@@ -226,3 +226,60 @@ def test_build_never_raises_on_a_corrupted_valid_object(data):
     for lst in result.table.listeners:
         for h in lst.hosts:
             result.table.select(lst.port, h.hostname.replace("*", "a"), "GET", "/a", {"x": "1"}, {"q": "1"})
+
+
+# --- Gateway API match precedence ---------------------------------------------------------------
+
+GW_PATHS = ["/", "/a", "/a/b"]  # few, so that ties reach the later criteria
+match_spec = st.tuples(st.sampled_from(["Exact", "PathPrefix"]), st.sampled_from(GW_PATHS),
+                       st.sampled_from([None, "GET", "POST"]),
+                       st.lists(st.sampled_from(["h1", "h2", "h3"]), unique=True, max_size=2),
+                       st.lists(st.sampled_from(["q1", "q2"]), unique=True, max_size=2))
+route_spec = st.tuples(st.integers(1, 3), st.sampled_from(["ns1", "ns2"]),
+                       st.lists(st.lists(match_spec, min_size=1, max_size=2), min_size=1, max_size=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(route_spec, min_size=1, max_size=3), st.sampled_from(["/a", "/a/b", "/a/b/c"]),
+       st.sampled_from(["GET", "POST"]),
+       st.one_of(st.just({"h1", "h2", "h3"}), st.sets(st.sampled_from(["h1", "h2", "h3"]))),
+       st.one_of(st.just({"q1", "q2"}), st.sets(st.sampled_from(["q1", "q2"]))))
+def test_select_agrees_with_gateway_api_precedence(specs, req, method, hdrs, qs):
+    """Across every match of every route: Exact path; the longest Prefix; a method; most
+    header matches; most query matches; the oldest route; namespace/name; rule order."""
+    routes, flat = [], []
+    for i, (day, ns, rules) in enumerate(specs):
+        name, objs = f"r{i}", []
+        for ri, matches in enumerate(rules):
+            ms = []
+            for ptype, p, meth, hs, q in matches:
+                mm: dict = {"path": {"type": ptype, "value": p}}
+                if meth:
+                    mm["method"] = meth
+                if hs:
+                    mm["headers"] = [{"name": h, "value": "v"} for h in hs]
+                if q:
+                    mm["queryParams"] = [{"name": x, "value": "v"} for x in q]
+                ms.append(mm)
+                flat.append((ptype, p, meth, hs, q, (f"2024-01-0{day}T00:00:00Z", ns, name), ri, f"s{i}-{ri}"))
+            objs.append(http_rule(backend_ref(f"s{i}-{ri}"), matches=ms))
+        routes.append(http_route(name, *objs, ns=ns, ts=f"2024-01-0{day}T00:00:00Z", parents=[
+            {"name": "gw", "namespace": "default"}]))
+    gw = gateway("gw", listener("web", 9080, allowed={"namespaces": {"from": "All"}}))
+    inp = BuildInput(gateway_classes=[gateway_class()], gateways=[gw], http_routes=routes,
+                     namespaces=[namespace("ns1"), namespace("ns2")])
+    sel = build(inp, OPTS).table.select(9080, "h", method, req, {h: "v" for h in hdrs}, {q: "v" for q in qs})
+
+    def applies(f):
+        ptype, p, meth, hs, q = f[:5]
+        return (path_matches(p, "Exact" if ptype == "Exact" else "Prefix", req)
+                and meth in (None, method) and set(hs) <= hdrs and set(q) <= qs)
+
+    def rank(f):
+        ptype, p, meth, hs, q, age, ri, _ = f
+        return (ptype != "Exact", -len(p.rstrip("/")) if ptype != "Exact" else -len(p), meth is None,
+                -len(hs), -len(q), age, ri)
+
+    cands = [f for f in flat if applies(f)]
+    want = min(cands, key=rank)[7] if cands else None
+    assert (sel.route.backends[0].service if sel else None) == want
