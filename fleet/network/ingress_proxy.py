@@ -64,6 +64,7 @@ class Downstream:
     def __init__(self, stream: trio.abc.Stream, max_header_bytes: int) -> None:
         self.stream = stream
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
+        self._out = bytearray()
 
     async def next_event(self) -> object:
         while True:
@@ -76,9 +77,18 @@ class Downstream:
                 data = b""
             self.h11.receive_data(data)
 
-    async def send(self, event: object) -> None:
+    async def send(self, event: object, *, flush: bool = True) -> None:
+        """Frame `event`; with flush=False it waits in a buffer for the next flush, so a
+        response head, a body and its end that arrive together leave in one write."""
         data = self.h11.send(event)  # type: ignore[arg-type]
         if data:
+            self._out += data
+        if flush or len(self._out) >= READ_SIZE:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if self._out:
+            data, self._out = bytes(self._out), bytearray()
             try:
                 await self.stream.send_all(data)
             except BROKEN as e:
@@ -90,14 +100,19 @@ class Downstream:
         return self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE)
 
 
-async def _upstream_event(conn: UpstreamConn, timeout: float) -> object:
-    """The backend's next h11 event; trio.TooSlowError past `timeout` of silence."""
+async def _upstream_event(conn: UpstreamConn, timeout: float, down: Downstream) -> object:
+    """The backend's next h11 event; trio.TooSlowError past `timeout` of silence.  What
+    was queued for the client goes out before waiting for the backend."""
     while True:
         ev = conn.h11.next_event()
         if ev is not h11.NEED_DATA:
             return ev
-        with trio.fail_after(timeout):
+        await down.flush()
+        # A bare CancelScope: fail_after's context-manager wrapper costs more per read.
+        with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
             data = await conn.stream.receive_some(READ_SIZE)
+        if scope.cancelled_caught:
+            raise trio.TooSlowError
         conn.h11.receive_data(data)
 
 
@@ -243,7 +258,7 @@ class ProxyEngine:
             # Idle wait and the head itself share one deadline: a client that never
             # finishes its headers (slowloris) is closed like an idle one.
             ev: object = None
-            with trio.move_on_after(self.options.keepalive_timeout):
+            with trio.CancelScope(deadline=trio.current_time() + self.options.keepalive_timeout):
                 try:
                     ev = await down.next_event()
                 except h11.RemoteProtocolError as e:
@@ -304,8 +319,9 @@ class ProxyEngine:
         headers, body = error_response(status, text, extra or [])
         if close:
             headers.append((b"connection", b"close"))
-        await down.send(h11.Response(status_code=status, headers=headers, reason=REASONS.get(status, b"")))
-        await down.send(h11.Data(data=body))
+        await down.send(h11.Response(status_code=status, headers=headers, reason=REASONS.get(status, b"")),
+                        flush=False)
+        await down.send(h11.Data(data=body), flush=False)
         await down.send(h11.EndOfMessage())
 
     def _observe(self, source: Source | None, status: int, seconds: float) -> None:
@@ -371,7 +387,10 @@ class ProxyEngine:
                                            port=port, flt=route.request_headers)
         if "transfer-encoding" in info.headers:
             headers.append((b"transfer-encoding", b"chunked"))
-        upstream_req = h11.Request(method=req.method, target=req.target, headers=headers)
+        # _parsed=True skips h11's re-validation: the method, target and headers came out
+        # of h11's parser, what the proxy adds is well-formed (filter values are checked
+        # in apply_filter).  It is h11's own switch for exactly this case.
+        upstream_req = h11.Request(method=req.method, target=req.target, headers=headers, _parsed=True)
         retryable = req.method in IDEMPOTENT
         order = self._cursor.order(backend)
         attempts = order[: 1 + max(0, self.options.retries)]
@@ -507,7 +526,7 @@ class _Exchange:
         try:
             while True:
                 try:
-                    ev = await _upstream_event(conn, self.timeout)
+                    ev = await _upstream_event(conn, self.timeout, down)
                 except trio.TooSlowError:
                     if down.started:
                         raise _Closed("backend went silent mid-response") from None
@@ -525,17 +544,18 @@ class _Exchange:
                 if isinstance(ev, h11.Response):
                     got_bytes = True
                     headers = downstream_response_headers(ev.headers, upgrade=False, flt=route.response_headers)
-                    await down.send(h11.Response(status_code=ev.status_code, headers=headers, reason=ev.reason))
+                    await down.send(h11.Response(status_code=ev.status_code, headers=headers, reason=ev.reason,
+                                                 _parsed=True), flush=False)
                     status = ev.status_code
                     break
                 return await self._early_failure("the backend closed the connection before answering")
             while True:
                 try:
-                    ev = await _upstream_event(conn, self.timeout)
+                    ev = await _upstream_event(conn, self.timeout, down)
                 except trio.TooSlowError:
                     raise _Closed("backend went silent mid-response") from None
                 if isinstance(ev, h11.Data):
-                    await down.send(ev)
+                    await down.send(ev, flush=False)
                 elif isinstance(ev, h11.EndOfMessage):
                     await down.send(h11.EndOfMessage())
                     return status
