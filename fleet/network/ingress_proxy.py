@@ -18,6 +18,7 @@ cuts nothing, and a keep-alive connection's next request sees the newest table.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import h11
@@ -98,22 +99,6 @@ class Downstream:
     def started(self) -> bool:
         """Whether a response head went out for the current request."""
         return self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE)
-
-
-async def _upstream_event(conn: UpstreamConn, timeout: float, down: Downstream) -> object:
-    """The backend's next h11 event; trio.TooSlowError past `timeout` of silence.  What
-    was queued for the client goes out before waiting for the backend."""
-    while True:
-        ev = conn.h11.next_event()
-        if ev is not h11.NEED_DATA:
-            return ev
-        await down.flush()
-        # A bare CancelScope: fail_after's context-manager wrapper costs more per read.
-        with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-            data = await conn.stream.receive_some(READ_SIZE)
-        if scope.cancelled_caught:
-            raise trio.TooSlowError
-        conn.h11.receive_data(data)
 
 
 async def _upstream_send(conn: UpstreamConn, event: object) -> None:
@@ -437,6 +422,7 @@ class _Exchange:
         self.body_sent = 0
         self.body_error: BaseException | None = None
         self.body_done = trio.Event()
+        self.read_scope: trio.CancelScope | None = None
 
     async def run(self) -> _Outcome:
         conn, down = self.conn, self.down
@@ -510,6 +496,32 @@ class _Exchange:
             cancel.cancel()
         finally:
             self.body_done.set()
+            if self.read_scope is not None:  # the backend's silence counts from now
+                self.read_scope.deadline = trio.current_time() + self.timeout
+
+    async def _upstream_event(self) -> object:
+        """The backend's next h11 event; trio.TooSlowError past the timeout of silence.
+        The clock runs only once the request body is all sent (a slow upload is not a
+        silent backend).  What was queued for the client goes out before waiting."""
+        conn = self.conn
+        while True:
+            ev = conn.h11.next_event()
+            if ev is not h11.NEED_DATA:
+                return ev
+            await self.down.flush()
+            # A bare CancelScope: fail_after's context-manager wrapper costs more per read.
+            with trio.CancelScope(deadline=self._read_deadline()) as scope:
+                self.read_scope = scope
+                data = await conn.stream.receive_some(READ_SIZE)
+            self.read_scope = None
+            if scope.cancelled_caught:
+                raise trio.TooSlowError
+            conn.h11.receive_data(data)
+
+    def _read_deadline(self) -> float:
+        if self.has_body and not self.body_done.is_set():
+            return math.inf
+        return trio.current_time() + self.timeout
 
     async def _to_backend(self, ev: object) -> bool:
         """Send body to the backend; False once it broke (the response side reports that)."""
@@ -526,7 +538,7 @@ class _Exchange:
         try:
             while True:
                 try:
-                    ev = await _upstream_event(conn, self.timeout, down)
+                    ev = await self._upstream_event()
                 except trio.TooSlowError:
                     if down.started:
                         raise _Closed("backend went silent mid-response") from None
@@ -551,7 +563,7 @@ class _Exchange:
                 return await self._early_failure("the backend closed the connection before answering")
             while True:
                 try:
-                    ev = await _upstream_event(conn, self.timeout, down)
+                    ev = await self._upstream_event()
                 except trio.TooSlowError:
                     raise _Closed("backend went silent mid-response") from None
                 if isinstance(ev, h11.Data):
