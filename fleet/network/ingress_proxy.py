@@ -66,6 +66,7 @@ class Downstream:
         self.stream = stream
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
         self._out = bytearray()
+        self.status = 0  # of the response head sent for the current request (0: none yet)
 
     async def next_event(self) -> object:
         while True:
@@ -82,6 +83,9 @@ class Downstream:
         """Frame `event`; with flush=False it waits in a buffer for the next flush, so a
         response head, a body and its end that arrive together leave in one write."""
         data = self.h11.send(event)  # type: ignore[arg-type]
+        if isinstance(event, h11.Response) or (isinstance(event, h11.InformationalResponse)
+                                               and event.status_code == 101):
+            self.status = event.status_code
         if data:
             self._out += data
         if flush or len(self._out) >= READ_SIZE:
@@ -325,11 +329,13 @@ class ProxyEngine:
         info = RequestInfo.parse(req.method, req.target, req.headers)
         sel = table.select(port, info.host, info.method, info.path, info.headers, info.query)
         source = sel.route.source if sel is not None else None
-        status = 500
+        down.status = 0
         try:
-            status = await self._route(down, req, info, sel, port, scheme, client_ip)
+            await self._route(down, req, info, sel, port, scheme, client_ip)
         finally:
-            self._observe(source, status, trio.current_time() - started)
+            # What the client got; 499 (nginx's "client closed request") when the
+            # exchange broke before any response head went out.
+            self._observe(source, down.status or 499, trio.current_time() - started)
 
     async def _route(self, down: Downstream, req: h11.Request, info: RequestInfo,
                      sel: Selection | None, port: int, scheme: str, client_ip: str) -> int:

@@ -151,6 +151,9 @@ async def test_hosts_and_paths_route_over_http(rig: Rig) -> None:
     # an Ingress wildcard covers one label only: y.x.wild... falls to the catch-all host, which has no /
     r = await get(rig.http, "/", "y.x.wild.example.com")
     assert r.status == 404 and "no route for host y.x.wild.example.com path /" in r.text
+    # observe: once per request, with the route's source (None for the 404)
+    assert [(src, st) for src, st, _ in rig.observed] == [(SRC, 200)] * 7 + [(None, 404)]
+    assert all(0 <= sec < 5 for _, _, sec in rig.observed)
 
 
 async def test_https_sni_chooses_the_certificate(rig: Rig) -> None:
