@@ -15,7 +15,6 @@ on its own:
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote
@@ -107,12 +106,8 @@ def strip_hop_by_hop(headers: Sequence[tuple[bytes, bytes]]) -> Headers:
 
 def forwarded_for_node(ip: str) -> str:
     """RFC 7239 §6: an IPv6 node is bracketed and the whole value quoted."""
-    try:
-        if isinstance(ipaddress.ip_address(ip), ipaddress.IPv6Address):
-            return f'"[{ip}]"'
-    except ValueError:
-        pass
-    return ip
+    # A peer address from getpeername: a colon means IPv6 (cheaper than ipaddress per request).
+    return f'"[{ip}]"' if ":" in ip else ip
 
 
 def _quote_if_needed(value: str) -> str:
@@ -120,16 +115,28 @@ def _quote_if_needed(value: str) -> str:
     return value if token_ok else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _safe(name: str, value: str) -> bool:
+    """A header the proxy may send: a token name, no control characters in the value
+    (the proxy frames with h11 without re-validating, so nothing may smuggle a CR/LF)."""
+    return (bool(name) and all(c.isalnum() or c in "!#$%&'*+-.^_`|~" for c in name)
+            and not any(c in value for c in "\r\n\0"))
+
+
 def apply_filter(headers: Headers, flt: HeaderFilter | None) -> Headers:
-    """Gateway API HTTPHeaderFilter: `set` replaces, `add` appends, `remove` drops."""
+    """Gateway API HTTPHeaderFilter: `set` replaces, `add` appends, `remove` drops.
+    Malformed names or values (which validation should have refused) are skipped."""
     if flt is None:
         return headers
     out = list(headers)
     for name, value in flt.set:
+        if not _safe(name, value):
+            continue
         key = name.lower().encode("latin-1")
         out = [(n, v) for n, v in out if n.lower() != key]
         out.append((name.encode("latin-1"), value.encode("latin-1")))
     for name, value in flt.add:
+        if not _safe(name, value):
+            continue
         out.append((name.encode("latin-1"), value.encode("latin-1")))
     if flt.remove:
         gone = {r.lower().encode("latin-1") for r in flt.remove}

@@ -3,12 +3,14 @@
     client ─TCP/TLS─→ listener (one per Listener.port) ─h11─→ route (RouteTable.select)
           ─→ backend by weight, endpoint round-robin ─h11─→ pooled upstream connection
 
-What this module owns is the I/O: listening ports opened and closed as tables change,
-one task per client connection, and the exchange of one request with a backend
-(streamed both ways, never buffered whole; raw piping after a 101 for WebSocket and
-any Upgrade).  Decisions about headers, redirects and error bodies are pure functions
-in fleet.network.ingress_http; the backend pick and the connection pool are
-fleet.network.ingress_upstream; SNI certificate choice is fleet.network.ingress_tls.
+What this module owns: listening ports opened and closed as tables change, one task
+per client connection (keep-alive, timeouts, 400/431), and per request the route,
+redirect, error answers and the attempts over a backend's endpoints (retries).  The
+exchange with one backend connection — streamed both ways, never buffered whole, raw
+piping after a 101 — is fleet.network.ingress_exchange; decisions about headers,
+redirects and error bodies are pure functions in fleet.network.ingress_http; the
+backend pick and the connection pool are fleet.network.ingress_upstream; SNI
+certificate choice is fleet.network.ingress_tls.
 
 Tables swap atomically: a request reads `self._table` once when its head arrives and
 keeps that table; `apply` never touches open connections, so a rule or endpoint change
@@ -23,17 +25,25 @@ from dataclasses import dataclass
 import h11
 import trio
 
+from fleet.network.ingress_exchange import (
+    BROKEN,
+    READ_SIZE,
+    Closed,
+    Downstream,
+    Exchange,
+    has_body_of,
+    head_size,
+    respond,
+    why,
+)
 from fleet.network.ingress_http import (
     IDEMPOTENT,
-    REASONS,
     RequestInfo,
-    downstream_response_headers,
-    error_response,
     redirect_location,
     upstream_request_headers,
 )
 from fleet.network.ingress_tls import TlsContexts
-from fleet.network.ingress_upstream import EndpointCursor, UpstreamConn, UpstreamPool, pick_backend
+from fleet.network.ingress_upstream import EndpointCursor, UpstreamPool, pick_backend
 from fleet.network.routetable import (
     Backend,
     EngineError,
@@ -44,67 +54,6 @@ from fleet.network.routetable import (
 )
 
 log = logging.getLogger(__name__)
-
-READ_SIZE = 64 * 1024
-#: Errors that mean "this TCP/TLS connection is gone".
-BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-
-
-class _Closed(Exception):
-    """The peer closed (or broke) its connection."""
-
-
-class _TooLarge(Exception):
-    """The request body passed options.max_body_bytes."""
-
-
-class Downstream:
-    """The client's connection: a stream and its h11 server state."""
-
-    def __init__(self, stream: trio.abc.Stream, max_header_bytes: int) -> None:
-        self.stream = stream
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
-
-    async def next_event(self) -> object:
-        while True:
-            ev = self.h11.next_event()
-            if ev is not h11.NEED_DATA:
-                return ev
-            try:
-                data = await self.stream.receive_some(READ_SIZE)
-            except BROKEN:
-                data = b""
-            self.h11.receive_data(data)
-
-    async def send(self, event: object) -> None:
-        data = self.h11.send(event)  # type: ignore[arg-type]
-        if data:
-            try:
-                await self.stream.send_all(data)
-            except BROKEN as e:
-                raise _Closed from e
-
-    @property
-    def started(self) -> bool:
-        """Whether a response head went out for the current request."""
-        return self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE)
-
-
-async def _upstream_event(conn: UpstreamConn, timeout: float) -> object:
-    """The backend's next h11 event; trio.TooSlowError past `timeout` of silence."""
-    while True:
-        ev = conn.h11.next_event()
-        if ev is not h11.NEED_DATA:
-            return ev
-        with trio.fail_after(timeout):
-            data = await conn.stream.receive_some(READ_SIZE)
-        conn.h11.receive_data(data)
-
-
-async def _upstream_send(conn: UpstreamConn, event: object) -> None:
-    data = conn.h11.send(event)  # type: ignore[arg-type]
-    if data:
-        await conn.stream.send_all(data)
 
 
 @dataclass
@@ -243,7 +192,7 @@ class ProxyEngine:
             # Idle wait and the head itself share one deadline: a client that never
             # finishes its headers (slowloris) is closed like an idle one.
             ev: object = None
-            with trio.move_on_after(self.options.keepalive_timeout):
+            with trio.CancelScope(deadline=trio.current_time() + self.options.keepalive_timeout):
                 try:
                     ev = await down.next_event()
                 except h11.RemoteProtocolError as e:
@@ -255,11 +204,11 @@ class ProxyEngine:
                 # h11's own limit only catches a head still incomplete at that size.
                 await self._client_error(down, h11.RemoteProtocolError("head too large", 431))
                 return
-            if not _has_body(ev):
+            if not has_body_of(ev):
                 down.h11.next_event()  # h11 has the EndOfMessage already: no body to stream
             try:
                 await self._request(down, ev, port, scheme, client_ip)
-            except (_Closed, h11.LocalProtocolError):
+            except (Closed, h11.LocalProtocolError):
                 return
             except h11.RemoteProtocolError as e:
                 await self._client_error(down, e)
@@ -282,8 +231,8 @@ class ProxyEngine:
         text = "request header fields too large" if status == 431 else f"bad request: {e}"
         if down.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             try:
-                await self._respond(down, status, text, close=True)
-            except (_Closed, h11.LocalProtocolError):
+                await respond(down, status, text, close=True)
+            except (Closed, h11.LocalProtocolError):
                 pass
         self._observe(None, status, 0.0)
 
@@ -298,15 +247,6 @@ class ProxyEngine:
                     return
                 if not data:
                     return
-
-    async def _respond(self, down: Downstream, status: int, text: str,
-                       extra: list[tuple[bytes, bytes]] | None = None, close: bool = False) -> None:
-        headers, body = error_response(status, text, extra or [])
-        if close:
-            headers.append((b"connection", b"close"))
-        await down.send(h11.Response(status_code=status, headers=headers, reason=REASONS.get(status, b"")))
-        await down.send(h11.Data(data=body))
-        await down.send(h11.EndOfMessage())
 
     def _observe(self, source: Source | None, status: int, seconds: float) -> None:
         if self.options.observe is not None:
@@ -324,16 +264,18 @@ class ProxyEngine:
         info = RequestInfo.parse(req.method, req.target, req.headers)
         sel = table.select(port, info.host, info.method, info.path, info.headers, info.query)
         source = sel.route.source if sel is not None else None
-        status = 500
+        down.status = 0
         try:
-            status = await self._route(down, req, info, sel, port, scheme, client_ip)
+            await self._route(down, req, info, sel, port, scheme, client_ip)
         finally:
-            self._observe(source, status, trio.current_time() - started)
+            # What the client got; 499 (nginx's "client closed request") when the
+            # exchange broke before any response head went out.
+            self._observe(source, down.status or 499, trio.current_time() - started)
 
     async def _route(self, down: Downstream, req: h11.Request, info: RequestInfo,
                      sel: Selection | None, port: int, scheme: str, client_ip: str) -> int:
         if sel is None:
-            await self._respond(down, 404, f"no route for host {info.host or '(none)'} path {info.path}")
+            await respond(down, 404, f"no route for host {info.host or '(none)'} path {info.path}")
             return 404
         route = sel.route
         if route.redirect is not None:
@@ -343,22 +285,22 @@ class ProxyEngine:
             location = redirect_location(route.redirect, info, scheme=scheme, listener_port=port,
                                          matched_prefix=prefix)
             code = route.redirect.status_code
-            await self._respond(down, code, f"redirecting to {location}",
+            await respond(down, code, f"redirecting to {location}",
                                 [(b"location", location.encode("latin-1"))])
             return code
         backend = pick_backend(route.backends)
         if backend is None:
             src = route.source
-            await self._respond(down, 500, f"no backends for this route ({src.kind} {src.namespace}/{src.name})")
+            await respond(down, 500, f"no backends for this route ({src.kind} {src.namespace}/{src.name})")
             return 500
         if not backend.endpoints:
-            await self._respond(down, 503, backend.problem
+            await respond(down, 503, backend.problem
                                 or f'no ready endpoints for service "{backend.namespace}/{backend.service}"')
             return 503
         limit = self.options.max_body_bytes
         length = info.headers.get("content-length", "")
         if limit and length.isdigit() and int(length) > limit:
-            await self._respond(down, 413, f"request body over {limit} bytes", close=True)
+            await respond(down, 413, f"request body over {limit} bytes", close=True)
             return 413
         return await self._proxy(down, req, info, sel, backend, port, scheme, client_ip)
 
@@ -366,12 +308,15 @@ class ProxyEngine:
                      backend: Backend, port: int, scheme: str, client_ip: str) -> int:
         route = sel.route
         timeout = route.timeout if route.timeout is not None else self.options.response_timeout
-        has_body = _has_body(req)
+        has_body = has_body_of(req)
         headers = upstream_request_headers(req.headers, info, client_ip=client_ip, scheme=scheme,
                                            port=port, flt=route.request_headers)
         if "transfer-encoding" in info.headers:
             headers.append((b"transfer-encoding", b"chunked"))
-        upstream_req = h11.Request(method=req.method, target=req.target, headers=headers)
+        # _parsed=True skips h11's re-validation: the method, target and headers came out
+        # of h11's parser, what the proxy adds is well-formed (filter values are checked
+        # in apply_filter).  It is h11's own switch for exactly this case.
+        upstream_req = h11.Request(method=req.method, target=req.target, headers=headers, _parsed=True)
         retryable = req.method in IDEMPOTENT
         order = self._cursor.order(backend)
         attempts = order[: 1 + max(0, self.options.retries)]
@@ -384,9 +329,10 @@ class ProxyEngine:
                     try:
                         conn = await self._pool.connect(endpoint)
                     except (OSError, trio.TooSlowError) as e:
-                        last_error = f"cannot connect to {endpoint.address}:{endpoint.port}: {_why(e)}"
+                        last_error = f"cannot connect to {endpoint.address}:{endpoint.port}: {why(e)}"
                         break  # nothing was sent: the next endpoint, whatever the method
-                outcome = await _Exchange(self, down, conn, upstream_req, info, sel, has_body, timeout).run()
+                outcome = await Exchange(self._pool, down, conn, upstream_req, info, sel, has_body, timeout,
+                                         self.options.max_body_bytes).run()
                 if outcome.status is not None:
                     return outcome.status
                 # Reset before any response byte, with no body byte sent.
@@ -398,219 +344,7 @@ class ProxyEngine:
                 break
             if not retryable and conn is not None:
                 break  # sent to the backend, not idempotent: no second try
-        await self._respond(down, 502, f"bad gateway: {last_error}")
+        await respond(down, 502, f"bad gateway: {last_error}")
         return 502
 
 
-@dataclass
-class _Outcome:
-    status: int | None  # None: failed before any response byte and before any body byte
-    error: str = ""
-
-
-class _Exchange:
-    """One request/response cycle with one upstream connection."""
-
-    def __init__(self, engine: ProxyEngine, down: Downstream, conn: UpstreamConn, req: h11.Request,
-                 info: RequestInfo, sel: Selection, has_body: bool, timeout: float) -> None:
-        self.engine, self.down, self.conn, self.req = engine, down, conn, req
-        self.info, self.sel, self.has_body, self.timeout = info, sel, has_body, timeout
-        self.body_sent = 0
-        self.body_error: BaseException | None = None
-        self.body_done = trio.Event()
-
-    async def run(self) -> _Outcome:
-        conn, down = self.conn, self.down
-        try:
-            await _upstream_send(conn, self.req)
-            if not self.has_body:
-                await _upstream_send(conn, h11.EndOfMessage())
-        except BROKEN as e:
-            await conn.aclose()
-            return _Outcome(None, f"connection to the backend broke: {_why(e)}")
-        # Exceptions of the response side are carried out of the nursery by hand, so
-        # they are not wrapped in an ExceptionGroup.
-        result: list[int | Exception] = []
-
-        async def respond(cancel: trio.CancelScope) -> None:
-            try:
-                result.append(await self._response())
-            except (_Retry, _Closed) as e:
-                result.append(e)
-            if self.has_body and not self.body_done.is_set():
-                cancel.cancel()  # the backend answered before taking the whole body
-
-        if self.has_body:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._pump_body, nursery.cancel_scope)
-                nursery.start_soon(respond, nursery.cancel_scope)
-        else:
-            await respond(trio.CancelScope())
-        status: int | None = None
-        if result:
-            if isinstance(result[0], _Retry):
-                await conn.aclose()
-                return _Outcome(None, str(result[0]))
-            if isinstance(result[0], Exception):
-                await conn.aclose()
-                raise result[0]
-            status = result[0]
-        if status is None:  # the body pump stopped the exchange
-            await conn.aclose()
-            err = self.body_error
-            if isinstance(err, _TooLarge) and not down.started:
-                limit = self.engine.options.max_body_bytes
-                await self.engine._respond(down, 413, f"request body over {limit} bytes", close=True)
-                return _Outcome(413)
-            raise _Closed("client or backend gone while sending the request body")
-        if conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE:
-            self.engine._pool.give_back(conn)
-        elif conn.h11.our_state is not h11.SWITCHED_PROTOCOL:
-            await conn.aclose()
-        return _Outcome(status)
-
-    async def _pump_body(self, cancel: trio.CancelScope) -> None:
-        limit = self.engine.options.max_body_bytes
-        try:
-            while True:
-                ev = await self.down.next_event()
-                if isinstance(ev, h11.Data):
-                    self.body_sent += len(ev.data)
-                    if limit and self.body_sent > limit:
-                        raise _TooLarge
-                    if not await self._to_backend(ev):
-                        return
-                elif isinstance(ev, h11.EndOfMessage):
-                    await self._to_backend(h11.EndOfMessage())
-                    return
-                else:  # the client went away mid-body
-                    raise _Closed
-        except (_TooLarge, _Closed, h11.RemoteProtocolError) as e:
-            # The client's side failed: stop the whole exchange.
-            self.body_error = e
-            cancel.cancel()
-        finally:
-            self.body_done.set()
-
-    async def _to_backend(self, ev: object) -> bool:
-        """Send body to the backend; False once it broke (the response side reports that)."""
-        try:
-            await _upstream_send(self.conn, ev)
-            return True
-        except (h11.LocalProtocolError, *BROKEN):
-            return False
-
-    async def _response(self) -> int | None:
-        """Relay the backend's response; None when the body pump cancelled us first."""
-        conn, down, route = self.conn, self.down, self.sel.route
-        got_bytes = False
-        try:
-            while True:
-                try:
-                    ev = await _upstream_event(conn, self.timeout)
-                except trio.TooSlowError:
-                    if down.started:
-                        raise _Closed("backend went silent mid-response") from None
-                    await self.engine._respond(down, 504, f"gateway timeout: the backend sent no response "
-                                               f"within {self.timeout:g}s")
-                    return 504
-                if isinstance(ev, h11.InformationalResponse):
-                    got_bytes = True
-                    if ev.status_code == 101 and self.info.upgrade:
-                        return await self._switch(ev)
-                    if ev.status_code != 101:
-                        await down.send(h11.InformationalResponse(status_code=ev.status_code,
-                                                                  headers=ev.headers, reason=ev.reason))
-                    continue
-                if isinstance(ev, h11.Response):
-                    got_bytes = True
-                    headers = downstream_response_headers(ev.headers, upgrade=False, flt=route.response_headers)
-                    await down.send(h11.Response(status_code=ev.status_code, headers=headers, reason=ev.reason))
-                    status = ev.status_code
-                    break
-                return await self._early_failure("the backend closed the connection before answering")
-            while True:
-                try:
-                    ev = await _upstream_event(conn, self.timeout)
-                except trio.TooSlowError:
-                    raise _Closed("backend went silent mid-response") from None
-                if isinstance(ev, h11.Data):
-                    await down.send(ev)
-                elif isinstance(ev, h11.EndOfMessage):
-                    await down.send(h11.EndOfMessage())
-                    return status
-                else:
-                    raise _Closed("the backend closed the connection mid-response")
-        except (h11.RemoteProtocolError, *BROKEN) as e:
-            got_bytes = got_bytes or bool(conn.h11.trailing_data[0])
-            if got_bytes or down.started:
-                if not down.started:
-                    await self.engine._respond(down, 502, f"bad gateway: the backend's response broke: {_why(e)}")
-                    return 502
-                raise _Closed from e
-            return await self._early_failure(f"the backend reset the connection: {_why(e)}")
-
-    async def _early_failure(self, why: str) -> int:
-        """No response byte came: retry elsewhere when that is safe, else 502."""
-        if not self.body_sent and (self.req.method in IDEMPOTENT or self.conn.reused):
-            raise _Retry(why)
-        await self.engine._respond(self.down, 502, f"bad gateway: {why}")
-        return 502
-
-    async def _switch(self, ev: h11.InformationalResponse) -> int:
-        """After the backend's 101: answer 101 to the client, then pipe raw bytes both ways."""
-        conn, down = self.conn, self.down
-        headers = downstream_response_headers(ev.headers, upgrade=True, flt=self.sel.route.response_headers)
-        await down.send(h11.InformationalResponse(status_code=101, headers=headers, reason=ev.reason))
-        client_extra, _ = down.h11.trailing_data
-        backend_extra, _ = conn.h11.trailing_data
-        try:
-            if backend_extra:
-                await down.stream.send_all(bytes(backend_extra))
-            if client_extra:
-                await conn.stream.send_all(bytes(client_extra))
-        except BROKEN:
-            await conn.aclose()
-            return 101
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_pipe, down.stream, conn.stream, nursery.cancel_scope)
-            nursery.start_soon(_pipe, conn.stream, down.stream, nursery.cancel_scope)
-        await conn.aclose()
-        return 101
-
-
-class _Retry(Exception):
-    """The backend failed before any response byte: another endpoint may be tried."""
-
-
-async def _pipe(src: trio.abc.Stream, dst: trio.abc.Stream, done: trio.CancelScope) -> None:
-    try:
-        while True:
-            data = await src.receive_some(READ_SIZE)
-            if not data:
-                break
-            await dst.send_all(data)
-    except BROKEN:
-        pass
-    finally:
-        done.cancel()
-
-
-def head_size(req: h11.Request) -> int:
-    """Bytes of a request line and headers as sent (give or take whitespace)."""
-    return len(req.method) + len(req.target) + 12 + sum(len(k) + len(v) + 4 for k, v in req.headers)
-
-
-def _has_body(req: h11.Request) -> bool:
-    for name, value in req.headers:
-        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
-            return True
-    return False
-
-
-def _why(e: BaseException) -> str:
-    if isinstance(e, trio.TooSlowError):
-        return "timed out"
-    if isinstance(e, OSError) and e.strerror:
-        return e.strerror.lower()
-    return str(e) or type(e).__name__

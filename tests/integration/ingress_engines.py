@@ -12,6 +12,7 @@ Backends are tiny Trio servers on 127.0.0.1 and ports from the OS:
 - `ResetBackend`: reads a request head and resets the connection (RST) before answering.
 - `ws_echo`: a WebSocket echo (trio-websocket).
 - `HttpClient`: a keep-alive HTTP/1.1 client (h11) that can speak TLS with any SNI name.
+- `peak_rss_growth`: how far this process's peak RSS rose during a block.
 - `make_ca` / `make_cert`: a test CA and certificates signed by it (cryptography).
 """
 
@@ -107,6 +108,7 @@ class Response:
     headers: dict[str, str]
     body: bytes
     chunk_times: list[float] = field(default_factory=list)  # trio.current_time() per body chunk
+    length: int = 0  # body bytes received (kept in `body` unless the request said discard)
 
     def json(self) -> dict:
         return json.loads(self.body)
@@ -136,9 +138,9 @@ class HttpClient:
 
     async def request(self, path: str, *, host: str, method: str = "GET",
                       headers: Sequence[tuple[str, str]] = (), body: bytes | None = None,
-                      body_chunks: int = 0) -> Response:
+                      body_chunks: int = 0, discard: bool = False) -> Response:
         """Send one request (body as Content-Length, or `body_chunks` copies of `body`
-        chunked) and read the whole response."""
+        chunked) and read the whole response (counting, not keeping, its body if `discard`)."""
         if self.stream is None or self.conn.our_state is not h11.IDLE:
             if self.stream is not None:
                 await self.stream.aclose()
@@ -154,7 +156,7 @@ class HttpClient:
             for _ in range(max(1, body_chunks)):
                 await self._send(h11.Data(data=body))
         await self._send(h11.EndOfMessage())
-        status, rhdrs, parts, times = 0, {}, [], []
+        status, rhdrs, parts, times, length = 0, {}, [], [], 0
         while True:
             ev = self.conn.next_event()
             if ev is h11.NEED_DATA:
@@ -164,15 +166,17 @@ class HttpClient:
                 status = ev.status_code
                 rhdrs = {k.decode().lower(): v.decode() for k, v in ev.headers}
             elif isinstance(ev, h11.Data):
-                parts.append(bytes(ev.data))
-                times.append(trio.current_time())
+                length += len(ev.data)
+                if not discard:
+                    parts.append(bytes(ev.data))
+                    times.append(trio.current_time())
             elif isinstance(ev, h11.EndOfMessage):
                 break
             elif isinstance(ev, h11.ConnectionClosed):
                 raise ConnectionError("connection closed before the response ended")
         if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
             self.conn.start_next_cycle()
-        return Response(status, rhdrs, b"".join(parts), times)
+        return Response(status, rhdrs, b"".join(parts), times, length)
 
     async def _send(self, ev: object) -> None:
         data = self.conn.send(ev)  # type: ignore[arg-type]
@@ -216,6 +220,34 @@ async def raw_exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
             out += chunk
     await stream.aclose()
     return bytes(out)
+
+
+def _status_kib(field_name: str) -> int:
+    for line in open("/proc/self/status").read().splitlines():
+        if line.startswith(field_name + ":"):
+            return int(line.split()[1])
+    raise LookupError(field_name)
+
+
+class peak_rss_growth:  # noqa: N801 - used as a context manager
+    """`with peak_rss_growth() as g: ...` then `g.kib`: the peak RSS during the block
+    minus the RSS before it (resets the peak through /proc/self/clear_refs; `g.kib` is
+    None where that is not allowed)."""
+
+    def __enter__(self) -> peak_rss_growth:
+        self.kib: int | None = None
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self._ok = True
+        except OSError:
+            self._ok = False
+        self._before = _status_kib("VmRSS")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._ok:
+            self.kib = _status_kib("VmHWM") - self._before
 
 
 # ---- backends -------------------------------------------------------------------
