@@ -168,6 +168,9 @@ class NginxEngine:
         failures = 0
         started = False
         while True:
+            # A master that was killed leaves its unix socket behind; nginx cannot bind over it.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._paths(0).status_socket)
             proc = await trio.lowlevel.open_process(
                 [self.nginx, "-p", self.runtime_dir + "/", "-c", self.conf_path, "-e", self._paths(0).error_log,
                  "-g", "daemon off; master_process on;"],
