@@ -460,6 +460,8 @@ class _Renderer:
         else:
             host = "${host}"
         origin = f"{_qv(scheme + '://')[1:-1]}{host}" + ("" if port == default_port else f":{int(port)}")
+        if r.path is not None:
+            _header_value(r.path[1])  # it ends up in Location
         if r.path is None:
             path = "${request_uri}"
         elif r.path[0] == "ReplaceFullPath":
@@ -534,8 +536,9 @@ class _Renderer:
             return []
         headers = dict(STANDARD_REQUEST_HEADERS)
         for name, value in f.set:
-            headers[_header_name(name).lower()] = (name, _qv(value))
+            headers[_header_name(name).lower()] = (name, _header_value(value))
         for n, (name, value) in enumerate(f.add):
+            _header_value(value)
             key = _header_name(name).lower()
             if _VAR_HEADER.match(name) and key not in headers:
                 var = f"{rid}_add{n}"
@@ -559,9 +562,9 @@ class _Renderer:
         lines = []
         for name, value in f.set:
             lines += [f"    proxy_hide_header {_q(_header_name(name))};",
-                      f"    add_header {_q(name)} {_qv(value)} always;"]
+                      f"    add_header {_q(name)} {_header_value(value)} always;"]
         for name, value in f.add:
-            lines.append(f"    add_header {_q(_header_name(name))} {_qv(value)} always;")
+            lines.append(f"    add_header {_q(_header_name(name))} {_header_value(value)} always;")
         for name in f.remove:
             lines.append(f"    proxy_hide_header {_q(_header_name(name))};")
         return lines
@@ -617,6 +620,13 @@ def _header_name(name: str) -> str:
     if not TOKEN.match(name):
         raise _Unexpressible(f"invalid header name {name!r}")
     return name
+
+
+def _header_value(value: str) -> str:
+    """A header value as a quoted, interpolation-safe token: CR/LF would start a new header."""
+    if re.search(r"[\x00-\x08\x0a-\x1f\x7f]", value):
+        raise _Unexpressible(f"control character in header value {value!r}")
+    return _qv(value)
 
 
 def _text(code: int, text: str, *, raw: bool = False) -> str:
