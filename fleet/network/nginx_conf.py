@@ -399,7 +399,7 @@ class _Renderer:
             f"location @{NO_ROUTE} {{",
             "    set $fleet_via -;",
             "    default_type text/plain;",
-            _text(404, "404 Not Found: no route for this host and path"),
+            _text(404, "404 Not Found: no route for host $host path $uri", raw=True),
             "}",
             "location @fleet_e400 {", "    default_type text/plain;", _text(400, "400 Bad Request: malformed request"), "}",
             "location @fleet_e431 {", "    default_type text/plain;",
@@ -432,7 +432,7 @@ class _Renderer:
             if route.redirect is not None:
                 body = self._redirect(rid, route, lm)
             elif not route.backends:
-                body = [_text(500, f"500 Internal Server Error: {src} has no backend")]
+                body = [_text(500, f"500 Internal Server Error: no backends for this route ({src})")]
             else:
                 body = self._proxy(rid, route, src)
         except (_Unexpressible, ConfigError) as exc:
@@ -490,7 +490,10 @@ class _Renderer:
         if key not in self.upstreams:
             name = f"fleet_u{len(self.upstreams)}"
             self.upstreams[key] = name
-            self.http += [f"upstream {name} {{", *(f"    server {s};" for s in key),
+            # max_fails=0: no passive "down" marking, an endpoint list is the ready
+            # endpoints and a failed connect is retried on the next one anyway (as the
+            # built-in engine does).
+            self.http += [f"upstream {name} {{", *(f"    server {s} max_fails=0;" for s in key),
                           "    keepalive 64;", "    keepalive_timeout 60s;", "}"]
         return self.upstreams[key]
 
@@ -653,6 +656,11 @@ STANDARD_REQUEST_HEADERS: dict[str, tuple[str, str]] = {
     "forwarded": ("Forwarded", '"${fleet_fwd_prev}for=${fleet_fwd_for};host=\\"${fleet_host}\\";proto=${scheme}"'),
     "upgrade": ("Upgrade", "$http_upgrade"),
     "connection": ("Connection", "$fleet_connection"),
+    # hop-by-hop headers nginx would pass on (it cannot drop names listed in Connection)
+    "proxy-authorization": ("Proxy-Authorization", '""'),
+    "proxy-connection": ("Proxy-Connection", '""'),
+    "keep-alive": ("Keep-Alive", '""'),
+    "te": ("TE", '""'),
 }
 
 
@@ -686,6 +694,11 @@ def render(table: RouteTable, options: EngineOptions, *, paths: NginxPaths, stam
         f"large_client_header_buffers 1 {header_buffer};",
         f"client_max_body_size {int(o.max_body_bytes)};",
         f"keepalive_timeout {_duration(o.keepalive_timeout)};",
+        # A head never finished (slowloris) is closed like an idle connection.
+        f"client_header_timeout {_duration(o.keepalive_timeout)};",
+        # After an error answer (413, 400) nginx reads what the client still sends
+        # before closing; 1 s of silence is enough (the default 5 s holds sockets).
+        "lingering_timeout 1s;",
         "proxy_http_version 1.1;",
         "proxy_buffering off;",
         "proxy_request_buffering off;",

@@ -184,7 +184,7 @@ async def test_hosts_and_paths_route_to_their_services(env) -> None:
     assert who(await get(port, "/api", "b.example.com")) == "b-api"
     assert who(await get(port, "/index.html", "b.example.com")) == "b-web"
     r = await get(port, "/", "c.example.com")
-    assert r.status_code == 404 and "no route" in r.text
+    assert r.status_code == 404 and "no route for host c.example.com path /" in r.text
     hdrs = (await get(port, "/api?x=1", "a.example.com", headers={"X-Forwarded-For": "10.9.9.9",
                                                                    "Forwarded": "for=10.9.9.9"})).json()
     assert hdrs["target"] == "/api?x=1"

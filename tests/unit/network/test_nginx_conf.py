@@ -125,7 +125,7 @@ ALLOWED = {
     "server_tokens", "uninitialized_variable_warn", "merge_slashes", "map_hash_bucket_size",
     "server_names_hash_bucket_size", "log_format", "access_log", "client_body_temp_path", "proxy_temp_path",
     "fastcgi_temp_path", "uwsgi_temp_path", "scgi_temp_path", "client_header_buffer_size",
-    "large_client_header_buffers", "client_max_body_size", "keepalive_timeout", "proxy_http_version",
+    "large_client_header_buffers", "client_max_body_size", "keepalive_timeout", "lingering_timeout", "client_header_timeout", "proxy_http_version",
     "proxy_buffering", "proxy_request_buffering", "proxy_redirect", "proxy_connect_timeout", "proxy_read_timeout",
     "proxy_send_timeout", "proxy_next_upstream", "proxy_next_upstream_tries", "proxy_set_header", "geo", "map",
     "upstream", "server", "keepalive", "split_clients", "listen", "set", "location", "return", "server_name",
@@ -201,7 +201,7 @@ def test_weighted_backends_split_by_percent() -> None:
     split = split[:split.index("\n}")]
     assert '"${request_id}"' in split
     assert re.search(r"90\.00% fleet_u0;\s+\* fleet_u1;", split)
-    assert "server 10.0.0.1:8080;" in text and "server [fd00::2]:8080;" in text and "keepalive 64;" in text
+    assert "server 10.0.0.1:8080 max_fails=0;" in text and "server [fd00::2]:8080 max_fails=0;" in text and "keepalive 64;" in text
     three = rendered(table(VirtualHost("", (route("s", backend("a", 1), backend("b", 1, (Endpoint("10.0.0.7", 1),)),
                                                   backend("c", 1, (Endpoint("10.0.0.8", 1),)),
                                                   backend("zero", 0, (Endpoint("10.0.0.9", 1),))),)))).text
@@ -220,7 +220,7 @@ def test_empty_backends_answer_503_with_the_problem() -> None:
     assert re.search(r'if \(\$fleet_r1_pick = fleet_503_1\) \{\s+return 503 "503 Service Unavailable: '
                      r'no ready endpoints for service \\"default/none\\" port 80', inc)
     none = all_text(rendered(table(VirtualHost("", (route("nothing"),)))))
-    assert "has no backend" in none and "return 500" in none
+    assert "no backends for this route (HTTPRoute default/nothing)" in none and "return 500" in none
 
 
 def test_redirects_and_filters() -> None:
@@ -307,7 +307,7 @@ def test_no_table_value_can_add_a_directive() -> None:
     assert "X-NL" not in sets  # CR/LF would start a header of its own: the route answers 500 instead
     assert any(d[0] == "return" and "control character in header value" in d[-1] for _, d in found)
     assert "?P<host>" not in text
-    assert "10.0.0.1; }" not in text and "server 10.0.0.5:80;" in text
+    assert "10.0.0.1; }" not in text and "server 10.0.0.5:80 max_fails=0;" in text
     bodies = [d[2] for _, d in found if d[0] == "return" and d[1] == "503"]
     assert bodies == [f"503 Service Unavailable: {EVIL} ${{fleet_dollar}}remote_addr\n"]
     assert sum(1 for _, d in found if d[0] == "return" and d[1] == "500") == 3  # newline, bad name, bad host
