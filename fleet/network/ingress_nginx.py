@@ -52,14 +52,15 @@ from fleet.network.routetable import EngineError, EngineOptions, RouteTable, Sou
 log = logging.getLogger(__name__)
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-_ACCESS = re.compile(r"fleet (\d+) (\S+) (\d{3}) (\d+(?:\.\d+)?)\s*$")
+# The route is empty for a request nginx answered before routing (400, 431).
+_ACCESS = re.compile(r"fleet (\d+) (\S*) (\d{3}) (\d+(?:\.\d+)?)\s*$")
 _KEEP_STAMPS = 8  # access-log lines of old workers still name routes of recent configs
 
 
 @dataclass(frozen=True)
 class AccessRecord:
     stamp: int
-    route: str  # "-" when the request reached no route
+    route: str  # "-" or "" when the request reached no route
     status: int
     seconds: float
 

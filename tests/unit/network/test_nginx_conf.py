@@ -371,4 +371,5 @@ def test_access_log_lines() -> None:
     rec = parse_access_line(b"<190>Dec  2 10:00:00 nginx: fleet 3 fleet_r12 504 0.502")
     assert rec is not None and (rec.stamp, rec.route, rec.status, rec.seconds) == (3, "fleet_r12", 504, 0.502)
     assert parse_access_line(b"<190>Dec  2 10:00:00 nginx: fleet 3 - 404 0.000").route == "-"
+    assert parse_access_line(b"<190>Dec  2 10:00:00 nginx: fleet 3  431 0.001").route == ""  # before routing
     assert parse_access_line(b"garbage") is None
