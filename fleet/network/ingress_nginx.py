@@ -126,10 +126,12 @@ class NginxEngine:
                 self._ready = True
                 task_status.started()
         finally:
+            # nginx is stopped by now (the supervisor's own finally): its keys can go.
             self._ready = False
             sock.close()
             with contextlib.suppress(OSError):
                 os.unlink(paths.access_socket)
+            shutil.rmtree(f"{self.runtime_dir}/gen", ignore_errors=True)
 
     def _prepare(self) -> None:
         rt = self.runtime_dir

@@ -225,7 +225,10 @@ def _endpoint_address(address: str, port: int) -> str | None:
 
 def _listen_address(address: str, port: int) -> str:
     ip = ipaddress.ip_address(address)  # EngineOptions.bind_address: an IP
-    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+    if ip.version == 4:
+        return f"{ip}:{port}"
+    # "::" serves IPv4 too, as a plain socket bound to :: does (nginx defaults to v6 only).
+    return f"[{ip}]:{port}" + (" ipv6only=off" if ip.is_unspecified else "")
 
 
 # ---------------------------------------------------------------- the renderer
@@ -585,9 +588,11 @@ class _Renderer:
 
     def servers(self, lst: Listener) -> list[str]:
         listen = _listen_address(self.options.bind_address, lst.port)
+        address = listen.split(" ")[0]  # socket options only once, on the default server
         include = f"    include {_q(f'{self.paths.config_dir}/listener-{lst.port}.conf')};"
         if lst.protocol != "HTTPS":
-            return ["server {", f"    listen {listen} default_server;", '    server_name "";', include, "}"]
+            return ["server {", f"    listen {address} default_server{listen[len(address):]};",
+                    '    server_name "";', include, "}"]
         # SNI: one server per certificate host pattern (exact names are nginx' hash keys,
         # checked first; one-label wildcards are regexes, longest suffix first, as in
         # Listener.certificate_for); the default server has the catch-all or default one.
@@ -600,7 +605,7 @@ class _Renderer:
                     catch_all = catch_all or cert
                 elif _valid_host(pattern) and pattern not in by_pattern:
                     by_pattern[pattern] = cert
-        out = ["server {", f"    listen {listen} ssl default_server;", '    server_name "";']
+        out = ["server {", f"    listen {address} ssl default_server{listen[len(address):]};", '    server_name "";']
         default = catch_all or lst.default_certificate
         if default is None:
             out.append("    ssl_reject_handshake on;")
@@ -610,7 +615,7 @@ class _Renderer:
         ordered = sorted(by_pattern.items(), key=lambda kv: (kv[0].startswith("*."), -len(kv[0])))
         for pattern, cert in ordered:
             name = _q("~" + _host_regex(pattern, True)) if pattern.startswith("*.") else _q(pattern)
-            out += ["server {", f"    listen {listen} ssl;", f"    server_name {name};",
+            out += ["server {", f"    listen {address} ssl;", f"    server_name {name};",
                     *self._ssl(cert), include, "}"]
         return out
 

@@ -352,10 +352,11 @@ def tables() -> dict[str, RouteTable]:
 
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (apt-get install nginx)")
-@pytest.mark.parametrize("name", ["empty", "http", "tls", "evil"])
+@pytest.mark.parametrize("name", ["empty", "http", "tls", "evil", "tls-any-address"])
 def test_nginx_accepts_the_rendered_configuration(name: str, tmp_path: Path) -> None:
     rt = str(tmp_path)
-    rc = render(tables()[name], OPTIONS, paths=NginxPaths(rt, f"{rt}/gen/1"), stamp=1)
+    options = EngineOptions(bind_address="::") if name == "tls-any-address" else OPTIONS
+    rc = render(tables()[name.removesuffix("-any-address")], options, paths=NginxPaths(rt, f"{rt}/gen/1"), stamp=1)
     for f in rc.files:
         os.makedirs(os.path.dirname(f.path), exist_ok=True)
         Path(f.path).write_bytes(f.data)
