@@ -52,14 +52,15 @@ from fleet.network.routetable import EngineError, EngineOptions, RouteTable, Sou
 log = logging.getLogger(__name__)
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-_ACCESS = re.compile(r"fleet (\d+) (\S+) (\d{3}) (\d+(?:\.\d+)?)\s*$")
+# The route is empty for a request nginx answered before routing (400, 431).
+_ACCESS = re.compile(r"fleet (\d+) (\S*) (\d{3}) (\d+(?:\.\d+)?)\s*$")
 _KEEP_STAMPS = 8  # access-log lines of old workers still name routes of recent configs
 
 
 @dataclass(frozen=True)
 class AccessRecord:
     stamp: int
-    route: str  # "-" when the request reached no route
+    route: str  # "-" or "" when the request reached no route
     status: int
     seconds: float
 
@@ -125,10 +126,12 @@ class NginxEngine:
                 self._ready = True
                 task_status.started()
         finally:
+            # nginx is stopped by now (the supervisor's own finally): its keys can go.
             self._ready = False
             sock.close()
             with contextlib.suppress(OSError):
                 os.unlink(paths.access_socket)
+            shutil.rmtree(f"{self.runtime_dir}/gen", ignore_errors=True)
 
     def _prepare(self) -> None:
         rt = self.runtime_dir
@@ -168,6 +171,9 @@ class NginxEngine:
         failures = 0
         started = False
         while True:
+            # A master that was killed leaves its unix socket behind; nginx cannot bind over it.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._paths(0).status_socket)
             proc = await trio.lowlevel.open_process(
                 [self.nginx, "-p", self.runtime_dir + "/", "-c", self.conf_path, "-e", self._paths(0).error_log,
                  "-g", "daemon off; master_process on;"],

@@ -225,7 +225,10 @@ def _endpoint_address(address: str, port: int) -> str | None:
 
 def _listen_address(address: str, port: int) -> str:
     ip = ipaddress.ip_address(address)  # EngineOptions.bind_address: an IP
-    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+    if ip.version == 4:
+        return f"{ip}:{port}"
+    # "::" serves IPv4 too, as a plain socket bound to :: does (nginx defaults to v6 only).
+    return f"[{ip}]:{port}" + (" ipv6only=off" if ip.is_unspecified else "")
 
 
 # ---------------------------------------------------------------- the renderer
@@ -399,7 +402,7 @@ class _Renderer:
             f"location @{NO_ROUTE} {{",
             "    set $fleet_via -;",
             "    default_type text/plain;",
-            _text(404, "404 Not Found: no route for this host and path"),
+            _text(404, "404 Not Found: no route for host $host path $uri", raw=True),
             "}",
             "location @fleet_e400 {", "    default_type text/plain;", _text(400, "400 Bad Request: malformed request"), "}",
             "location @fleet_e431 {", "    default_type text/plain;",
@@ -432,7 +435,7 @@ class _Renderer:
             if route.redirect is not None:
                 body = self._redirect(rid, route, lm)
             elif not route.backends:
-                body = [_text(500, f"500 Internal Server Error: {src} has no backend")]
+                body = [_text(500, f"500 Internal Server Error: no backends for this route ({src})")]
             else:
                 body = self._proxy(rid, route, src)
         except (_Unexpressible, ConfigError) as exc:
@@ -460,6 +463,8 @@ class _Renderer:
         else:
             host = "${host}"
         origin = f"{_qv(scheme + '://')[1:-1]}{host}" + ("" if port == default_port else f":{int(port)}")
+        if r.path is not None:
+            _header_value(r.path[1])  # it ends up in Location
         if r.path is None:
             path = "${request_uri}"
         elif r.path[0] == "ReplaceFullPath":
@@ -488,7 +493,10 @@ class _Renderer:
         if key not in self.upstreams:
             name = f"fleet_u{len(self.upstreams)}"
             self.upstreams[key] = name
-            self.http += [f"upstream {name} {{", *(f"    server {s};" for s in key),
+            # max_fails=0: no passive "down" marking, an endpoint list is the ready
+            # endpoints and a failed connect is retried on the next one anyway (as the
+            # built-in engine does).
+            self.http += [f"upstream {name} {{", *(f"    server {s} max_fails=0;" for s in key),
                           "    keepalive 64;", "    keepalive_timeout 60s;", "}"]
         return self.upstreams[key]
 
@@ -534,8 +542,9 @@ class _Renderer:
             return []
         headers = dict(STANDARD_REQUEST_HEADERS)
         for name, value in f.set:
-            headers[_header_name(name).lower()] = (name, _qv(value))
+            headers[_header_name(name).lower()] = (name, _header_value(value))
         for n, (name, value) in enumerate(f.add):
+            _header_value(value)
             key = _header_name(name).lower()
             if _VAR_HEADER.match(name) and key not in headers:
                 var = f"{rid}_add{n}"
@@ -559,9 +568,9 @@ class _Renderer:
         lines = []
         for name, value in f.set:
             lines += [f"    proxy_hide_header {_q(_header_name(name))};",
-                      f"    add_header {_q(name)} {_qv(value)} always;"]
+                      f"    add_header {_q(name)} {_header_value(value)} always;"]
         for name, value in f.add:
-            lines.append(f"    add_header {_q(_header_name(name))} {_qv(value)} always;")
+            lines.append(f"    add_header {_q(_header_name(name))} {_header_value(value)} always;")
         for name in f.remove:
             lines.append(f"    proxy_hide_header {_q(_header_name(name))};")
         return lines
@@ -579,9 +588,11 @@ class _Renderer:
 
     def servers(self, lst: Listener) -> list[str]:
         listen = _listen_address(self.options.bind_address, lst.port)
+        address = listen.split(" ")[0]  # socket options only once, on the default server
         include = f"    include {_q(f'{self.paths.config_dir}/listener-{lst.port}.conf')};"
         if lst.protocol != "HTTPS":
-            return ["server {", f"    listen {listen} default_server;", '    server_name "";', include, "}"]
+            return ["server {", f"    listen {address} default_server{listen[len(address):]};",
+                    '    server_name "";', include, "}"]
         # SNI: one server per certificate host pattern (exact names are nginx' hash keys,
         # checked first; one-label wildcards are regexes, longest suffix first, as in
         # Listener.certificate_for); the default server has the catch-all or default one.
@@ -594,7 +605,7 @@ class _Renderer:
                     catch_all = catch_all or cert
                 elif _valid_host(pattern) and pattern not in by_pattern:
                     by_pattern[pattern] = cert
-        out = ["server {", f"    listen {listen} ssl default_server;", '    server_name "";']
+        out = ["server {", f"    listen {address} ssl default_server{listen[len(address):]};", '    server_name "";']
         default = catch_all or lst.default_certificate
         if default is None:
             out.append("    ssl_reject_handshake on;")
@@ -604,7 +615,7 @@ class _Renderer:
         ordered = sorted(by_pattern.items(), key=lambda kv: (kv[0].startswith("*."), -len(kv[0])))
         for pattern, cert in ordered:
             name = _q("~" + _host_regex(pattern, True)) if pattern.startswith("*.") else _q(pattern)
-            out += ["server {", f"    listen {listen} ssl;", f"    server_name {name};",
+            out += ["server {", f"    listen {address} ssl;", f"    server_name {name};",
                     *self._ssl(cert), include, "}"]
         return out
 
@@ -617,6 +628,13 @@ def _header_name(name: str) -> str:
     if not TOKEN.match(name):
         raise _Unexpressible(f"invalid header name {name!r}")
     return name
+
+
+def _header_value(value: str) -> str:
+    """A header value as a quoted, interpolation-safe token: CR/LF would start a new header."""
+    if re.search(r"[\x00-\x08\x0a-\x1f\x7f]", value):
+        raise _Unexpressible(f"control character in header value {value!r}")
+    return _qv(value)
 
 
 def _text(code: int, text: str, *, raw: bool = False) -> str:
@@ -643,6 +661,11 @@ STANDARD_REQUEST_HEADERS: dict[str, tuple[str, str]] = {
     "forwarded": ("Forwarded", '"${fleet_fwd_prev}for=${fleet_fwd_for};host=\\"${fleet_host}\\";proto=${scheme}"'),
     "upgrade": ("Upgrade", "$http_upgrade"),
     "connection": ("Connection", "$fleet_connection"),
+    # hop-by-hop headers nginx would pass on (it cannot drop names listed in Connection)
+    "proxy-authorization": ("Proxy-Authorization", '""'),
+    "proxy-connection": ("Proxy-Connection", '""'),
+    "keep-alive": ("Keep-Alive", '""'),
+    "te": ("TE", '""'),
 }
 
 
@@ -676,6 +699,11 @@ def render(table: RouteTable, options: EngineOptions, *, paths: NginxPaths, stam
         f"large_client_header_buffers 1 {header_buffer};",
         f"client_max_body_size {int(o.max_body_bytes)};",
         f"keepalive_timeout {_duration(o.keepalive_timeout)};",
+        # A head never finished (slowloris) is closed like an idle connection.
+        f"client_header_timeout {_duration(o.keepalive_timeout)};",
+        # After an error answer (413, 400) nginx reads what the client still sends
+        # before closing; 1 s of silence is enough (the default 5 s holds sockets).
+        "lingering_timeout 1s;",
         "proxy_http_version 1.1;",
         "proxy_buffering off;",
         "proxy_request_buffering off;",
