@@ -346,7 +346,10 @@ class IngressController:
 
     def record_events(self, events: tuple[RouteEvent, ...]) -> None:
         for ev in self.events.new(events):
-            obj = self.lookup(ev.kind, ev.namespace, ev.name) or _reference(ev)
+            ref = _reference(ev)
+            obj = self.lookup(ev.kind, ev.namespace, ev.name)
+            # List items may come without kind/apiVersion; the Event's reference needs them.
+            obj = {**obj, "apiVersion": ref["apiVersion"], "kind": ev.kind} if obj is not None else ref
             self.recorder.record(obj, ev.type, ev.reason, ev.message)
 
     async def write_statuses(self, result: BuildResult) -> bool:
@@ -405,8 +408,8 @@ class IngressController:
 
 def _reference(ev: RouteEvent) -> dict[str, Any]:
     """A stand-in for an object the caches do not hold (yet): enough for an Event."""
-    api = {"Ingress": "networking.k8s.io/v1", "IngressClass": "networking.k8s.io/v1"}.get(
-        ev.kind, "gateway.networking.k8s.io/v1")
+    api = {"Ingress": "networking.k8s.io/v1", "IngressClass": "networking.k8s.io/v1", "Service": "v1",
+           "Secret": "v1", "Namespace": "v1"}.get(ev.kind, "gateway.networking.k8s.io/v1")
     md: dict[str, Any] = {"name": ev.name}
     if ev.namespace:
         md["namespace"] = ev.namespace
