@@ -128,6 +128,9 @@ class FleetServer:
             # The API tests need no node; a test that wants the built-in agent
             # passes --agent-port PORT in extra_args.
             *(["--no-agent"] if not any(a == "--agent-port" for a in self.extra_args) else []),
+            # Nor an ingress (it would listen on 8080/8443): a test that wants one
+            # passes its --ingress-* flags.
+            *(["--no-ingress"] if not any(a.startswith("--ingress") for a in self.extra_args) else []),
             *self.extra_args,
         ]
 

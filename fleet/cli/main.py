@@ -108,6 +108,20 @@ def server(
     cluster_dns_allow: Annotated[str | None, cyclopts.Parameter(
         help="Source networks (comma-separated CIDRs, '*' for all) whose DNS queries are answered "
              "(default: loopback and the private ranges).")] = None,
+    ingress_bind: Annotated[str, cyclopts.Parameter(
+        help="Address the ingress (Ingress and Gateway API) listens on.")] = "0.0.0.0",
+    ingress_http_port: Annotated[int, cyclopts.Parameter(
+        help="The ingress' HTTP port (0: none).")] = 8080,
+    ingress_https_port: Annotated[int, cyclopts.Parameter(
+        help="The ingress' HTTPS port (0: none).")] = 8443,
+    ingress_engine: Annotated[str, cyclopts.Parameter(
+        help="The ingress data plane: builtin (Fleet's own proxy) or nginx.")] = "builtin",
+    ingress_advertise: Annotated[str, cyclopts.Parameter(
+        help="Addresses (comma-separated) written into Ingress and Gateway status (default: the "
+             "bind host; for a wildcard bind --address unless loopback, else the default-route "
+             "interface's address).")] = "",
+    no_ingress: Annotated[bool, cyclopts.Parameter(
+        help="Do not run the ingress (Ingress and Gateway API).", negative=())] = False,
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -167,6 +181,14 @@ def server(
         cfg.dns.validate()
     except ValueError as e:
         sys.exit(f"fleet server: cluster DNS: {e}")
+    cfg.ingress.enabled = not no_ingress
+    cfg.ingress.bind_address, cfg.ingress.engine = ingress_bind, ingress_engine
+    cfg.ingress.http_port, cfg.ingress.https_port = ingress_http_port, ingress_https_port
+    cfg.ingress.advertise = [a.strip() for a in ingress_advertise.split(",") if a.strip()]
+    try:
+        cfg.ingress.validate()
+    except ValueError as e:
+        sys.exit(f"fleet server: ingress: {e}")
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def main() -> None:

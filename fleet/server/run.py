@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +42,7 @@ from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.controllers.nodelifecycle import NodeLifecycleConfig
 from fleet.network.cluster_dns import ClusterDNSConfig, kube_dns_spec, run_cluster_dns
 from fleet.network.dns import DNSStats
+from fleet.network.ingress import IngressConfig, run_ingress
 from fleet.server import limits, svcrepair, systemsvc, upgrade
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
@@ -132,6 +133,9 @@ class ServerConfig:
     request_body_timeout: float = limits.DEFAULT_BODY_TIMEOUT
     # Cluster DNS (fleet/network/cluster_dns.py): listeners, domain, upstreams; bind "" = off.
     dns: ClusterDNSConfig = field(default_factory=ClusterDNSConfig)
+    # Ingress and Gateway API (fleet/network/ingress.py): listeners, engine; off when
+    # not enabled or both ports are 0.
+    ingress: IngressConfig = field(default_factory=IngressConfig)
 
 
 @dataclass
@@ -321,6 +325,11 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             if cfg.dns.bind:
                 nursery.start_soon(_supervised("cluster-dns", run_cluster_dns, cfg.dns, client_cfg,
                                                dns_stats))
+            if cfg.ingress.active:
+                ingress_cfg = replace(cfg.ingress, data_dir=cfg.ingress.data_dir or data_dir,
+                                      server_address=cfg.ingress.server_address
+                                      or cfg.advertise_address or cfg.address)
+                nursery.start_soon(_supervised("ingress", run_ingress, ingress_cfg, client_cfg))
             if cfg.agent:
                 nursery.start_soon(_supervised("agent", _run_agent, cfg, url, token, tls.ca_cert_pem))
 

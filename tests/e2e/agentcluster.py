@@ -40,10 +40,12 @@ def _node_ready(srv: FleetServer) -> bool:
 
 @contextlib.contextmanager
 def agent_cluster(request: pytest.FixtureRequest, base: Path, *, bridge: str, cluster_cidr: str,
-                  delete_pods: bool = False, grace: int | None = None) -> Iterator[FleetServer]:
+                  delete_pods: bool = False, grace: int | None = None,
+                  extra_args: list[str] | None = None) -> Iterator[FleetServer]:
     factory = ServerFactory(base)
     srv = factory.new(extra_args=["--agent-port", str(free_port()), "--agent-network", "bridge",
-                                  "--agent-bridge", bridge, "--cluster-cidr", cluster_cidr])
+                                  "--agent-bridge", bridge, "--cluster-cidr", cluster_cidr,
+                                  *(extra_args or [])])
     agent_dir = srv.data_dir / "agent"
     archive = write_oci_archive(build_busybox_image(), base / "busybox.tar", IMAGE)
     import_archive_sync(ImageStore(agent_dir / "images"), archive, IMAGE)

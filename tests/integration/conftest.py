@@ -130,7 +130,7 @@ def kfleet_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KfleetSe
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "fleet.cli.main", "server", "--data-dir", str(data_dir),
-             "--port", str(port), "--metrics-port", str(_free_port()), "--no-agent"],
+             "--port", str(port), "--metrics-port", str(_free_port()), "--no-agent", "--no-ingress"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
             cwd=str(base), start_new_session=True,
         )

@@ -49,7 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KfleetSer
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "fleet.cli.main", "server", "--data-dir", str(data_dir),
-             "--port", str(port), "--metrics-port", str(metrics_port), "--no-agent", "--no-scheduler",
+             "--port", str(port), "--metrics-port", str(metrics_port), "--no-agent", "--no-scheduler", "--no-ingress",
              "--keep-alive-timeout", str(TIMEOUT), "--tls-handshake-timeout", str(TIMEOUT),
              "--request-body-timeout", str(TIMEOUT)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -1,0 +1,352 @@
+"""One request's exchange between a client connection and one backend connection.
+
+The I/O half of the built-in ingress proxy's request handling (ProxyEngine owns
+listeners and connections, fleet.network.ingress_http the decisions):
+
+- `Downstream`: the client's stream and h11 server state, with writes coalesced so a
+  response head, body and end that arrive together leave in one write;
+- `Exchange`: send the request head, stream the request body (a task of its own, so a
+  backend that answers while still reading works), relay the response chunk by chunk,
+  and after a 101 to an Upgrade pipe raw bytes both ways;  it tells the caller whether
+  a failure happened before any response byte and any body byte (`Outcome(None)`), the
+  only case in which another endpoint may be tried;
+- `respond`: the proxy's own short text responses (404, 413, 502, 504, …).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import h11
+import trio
+
+from fleet.network.ingress_http import (
+    IDEMPOTENT,
+    REASONS,
+    RequestInfo,
+    downstream_response_headers,
+    error_response,
+)
+from fleet.network.ingress_upstream import UpstreamConn, UpstreamPool
+from fleet.network.routetable import Selection
+
+READ_SIZE = 64 * 1024
+#: Errors that mean "this TCP/TLS connection is gone".
+BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+class Closed(Exception):
+    """The peer closed (or broke) its connection."""
+
+
+class TooLarge(Exception):
+    """The request body passed options.max_body_bytes."""
+
+
+class Downstream:
+    """The client's connection: a stream and its h11 server state."""
+
+    def __init__(self, stream: trio.abc.Stream, max_header_bytes: int) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
+        self._out = bytearray()
+        self.status = 0  # of the response head sent for the current request (0: none yet)
+
+    async def next_event(self) -> object:
+        while True:
+            ev = self.h11.next_event()
+            if ev is not h11.NEED_DATA:
+                return ev
+            try:
+                data = await self.stream.receive_some(READ_SIZE)
+            except BROKEN:
+                data = b""
+            self.h11.receive_data(data)
+
+    async def send(self, event: object, *, flush: bool = True) -> None:
+        """Frame `event`; with flush=False it waits in a buffer for the next flush, so a
+        response head, a body and its end that arrive together leave in one write."""
+        data = self.h11.send(event)  # type: ignore[arg-type]
+        if isinstance(event, h11.Response) or (isinstance(event, h11.InformationalResponse)
+                                               and event.status_code == 101):
+            self.status = event.status_code
+        if data:
+            self._out += data
+        if flush or len(self._out) >= READ_SIZE:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if self._out:
+            data, self._out = bytes(self._out), bytearray()
+            try:
+                await self.stream.send_all(data)
+            except BROKEN as e:
+                raise Closed from e
+
+    @property
+    def started(self) -> bool:
+        """Whether a response head went out for the current request."""
+        return self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE)
+
+
+async def upstream_send(conn: UpstreamConn, event: object) -> None:
+    data = conn.h11.send(event)  # type: ignore[arg-type]
+    if data:
+        await conn.stream.send_all(data)
+
+
+@dataclass
+class Outcome:
+    status: int | None  # None: failed before any response byte and before any body byte
+    error: str = ""
+
+
+class Exchange:
+    """One request/response cycle with one upstream connection."""
+
+    def __init__(self, pool: UpstreamPool, down: Downstream, conn: UpstreamConn, req: h11.Request,
+                 info: RequestInfo, sel: Selection, has_body: bool, timeout: float, max_body_bytes: int) -> None:
+        self.pool, self.down, self.conn, self.req = pool, down, conn, req
+        self.max_body_bytes = max_body_bytes
+        self.info, self.sel, self.has_body, self.timeout = info, sel, has_body, timeout
+        self.body_sent = 0
+        self.body_error: BaseException | None = None
+        self.body_done = trio.Event()
+        self.read_scope: trio.CancelScope | None = None
+
+    async def run(self) -> Outcome:
+        conn, down = self.conn, self.down
+        try:
+            await upstream_send(conn, self.req)
+            if not self.has_body:
+                await upstream_send(conn, h11.EndOfMessage())
+        except BROKEN as e:
+            await conn.aclose()
+            return Outcome(None, f"connection to the backend broke: {why(e)}")
+        # Exceptions of the response side are carried out of the nursery by hand, so
+        # they are not wrapped in an ExceptionGroup.
+        result: list[int | Exception] = []
+
+        async def relay(cancel: trio.CancelScope) -> None:
+            try:
+                result.append(await self._response())
+            except (Retry, Closed) as e:
+                result.append(e)
+            if self.has_body and not self.body_done.is_set():
+                cancel.cancel()  # the backend answered before taking the whole body
+
+        if self.has_body:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._pump_body, nursery.cancel_scope)
+                nursery.start_soon(relay, nursery.cancel_scope)
+        else:
+            await relay(trio.CancelScope())
+        status: int | None = None
+        if result:
+            if isinstance(result[0], Retry):
+                await conn.aclose()
+                return Outcome(None, str(result[0]))
+            if isinstance(result[0], Exception):
+                await conn.aclose()
+                raise result[0]
+            status = result[0]
+        if status is None:  # the body pump stopped the exchange
+            await conn.aclose()
+            err = self.body_error
+            if isinstance(err, TooLarge) and not down.started:
+                limit = self.max_body_bytes
+                await respond(down, 413, f"request body over {limit} bytes", close=True)
+                return Outcome(413)
+            raise Closed("client or backend gone while sending the request body")
+        if conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE:
+            self.pool.give_back(conn)
+        elif conn.h11.our_state is not h11.SWITCHED_PROTOCOL:
+            await conn.aclose()
+        return Outcome(status)
+
+    async def _pump_body(self, cancel: trio.CancelScope) -> None:
+        limit = self.max_body_bytes
+        try:
+            while True:
+                ev = await self.down.next_event()
+                if isinstance(ev, h11.Data):
+                    self.body_sent += len(ev.data)
+                    if limit and self.body_sent > limit:
+                        raise TooLarge
+                    if not await self._to_backend(ev):
+                        return
+                elif isinstance(ev, h11.EndOfMessage):
+                    await self._to_backend(h11.EndOfMessage())
+                    return
+                else:  # the client went away mid-body
+                    raise Closed
+        except (TooLarge, Closed, h11.RemoteProtocolError) as e:
+            # The client's side failed: stop the whole exchange.
+            self.body_error = e
+            cancel.cancel()
+        finally:
+            self.body_done.set()
+            if self.read_scope is not None:  # the backend's silence counts from now
+                self.read_scope.deadline = trio.current_time() + self.timeout
+
+    async def _upstream_event(self) -> object:
+        """The backend's next h11 event; trio.TooSlowError past the timeout of silence.
+        The clock runs only once the request body is all sent (a slow upload is not a
+        silent backend).  What was queued for the client goes out before waiting."""
+        conn = self.conn
+        while True:
+            ev = conn.h11.next_event()
+            if ev is not h11.NEED_DATA:
+                return ev
+            await self.down.flush()
+            # A bare CancelScope: fail_after's context-manager wrapper costs more per read.
+            with trio.CancelScope(deadline=self._read_deadline()) as scope:
+                self.read_scope = scope
+                data = await conn.stream.receive_some(READ_SIZE)
+            self.read_scope = None
+            if scope.cancelled_caught:
+                raise trio.TooSlowError
+            conn.h11.receive_data(data)
+
+    def _read_deadline(self) -> float:
+        if self.has_body and not self.body_done.is_set():
+            return math.inf
+        return trio.current_time() + self.timeout
+
+    async def _to_backend(self, ev: object) -> bool:
+        """Send body to the backend; False once it broke (the response side reports that)."""
+        try:
+            await upstream_send(self.conn, ev)
+            return True
+        except (h11.LocalProtocolError, *BROKEN):
+            return False
+
+    async def _response(self) -> int | None:
+        """Relay the backend's response; None when the body pump cancelled us first."""
+        conn, down, route = self.conn, self.down, self.sel.route
+        got_bytes = False
+        try:
+            while True:
+                try:
+                    ev = await self._upstream_event()
+                except trio.TooSlowError:
+                    if down.started:
+                        raise Closed("backend went silent mid-response") from None
+                    await respond(down, 504, f"gateway timeout: the backend sent no response "
+                                               f"within {self.timeout:g}s")
+                    return 504
+                if isinstance(ev, h11.InformationalResponse):
+                    got_bytes = True
+                    if ev.status_code == 101 and self.info.upgrade:
+                        return await self._switch(ev)
+                    if ev.status_code != 101:
+                        await down.send(h11.InformationalResponse(status_code=ev.status_code,
+                                                                  headers=ev.headers, reason=ev.reason))
+                    continue
+                if isinstance(ev, h11.Response):
+                    got_bytes = True
+                    headers = downstream_response_headers(ev.headers, upgrade=False, flt=route.response_headers)
+                    await down.send(h11.Response(status_code=ev.status_code, headers=headers, reason=ev.reason,
+                                                 _parsed=True), flush=False)
+                    status = ev.status_code
+                    break
+                return await self._early_failure("the backend closed the connection before answering")
+            while True:
+                try:
+                    ev = await self._upstream_event()
+                except trio.TooSlowError:
+                    raise Closed("backend went silent mid-response") from None
+                if isinstance(ev, h11.Data):
+                    await down.send(ev, flush=False)
+                elif isinstance(ev, h11.EndOfMessage):
+                    await down.send(h11.EndOfMessage())
+                    return status
+                else:
+                    raise Closed("the backend closed the connection mid-response")
+        except (h11.RemoteProtocolError, *BROKEN) as e:
+            got_bytes = got_bytes or bool(conn.h11.trailing_data[0])
+            if got_bytes or down.started:
+                if not down.started:
+                    await respond(down, 502, f"bad gateway: the backend's response broke: {why(e)}")
+                    return 502
+                raise Closed from e
+            return await self._early_failure(f"the backend reset the connection: {why(e)}")
+
+    async def _early_failure(self, why: str) -> int:
+        """No response byte came: retry elsewhere when that is safe, else 502."""
+        if not self.body_sent and (self.req.method in IDEMPOTENT or self.conn.reused):
+            raise Retry(why)
+        await respond(self.down, 502, f"bad gateway: {why}")
+        return 502
+
+    async def _switch(self, ev: h11.InformationalResponse) -> int:
+        """After the backend's 101: answer 101 to the client, then pipe raw bytes both ways."""
+        conn, down = self.conn, self.down
+        headers = downstream_response_headers(ev.headers, upgrade=True, flt=self.sel.route.response_headers)
+        await down.send(h11.InformationalResponse(status_code=101, headers=headers, reason=ev.reason))
+        client_extra, _ = down.h11.trailing_data
+        backend_extra, _ = conn.h11.trailing_data
+        try:
+            if backend_extra:
+                await down.stream.send_all(bytes(backend_extra))
+            if client_extra:
+                await conn.stream.send_all(bytes(client_extra))
+        except BROKEN:
+            await conn.aclose()
+            return 101
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pipe, down.stream, conn.stream, nursery.cancel_scope)
+            nursery.start_soon(pipe, conn.stream, down.stream, nursery.cancel_scope)
+        await conn.aclose()
+        return 101
+
+
+class Retry(Exception):
+    """The backend failed before any response byte: another endpoint may be tried."""
+
+
+async def pipe(src: trio.abc.Stream, dst: trio.abc.Stream, done: trio.CancelScope) -> None:
+    try:
+        while True:
+            data = await src.receive_some(READ_SIZE)
+            if not data:
+                break
+            await dst.send_all(data)
+    except BROKEN:
+        pass
+    finally:
+        done.cancel()
+
+
+def head_size(req: h11.Request) -> int:
+    """Bytes of a request line and headers as sent (give or take whitespace)."""
+    return len(req.method) + len(req.target) + 12 + sum(len(k) + len(v) + 4 for k, v in req.headers)
+
+
+def has_body_of(req: h11.Request) -> bool:
+    for name, value in req.headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
+def why(e: BaseException) -> str:
+    if isinstance(e, trio.TooSlowError):
+        return "timed out"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror.lower()
+    return str(e) or type(e).__name__
+
+
+async def respond(down: Downstream, status: int, text: str,
+                   extra: list[tuple[bytes, bytes]] | None = None, close: bool = False) -> None:
+    """A response the proxy makes itself: a one-line text body (and `Connection: close`
+    when the connection ends after it)."""
+    headers, body = error_response(status, text, extra or [])
+    if close:
+        headers.append((b"connection", b"close"))
+    await down.send(h11.Response(status_code=status, headers=headers, reason=REASONS.get(status, b"")),
+                    flush=False)
+    await down.send(h11.Data(data=body), flush=False)
+    await down.send(h11.EndOfMessage())
