@@ -309,7 +309,7 @@ class PolicyEnforcer:
 
     def _deny_all(self) -> str:
         from fleet.network.policy_nft import deny_all
-        return deny_all()
+        return deny_all(always_allow=self.cfg.always_allow)
 
     async def prepare_netns(self, pod: Mapping[str, Any], netns: str) -> None:
         """The pod sandbox's hook, after network set-up and before any container: fence
@@ -361,13 +361,15 @@ class PolicyEnforcer:
                 await self._warn_unenforceable(by_uid, desired)
                 report.skipped = len(by_uid)
             else:
-                due, wake = plan_applies({u: d.script for u, d in desired.items()}, self.applied,
+                due, _ = plan_applies({u: d.script for u, d in desired.items()}, self.applied,
                                          {u: at for u, (at, _) in self.retry.items()},
                                          trio.current_time())
                 async with trio.open_nursery() as n:
                     for uid in due:
                         n.start_soon(self._program, by_uid[uid], desired[uid], report)
                 report.skipped = len(by_uid) - len(due)
+                # Including the pods that failed just now.
+                wake = min((at for at, _ in self.retry.values()), default=None)
                 for uid, d in desired.items():
                     if uid not in self.retry and d.script is not None \
                             and self.applied.get(uid) == d.script:
