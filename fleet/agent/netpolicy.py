@@ -290,8 +290,9 @@ class PolicyEnforcer:
         self.plan_in_thread = plan_in_thread
         #: uid -> script last applied successfully (a rendered table or deny-all).
         self.applied: dict[str, str] = {}
-        #: uid -> (time of the next attempt, back-off after it) for failing pods.
-        self.retry: dict[str, tuple[float, float]] = {}
+        #: uid -> (time of the next attempt, back-off after it, the script that failed)
+        #: for failing pods.  Different wanted rules are tried at once, not after it.
+        self.retry: dict[str, tuple[float, float, str | None]] = {}
         self.warned: set[str] = set()  # unenforceable pods told so
         self._waiters: dict[str, trio.Event] = {}
         self._dirty = trio.Event()
@@ -361,15 +362,16 @@ class PolicyEnforcer:
                 await self._warn_unenforceable(by_uid, desired)
                 report.skipped = len(by_uid)
             else:
+                backing_off = {u: at for u, (at, _, failed) in self.retry.items()
+                               if u in desired and desired[u].script == failed}
                 due, _ = plan_applies({u: d.script for u, d in desired.items()}, self.applied,
-                                         {u: at for u, (at, _) in self.retry.items()},
-                                         trio.current_time())
+                                      backing_off, trio.current_time())
                 async with trio.open_nursery() as n:
                     for uid in due:
                         n.start_soon(self._program, by_uid[uid], desired[uid], report)
                 report.skipped = len(by_uid) - len(due)
                 # Including the pods that failed just now.
-                wake = min((at for at, _ in self.retry.values()), default=None)
+                wake = min((at for at, _, _ in self.retry.values()), default=None)
                 for uid, d in desired.items():
                     if uid not in self.retry and d.script is not None \
                             and self.applied.get(uid) == d.script:
@@ -406,12 +408,13 @@ class PolicyEnforcer:
         else:
             FAILURES.labels("render").inc()
             why = d.error
-        await self._failed(t, why, report)
+        await self._failed(t, why, report, d.script)
 
-    async def _failed(self, t: Target, why: str, report: SyncReport) -> None:
+    async def _failed(self, t: Target, why: str, report: SyncReport, script: str | None) -> None:
         report.failed.append(t.uid)
-        _, backoff = self.retry.get(t.uid, (0.0, self.cfg.retry_backoff))
-        self.retry[t.uid] = (trio.current_time() + backoff, min(backoff * 2, self.cfg.max_backoff))
+        _, backoff, _ = self.retry.get(t.uid, (0.0, self.cfg.retry_backoff, None))
+        self.retry[t.uid] = (trio.current_time() + backoff, min(backoff * 2, self.cfg.max_backoff),
+                             script)
         had_rules = t.uid in self.applied
         fenced, fence_error = False, ""
         if self.cfg.strict:

@@ -207,6 +207,20 @@ async def test_non_strict_failure_keeps_previous_rules_warns_and_retries(
     assert report.applied == ["ub"] and wake is None and "policy drop" in e.applied["ub"]
 
 
+async def test_different_rules_are_tried_at_once_despite_the_back_off(
+        world: dict[str, Any], autojump_clock: Any) -> None:
+    e, rec, _ = enforcer(world)
+    await e.sync()
+    rec.fail_rules.add(path("ub"))
+    world["policies"].append(deny_ingress(selector={"app": "b"}))
+    report, _ = await e.sync()
+    assert report.failed == ["ub"]
+    rec.fail_rules.clear()
+    world["policies"][0]["spec"]["ingress"] = [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]
+    report, wake = await e.sync()  # no time has passed: not the script that failed
+    assert report.applied == ["ub"] and wake is None and e.retry == {}
+
+
 async def test_a_pod_never_programmed_says_its_traffic_is_not_filtered(world: dict[str, Any]) -> None:
     e, rec, ev = enforcer(world)
     rec.fail.add(path("ua"))
