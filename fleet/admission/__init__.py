@@ -4,7 +4,7 @@ A plugin sees the request attributes, the new object and the old one (on
 update/delete).  Mutating plugins return the (possibly changed) object;
 validating plugins raise an `APIError` to refuse.  Built-in plugins live one
 per module beside this one (`priority.py`, `default_toleration_seconds.py`,
-`limitranger.py`, `resourcequota.py`); service accounts and webhooks join the
+`limitranger.py`, `resourcequota.py`, `defaultingressclass.py`); service accounts and webhooks join the
 same chain later without changing the server.
 
 The server runs the two halves around the kind's validation, as
@@ -69,7 +69,7 @@ class AdmissionChain:
 
 def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_seconds: int = 300,
                   priority_cache: Any = None, limit_range_cache: Any = None,
-                  quota_cache: Any = None) -> AdmissionChain:
+                  quota_cache: Any = None, ingress_class_cache: Any = None) -> AdmissionChain:
     """The chain `fleet server` runs, in kube-apiserver's recommended plugin order
     (LimitRanger, then Priority before DefaultTolerationSeconds; ResourceQuota last,
     so it charges exactly what the others let through).
@@ -78,10 +78,14 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
     Priority plugin reads PriorityClasses from `store` on every pod create.
     `limit_range_cache` / `quota_cache` are running `objcache.NamespacedCache`s of
     LimitRanges / ResourceQuotas; without them those plugins read the store.
+    `ingress_class_cache` is a running `defaultingressclass.IngressClassCache`
+    (DefaultIngressClass, last of the mutating plugins as in kube's order);
+    without one that plugin lists IngressClasses from the store.
     """
     # Imported here: the plugins import the store and the kinds, which need not
     # load for code that only wants the chain's types.
     from fleet.admission.default_toleration_seconds import DefaultTolerationSeconds
+    from fleet.admission.defaultingressclass import DefaultIngressClass
     from fleet.admission.limitranger import LimitRanger
     from fleet.admission.priority import Priority
     from fleet.admission.resourcequota import ResourceQuota
@@ -89,6 +93,7 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
     priority = Priority(store, priority_cache)
     limit_ranger = LimitRanger(store, limit_range_cache)
     return AdmissionChain(
-        mutating=[limit_ranger, priority, DefaultTolerationSeconds(not_ready_seconds, unreachable_seconds)],
+        mutating=[limit_ranger, priority, DefaultTolerationSeconds(not_ready_seconds, unreachable_seconds),
+                  DefaultIngressClass(store, ingress_class_cache)],
         validating=[limit_ranger, priority, ResourceQuota(store, quota_cache)],
     )

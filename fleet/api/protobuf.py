@@ -1433,6 +1433,82 @@ SCHEMA: Final[dict[str, Message]] = {
         4: ("default", QUANTITY, None, MAP), 5: ("defaultRequest", QUANTITY, None, MAP),
         6: ("maxLimitRequestRatio", QUANTITY, None, MAP),
     },
+    # `kubectl create ingress` (and typed clients writing the other networking.k8s.io/v1 kinds).
+    "networking.v1.Ingress": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0), 2: ("spec", MSG, "networking.v1.IngressSpec", 0),
+        3: ("status", MSG, "networking.v1.IngressStatus", 0),
+    },
+    "networking.v1.IngressSpec": {
+        1: ("defaultBackend", MSG, "networking.v1.IngressBackend", 0),
+        2: ("tls", MSG, "networking.v1.IngressTLS", REP), 3: ("rules", MSG, "networking.v1.IngressRule", REP),
+        4: ("ingressClassName", STR, None, PTR),
+    },
+    "networking.v1.IngressBackend": {
+        3: ("resource", MSG, "core.v1.TypedLocalObjectReference", 0),
+        4: ("service", MSG, "networking.v1.IngressServiceBackend", 0),
+    },
+    "networking.v1.IngressServiceBackend": {
+        1: ("name", STR, None, 0), 2: ("port", MSG, "networking.v1.ServiceBackendPort", 0),
+    },
+    "networking.v1.ServiceBackendPort": {1: ("name", STR, None, 0), 2: ("number", INT, None, 0)},
+    "networking.v1.IngressTLS": {1: ("hosts", STR, None, REP), 2: ("secretName", STR, None, 0)},
+    "networking.v1.IngressRule": {
+        1: ("host", STR, None, 0), 2: ("ingressRuleValue", MSG, "networking.v1.IngressRuleValue", INLINE),
+    },
+    "networking.v1.IngressRuleValue": {1: ("http", MSG, "networking.v1.HTTPIngressRuleValue", 0)},
+    "networking.v1.HTTPIngressRuleValue": {1: ("paths", MSG, "networking.v1.HTTPIngressPath", REP)},
+    "networking.v1.HTTPIngressPath": {
+        1: ("path", STR, None, 0), 2: ("backend", MSG, "networking.v1.IngressBackend", 0),
+        3: ("pathType", STR, None, PTR),
+    },
+    "networking.v1.IngressStatus": {
+        1: ("loadBalancer", MSG, "networking.v1.IngressLoadBalancerStatus", 0),
+    },
+    "networking.v1.IngressLoadBalancerStatus": {
+        1: ("ingress", MSG, "networking.v1.IngressLoadBalancerIngress", REP),
+    },
+    "networking.v1.IngressLoadBalancerIngress": {
+        1: ("ip", STR, None, 0), 2: ("hostname", STR, None, 0),
+        4: ("ports", MSG, "networking.v1.IngressPortStatus", REP),
+    },
+    "networking.v1.IngressPortStatus": {
+        1: ("port", INT, None, 0), 2: ("protocol", STR, None, 0), 3: ("error", STR, None, PTR),
+    },
+    "networking.v1.IngressClass": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0), 2: ("spec", MSG, "networking.v1.IngressClassSpec", 0),
+    },
+    "networking.v1.IngressClassSpec": {
+        1: ("controller", STR, None, 0),
+        2: ("parameters", MSG, "networking.v1.IngressClassParametersReference", 0),
+    },
+    "networking.v1.IngressClassParametersReference": {
+        1: ("apiGroup", STR, None, PTR), 2: ("kind", STR, None, 0), 3: ("name", STR, None, 0),
+        4: ("scope", STR, None, PTR), 5: ("namespace", STR, None, PTR),
+    },
+    "networking.v1.NetworkPolicy": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0), 2: ("spec", MSG, "networking.v1.NetworkPolicySpec", 0),
+    },
+    "networking.v1.NetworkPolicySpec": {
+        1: ("podSelector", MSG, "meta.v1.LabelSelector", 0),
+        2: ("ingress", MSG, "networking.v1.NetworkPolicyIngressRule", REP),
+        3: ("egress", MSG, "networking.v1.NetworkPolicyEgressRule", REP), 4: ("policyTypes", STR, None, REP),
+    },
+    "networking.v1.NetworkPolicyIngressRule": {
+        1: ("ports", MSG, "networking.v1.NetworkPolicyPort", REP),
+        2: ("from", MSG, "networking.v1.NetworkPolicyPeer", REP),
+    },
+    "networking.v1.NetworkPolicyEgressRule": {
+        1: ("ports", MSG, "networking.v1.NetworkPolicyPort", REP),
+        2: ("to", MSG, "networking.v1.NetworkPolicyPeer", REP),
+    },
+    "networking.v1.NetworkPolicyPort": {
+        1: ("protocol", STR, None, PTR), 2: ("port", INTSTR, None, 0), 3: ("endPort", INT, None, PTR),
+    },
+    "networking.v1.NetworkPolicyPeer": {
+        1: ("podSelector", MSG, "meta.v1.LabelSelector", 0),
+        2: ("namespaceSelector", MSG, "meta.v1.LabelSelector", 0), 3: ("ipBlock", MSG, "networking.v1.IPBlock", 0),
+    },
+    "networking.v1.IPBlock": {1: ("cidr", STR, None, 0), 2: ("except", STR, None, REP)},
 }
 
 KINDS: Final[dict[tuple[str, str], str]] = {
@@ -1461,6 +1537,9 @@ KINDS: Final[dict[tuple[str, str], str]] = {
     # policy/v1beta1 Eviction has the same fields and numbers (kubectl < 1.22 sends it).
     ("policy/v1beta1", "Eviction"): "policy.v1.Eviction",
     ("autoscaling/v1", "HorizontalPodAutoscaler"): "autoscaling.v1.HorizontalPodAutoscaler",
+    ("networking.k8s.io/v1", "Ingress"): "networking.v1.Ingress",
+    ("networking.k8s.io/v1", "IngressClass"): "networking.v1.IngressClass",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networking.v1.NetworkPolicy",
     ("v1", "DeleteOptions"): "meta.v1.DeleteOptions",
     ("meta.k8s.io/v1", "DeleteOptions"): "meta.v1.DeleteOptions",
 }

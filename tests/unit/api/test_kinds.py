@@ -50,6 +50,9 @@ IDENTITY = [
     ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "endpointslice", True, (), (), ()),
     ("networking.k8s.io", "v1", "IPAddress", "ipaddresses", "ipaddress", False, (), (), ()),
     ("networking.k8s.io", "v1", "ServiceCIDR", "servicecidrs", "servicecidr", False, (), (), ("status",)),
+    ("networking.k8s.io", "v1", "Ingress", "ingresses", "ingress", True, ("ing",), (), ("status",)),
+    ("networking.k8s.io", "v1", "IngressClass", "ingressclasses", "ingressclass", False, (), (), ()),
+    ("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "networkpolicy", True, ("netpol",), (), ()),
     # Served from memory (fleet/server/resource_metrics.py): get and list only, no singular name.
     ("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", False, (), (), ()),
     ("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", True, (), (), ()),

@@ -325,6 +325,36 @@ def test_eviction_v1beta1_and_priority_class() -> None:
                   "metadata": {"name": "high"}, "value": 1000, "preemptionPolicy": "Never"}
 
 
+
+def test_networking_kinds() -> None:
+    # What `kubectl create ingress simple --class fleet --rule "foo.com/bar*=svc1:8080,tls=my-cert"`
+    # sends (field numbers from k8s.io/api/networking/v1/generated.proto): the rule's
+    # IngressRuleValue is an embedded struct JSON inlines, pathType and the class are pointers.
+    backend = ld(4, ld(1, "svc1") + ld(2, ld(1, "") + vi(2, 8080)))
+    path = ld(1, "/bar") + ld(2, backend) + ld(3, "Prefix")
+    rule = ld(1, "foo.com") + ld(2, ld(1, ld(1, path)))
+    spec = ld(2, ld(1, "foo.com") + ld(2, "my-cert")) + ld(3, rule) + ld(4, "fleet")
+    ing = protobuf.decode_body(envelope("networking.k8s.io/v1", "Ingress",
+                                        meta("simple") + ld(2, spec) + ld(3, ld(1, b""))))
+    assert ing == {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "simple"},
+                   "spec": {"ingressClassName": "fleet", "tls": [{"hosts": ["foo.com"], "secretName": "my-cert"}],
+                            "rules": [{"host": "foo.com", "http": {"paths": [
+                                {"path": "/bar", "pathType": "Prefix",
+                                 "backend": {"service": {"name": "svc1", "port": {"number": 8080}}}}]}}]},
+                   "status": {"loadBalancer": {}}}
+    params = ld(1, "k8s.example.com") + ld(2, "Params") + ld(3, "p") + ld(4, "Cluster")
+    cls = protobuf.decode_body(envelope("networking.k8s.io/v1", "IngressClass",
+                                        meta("c") + ld(2, ld(1, "fleet.dev/x") + ld(2, params))))
+    assert cls["spec"] == {"controller": "fleet.dev/x", "parameters": {
+        "apiGroup": "k8s.example.com", "kind": "Params", "name": "p", "scope": "Cluster"}}
+    port = ld(1, "TCP") + ld(2, vi(1, 0) + vi(2, 80)) + vi(3, 90)
+    peer = ld(3, ld(1, "10.0.0.0/8") + ld(2, "10.1.0.0/16"))
+    np_spec = ld(1, b"") + ld(3, ld(1, port) + ld(2, peer)) + ld(4, "Egress")
+    np = protobuf.decode_body(envelope("networking.k8s.io/v1", "NetworkPolicy", meta("n") + ld(2, np_spec)))
+    assert np["spec"] == {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{
+        "ports": [{"protocol": "TCP", "port": 80, "endPort": 90}],
+        "to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}]}]}
+
 # -- errors ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("body", "message"), [
