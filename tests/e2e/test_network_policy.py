@@ -18,6 +18,7 @@ machine, clients on the other, as a user meets it:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -119,9 +120,10 @@ def client(cluster: MultiNodeCluster, ns: str, name: str, labels: dict[str, str]
 
 
 def reaches(cluster: MultiNodeCluster, ns: str, pod: str, ip: str, port: int) -> bool:
-    """One HTTP GET from inside `pod` (2 s to connect and answer)."""
+    """One HTTP GET from inside `pod` (2 s to connect and answer; busybox wget's own -T
+    crashes this busybox build, hence `timeout`)."""
     rc, out, err = cluster.kubectl("-n", ns, "exec", pod, "--", "sh", "-c",
-                                   f"wget -q -T 2 -O - http://{ip}:{port}/ >/dev/null 2>&1 "
+                                   f"timeout 2 wget -q -O - http://{ip}:{port}/ >/dev/null 2>&1 "
                                    "&& echo PASS || echo DROP")
     assert rc == 0, (rc, out, err)
     return out.strip() == "PASS"
@@ -131,8 +133,13 @@ def expect(cluster: MultiNodeCluster, ns: str, pod: str, ip: str, port: int, all
            timeout: float = 15.0) -> float:
     """Wait until `pod` → ip:port is `allowed` (or not); seconds it took."""
     t0 = time.monotonic()
-    wait_until(lambda: reaches(cluster, ns, pod, ip, port) == allowed, timeout=timeout,
-               interval=0.3, what=f"{pod} -> {ip}:{port} {'allowed' if allowed else 'blocked'}")
+    try:
+        wait_until(lambda: reaches(cluster, ns, pod, ip, port) == allowed, timeout=timeout,
+                   interval=0.3, what=f"{pod} -> {ip}:{port} {'allowed' if allowed else 'blocked'}")
+    except AssertionError as e:
+        logs = "\n".join(line for n in cluster.nodes for line in n.output(200_000).splitlines()
+                         if "policy" in line or "ERROR" in line or "sandbox" in line)
+        raise AssertionError(f"{e}\nagents' policy log lines:\n{logs[-6000:]}") from None
     return time.monotonic() - t0
 
 
@@ -185,7 +192,8 @@ def _resolves(cluster: MultiNodeCluster, ns: str, pod: str) -> bool:
     rc, out, err = cluster.kubectl("-n", ns, "exec", pod, "--", "sh", "-c",
                                    "timeout 3 nslookup kubernetes.default.svc.cluster.local "
                                    "2>&1; true")
-    return "10.43.0.1" in out.split("kubernetes.default")[-1]
+    # The answer's address line (the "Server:" lines name 10.43.0.10 either way).
+    return re.search(r"^Address:\s*10\.43\.0\.1\s*$", out, re.M) is not None
 
 
 def test_egress_ip_block_and_cluster_dns(cluster: MultiNodeCluster) -> None:
