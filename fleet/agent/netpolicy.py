@@ -321,8 +321,11 @@ class PolicyEnforcer:
         uid = str(_md(pod).get("uid") or "")
         if self.cfg.strict:
             deny = self._deny_all()
-            await self._apply(deny, netns)
-            self.applied[uid] = deny
+            # Not while a pass runs: it may be loading this pod's rules right now (its
+            # netns exists), and deny-all landing after them would stay unnoticed.
+            async with self._lock:
+                await self._apply(deny, netns)
+                self.applied[uid] = deny
         done = self._waiters.setdefault(uid, trio.Event())
         self.wake()
         try:

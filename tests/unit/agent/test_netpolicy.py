@@ -375,3 +375,29 @@ async def test_run_reacts_to_informer_events_but_not_to_heartbeats(
         assert e.passes == passes + 1 and rec.calls[-1][0] == path("ub")
         assert "policy drop" in rec.calls[-1][1]
         n.cancel_scope.cancel()
+
+
+async def test_the_new_pod_fence_never_lands_after_its_rules(
+        world: dict[str, Any], autojump_clock: Any) -> None:
+    """nft commits a ruleset before its process exits: if a pass's `nft` for the new pod
+    commits, then the fence commits, then the pass notes its rules as applied, the kernel
+    holds deny-all while the enforcer believes otherwise.  The fence waits for the pass."""
+    kernel: dict[str, str] = {}
+
+    async def apply(script: str, netns: str) -> None:
+        if script == DENY:
+            kernel[netns] = script
+            return
+        await trio.sleep(0.3)
+        kernel[netns] = script  # committed...
+        await trio.sleep(0.5)  # ...but nft has not exited yet
+
+    e, _, _ = enforcer(world, strict=True)
+    e._apply = apply
+    async with trio.open_nursery() as n:
+        n.start_soon(e.loop)
+        await trio.sleep(0.5)  # the first pass is loading a's rules
+        await e.prepare_netns(world["pods"][0], path("ua"))
+        await trio.sleep(2)
+        assert kernel[path("ua")] != DENY and kernel[path("ua")] == e.applied["ua"]
+        n.cancel_scope.cancel()
