@@ -12,7 +12,7 @@ and *where*:
   A change that can alter someone's rules — any policy, a pod's labels / IPs /
   phase / named ports, a namespace's labels, any Service or slice — marks the
   state dirty; a pod's status heartbeat does not.
-* **One loop** coalesces a burst (`min_sync_interval`), snapshots the caches,
+* **One loop** coalesces a burst (`min_sync_interval`, 50 ms), snapshots the caches,
   computes every *local* pod's script (pods bound to this node, not hostNetwork,
   whose netns exists — `local_targets`) in a worker thread, and applies only the
   scripts that differ from what it last applied (`plan_applies`), `parallel` at a
@@ -248,7 +248,7 @@ class EnforcerConfig:
     #: Sources always admitted (the pod's node: kubelet-style probes come from it).
     always_allow: tuple[str, ...] = ()
     #: Changes arriving within this many seconds are computed together.
-    min_sync_interval: float = 0.1
+    min_sync_interval: float = 0.05
     #: How often to check each programmed pod still has its table.
     resync_interval: float = 30.0
     #: `nft` processes at once.
@@ -326,8 +326,12 @@ class PolicyEnforcer:
             async with self._lock:
                 await self._apply(deny, netns)
                 self.applied[uid] = deny
-        done = self._waiters.setdefault(uid, trio.Event())
         self.wake()
+        if not self.synced.is_set():
+            # Not listening yet (agent start-up, or the API lacks NetworkPolicy): holding
+            # every pod's start for it would add nothing; it programs them once it runs.
+            return
+        done = self._waiters.setdefault(uid, trio.Event())
         try:
             with trio.move_on_after(self.cfg.first_program_timeout):
                 await done.wait()
