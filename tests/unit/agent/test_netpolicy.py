@@ -406,3 +406,56 @@ async def test_the_new_pod_fence_never_lands_after_its_rules(
         await trio.sleep(2)
         assert kernel[path("ua")] != DENY and kernel[path("ua")] == e.applied["ua"]
         n.cancel_scope.cancel()
+
+
+# -- configuration ------------------------------------------------------------------------
+
+def test_strict_mode_flags_reach_the_agent_config(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fleet.agent.run as agent_run
+    import fleet.cli.main as cli
+    import fleet.server.run as server_run
+
+    seen: list[Any] = []
+    with monkeypatch.context() as m:  # partial(supervise, "agent", partial(run, cfg), ...)
+        m.setattr(cli.trio, "run", lambda fn, *a: seen.append(fn.args[1].args[0]))
+        for args, strict in (([], False), (["--network-policy-strict"], True)):
+            cli.app(["agent", "--server", "https://127.0.0.1:1", "--data-dir", str(tmp_path), *args],
+                    result_action="return_value")
+            assert seen.pop().network_policy_strict is strict
+
+    async def fake_server(cfg: Any, **kw: Any) -> None:
+        seen.append(cfg)
+        raise OSError("recorded, not started")
+
+    monkeypatch.setattr(server_run, "run", fake_server)
+    with pytest.raises(SystemExit):
+        cli.app(["server", "--data-dir", str(tmp_path), "--network-policy-strict"])
+    server_cfg = seen.pop()
+    assert server_cfg.agent_network_policy_strict is True
+
+    async def fake_agent(cfg: Any, **kw: Any) -> None:
+        seen.append(cfg)
+
+    monkeypatch.setattr(agent_run, "run", fake_agent)
+    trio.run(lambda: server_run._run_agent(server_cfg, "https://127.0.0.1:1", "t", b""))
+    assert seen.pop().network_policy_strict is True
+
+
+def test_the_process_driver_is_not_enforceable(tmp_path: Any) -> None:
+    from fleet.agent.config import AgentConfig
+    from fleet.agent.run import make_policy_enforcer
+
+    class Net:
+        gateway = "10.42.0.1"
+
+    class Process:
+        name, joins_pod_netns = "process", False
+
+    class Oci:
+        name = "oci"
+
+    cfg = AgentConfig(node_name=NODE, network_policy_strict=True)
+    e = make_policy_enforcer(cfg, Process(), Net(), "192.168.1.10", None)
+    assert not e.cfg.enforceable and e.cfg.strict and e.cfg.driver == "process"
+    e = make_policy_enforcer(cfg, Oci(), Net(), "192.168.1.10", None)
+    assert e.cfg.enforceable and e.cfg.always_allow == ("10.42.0.1", "192.168.1.10")
