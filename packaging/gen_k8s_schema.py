@@ -6,6 +6,9 @@ of the field names and types of every built-in kind.  Fleet uses the result
 for strict field validation (`fieldValidation=Strict`) and to serve
 `/openapi/v3` (which `kubectl apply` and `kubectl explain` read).
 
+The Gateway API kinds are not in the client: their tables are hand-written in
+packaging/gateway_api_types.py (same format) and merged in here.
+
 Run: python packaging/gen_k8s_schema.py   (needs the `kubernetes` package)
 """
 
@@ -17,6 +20,9 @@ import re
 import sys
 from pathlib import Path
 
+from gateway_api_types import EXTERNAL_REFS as GATEWAY_EXTERNAL_REFS
+from gateway_api_types import ROOTS as GATEWAY_ROOTS
+from gateway_api_types import TYPES as GATEWAY_TYPES
 from kubernetes.client import models
 
 ROOTS = {
@@ -82,9 +88,17 @@ def describe(cls, attr: str) -> str:
     return (field.description or "") if field is not None else ""
 
 
+def _refs(expr) -> list[str]:
+    if isinstance(expr, str):
+        return []
+    if "ref" in expr:
+        return [expr["ref"]]
+    return _refs(expr.get("list") or expr.get("map"))
+
+
 def main() -> None:
-    types: dict[str, dict] = {}
-    todo = list(ROOTS.values())
+    types: dict[str, dict] = dict(GATEWAY_TYPES)
+    todo = list(ROOTS.values()) + list(GATEWAY_EXTERNAL_REFS)
     while todo:
         name = todo.pop()
         if name in types:
@@ -96,7 +110,12 @@ def main() -> None:
             fields[json_name] = {"type": parse_type(typ, todo), "description": describe(cls, attr)}
         doc = (inspect.getdoc(cls) or "").split("Attributes:")[0]
         types[name] = {"fields": fields, "description": " ".join(doc.split())}
-    roots = [{"group": g, "version": v, "kind": k, "type": t} for (g, v, k), t in ROOTS.items()]
+    missing = sorted({r for t in GATEWAY_TYPES.values() for fld in t["fields"].values()
+                      for r in _refs(fld["type"])} - set(types))
+    if missing:
+        raise SystemExit(f"gateway_api_types.py refers to unknown types: {missing}")
+    roots = [{"group": g, "version": v, "kind": k, "type": t}
+             for (g, v, k), t in {**ROOTS, **GATEWAY_ROOTS}.items()]
     out = {"roots": roots, "types": dict(sorted(types.items()))}
     path = Path(__file__).resolve().parent.parent / "fleet" / "api" / "k8s_schema.json"
     path.write_text(json.dumps(out, separators=(",", ":"), sort_keys=True) + "\n")

@@ -424,7 +424,9 @@ def validate_object_meta(meta: Any, *, namespaced: bool,
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
-def validate_label_selector(sel: Any, path: str) -> list[Cause]:
+def validate_label_selector(sel: Any, path: str, *, allow_invalid_values: bool = False) -> list[Cause]:
+    """metav1 ValidateLabelSelector; `allow_invalid_values` is its AllowInvalidLabelValueInSelector
+    (expression values are not checked: kinds whose stored selectors predate the check use it on update)."""
     if sel is None:
         return []
     if not isinstance(sel, dict):
@@ -459,6 +461,8 @@ def validate_label_selector(sel: Any, path: str) -> list[Cause]:
         for j, v in enumerate(values):
             if not isinstance(v, str):
                 out.append(type_invalid(f"{ep}.values[{j}]", v, "string"))
+                continue
+            if allow_invalid_values:
                 continue
             for msg in is_valid_label_value(v):
                 out.append(invalid(f"{ep}.values[{j}]", v, msg))

@@ -60,7 +60,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fleet.api.selectors import selector_dict_matches
+from fleet.api.errors import BadRequest
+from fleet.api.selectors import LabelSelector, parsed_label_selector
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 LABEL_SERVICE_NAME = "kubernetes.io/service-name"
@@ -240,11 +241,21 @@ class _PortSpec:
     name: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _PeerSpec:
-    pod_selector: Any = None        # None: not given
-    namespace_selector: Any = None  # None: not given
+    pod_selector: LabelSelector | None = None        # None: not given
+    namespace_selector: LabelSelector | None = None  # None: not given
     cidrs: tuple[str, ...] | None = None  # ipBlock (excepts cut); None: not an ipBlock
+
+
+def _selector(sel: Any, problems: list[str], where: str) -> LabelSelector:
+    """A parsed API label selector; one that does not parse selects nothing (as
+    Kubernetes' controllers treat a selector LabelSelectorAsSelector refuses)."""
+    try:
+        return parsed_label_selector(sel if sel is not None else {})
+    except BadRequest as e:
+        problems.append(f"{where}: {e}")
+        return LabelSelector(nothing=True)
 
 
 @dataclass(frozen=True)
@@ -272,8 +283,11 @@ def _parse_rule(namespace: str, rule: Any, peers_key: str, problems: list[str],
                     continue
                 peers.append(_PeerSpec(cidrs=cidrs))
             elif "podSelector" in p or "namespaceSelector" in p:
-                peers.append(_PeerSpec(pod_selector=p.get("podSelector"),
-                                       namespace_selector=p.get("namespaceSelector")))
+                peers.append(_PeerSpec(
+                    pod_selector=_selector(p["podSelector"], problems, where)
+                    if "podSelector" in p else None,
+                    namespace_selector=_selector(p["namespaceSelector"], problems, where)
+                    if "namespaceSelector" in p else None))
     ports: list[_PortSpec] | None = None
     if _list(rule.get("ports")):
         ports = []
@@ -301,7 +315,7 @@ def _parse_rule(namespace: str, rule: Any, peers_key: str, problems: list[str],
 class _Policy:
     key: str
     namespace: str
-    pod_selector: Any
+    pod_selector: LabelSelector
     ingress_on: bool
     egress_on: bool
     ingress: tuple[_Rule, ...]
@@ -322,9 +336,8 @@ def _parse_policy(policy: Mapping[str, Any]) -> _Policy:
     egress = tuple(_parse_rule(ns, r, "to", problems, f"{key} egress[{i}]")
                    for i, r in enumerate(_list(spec.get("egress"))))
     # A missing podSelector is what the API defaults to {}: every pod of the namespace.
-    sel = spec.get("podSelector", {})
-    return _Policy(key, ns, sel if sel is not None else {}, ingress_on, egress_on,
-                   ingress, egress, tuple(problems))
+    sel = _selector(spec.get("podSelector"), problems, f"{key} podSelector")
+    return _Policy(key, ns, sel, ingress_on, egress_on, ingress, egress, tuple(problems))
 
 
 # ---------------------------------------------------------------------------------------
@@ -355,6 +368,9 @@ class PolicyIndex:
             svc = _labels(s).get(LABEL_SERVICE_NAME)
             if svc:
                 self._slices[f"{_meta(s).get('namespace') or ''}/{svc}"].append(s)
+        # (id of a parsed namespace selector, namespace) → match; the selectors live as
+        # long as this index (they are held by its parsed policies).
+        self._ns_matches: dict[tuple[int, str], bool] = {}
         self._service_targets: list[tuple[str, PortRange, list[tuple[_Peer, str, int]]]] | None = None
 
     # -- matching --------------------------------------------------------------------------
@@ -362,16 +378,22 @@ class PolicyIndex:
     def _namespace_labels(self, name: str) -> dict[str, str]:
         return self._ns_labels.get(name) or {LABEL_NAMESPACE_NAME: name}
 
+    def _namespace_matches(self, sel: LabelSelector, namespace: str) -> bool:
+        key = (id(sel), namespace)
+        hit = self._ns_matches.get(key)
+        if hit is None:
+            hit = self._ns_matches[key] = sel.matches(self._namespace_labels(namespace))
+        return hit
+
     def _peer_matches(self, spec: _PeerSpec, rule_ns: str, peer: _Peer, ip: str) -> bool:
         if spec.cidrs is not None:
             return _in_cidrs(ip, spec.cidrs)
         if spec.namespace_selector is None:
             if peer.namespace != rule_ns:
                 return False
-        elif not selector_dict_matches(spec.namespace_selector,
-                                       self._namespace_labels(peer.namespace)):
+        elif not self._namespace_matches(spec.namespace_selector, peer.namespace):
             return False
-        return spec.pod_selector is None or selector_dict_matches(spec.pod_selector, peer.labels)
+        return spec.pod_selector is None or spec.pod_selector.matches(peer.labels)
 
     def _rule_peer_matches(self, rule: _Rule, peer: _Peer, ip: str) -> bool:
         if rule.peers is None:
@@ -397,8 +419,8 @@ class PolicyIndex:
     # -- resolution ------------------------------------------------------------------------
 
     def _rule_sources(self, rule: _Rule) -> tuple[list[str], list[_Peer]]:
-        """The CIDRs a rule's peers stand for, and the pods among its peers (by pod
-        selectors, or inside its CIDRs — needed for named egress ports)."""
+        """The CIDRs a rule's peers stand for, and the pods its selectors pick (all
+        pods when the rule names no peers)."""
         if rule.peers is None:
             return [ALL_V4, ALL_V6], self._peers
         cidrs: list[str] = []
@@ -418,7 +440,7 @@ class PolicyIndex:
             return pol.egress_allows
         out: list[Allow] = []
         for rule in pol.egress:
-            cidrs, _pods = self._rule_sources(rule)
+            cidrs, pods = self._rule_sources(rule)
             numeric = _numeric_ranges(rule)
             if rule.ports is None:
                 out.append(Allow(tuple(cidrs)))
@@ -426,9 +448,11 @@ class PolicyIndex:
                 out.append(Allow(tuple(cidrs), numeric))
             named = [p for p in rule.ports or () if p.name]
             if named:
+                blocks = [c for x in rule.peers or () if x.cidrs is not None for c in x.cidrs]
+                chosen = {id(p) for p in pods}
                 for peer in self._peers:
                     for ip in peer.ips:
-                        if not self._rule_peer_matches(rule, peer, ip):
+                        if id(peer) not in chosen and not (blocks and _in_cidrs(ip, blocks)):
                             continue
                         ranges = tuple(PortRange(p.protocol, n, n) for p in named
                                        if (n := peer.ports.get((p.protocol, p.name))) is not None)
@@ -511,7 +535,7 @@ class PolicyIndex:
         ns = str(_meta(pod).get("namespace") or "")
         labels = _labels(pod)
         selecting = [p for p in self._policies_by_ns.get(ns, ())
-                     if selector_dict_matches(p.pod_selector, labels)]
+                     if p.pod_selector.matches(labels)]
         if not selecting:
             return PodRules()
         problems: list[str] = []

@@ -36,6 +36,7 @@ is always allowed, as Kubernetes requires for kubelet probes.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -51,6 +52,7 @@ _PROTO = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
 _Span = tuple[int, int]
 
 
+@functools.lru_cache(maxsize=65536)
 def _v4_span(cidr: str) -> _Span | None:
     """`cidr` (or a bare address) as an integer interval; None for IPv6 or garbage."""
     try:

@@ -63,8 +63,12 @@ def _op(info: KindInfo, action: str, verb_params: list[str], body: bool = False,
                       "401": {"description": "Unauthorized"}},
     }
     if body:
-        types = (["application/json-patch+json", "application/merge-patch+json",
-                  "application/strategic-merge-patch+json"] if patch_types else ["application/json", "application/yaml"])
+        types = (["application/json-patch+json", "application/merge-patch+json"] if patch_types
+                 else ["application/json", "application/yaml"])
+        if patch_types and info.strategic_merge:
+            # kubectl apply sends a strategic merge patch only when the PATCH operation
+            # lists it (it falls back to a JSON merge patch, as for custom resources).
+            types.append("application/strategic-merge-patch+json")
         op["requestBody"] = {"required": True, "content": {
             t: {"schema": {"type": "object"} if patch_types else _schema_ref(info)} for t in types}}
     return op

@@ -13,7 +13,8 @@ are cluster-scoped, so each test names its own.
 * A NetworkPolicy: defaulted (policyTypes, port protocol), `get netpol`,
   `describe networkpolicy`.
 * Invalid objects are refused with 422 and kube's messages.
-* `kubectl explain ingress.spec.rules` and the Python client's NetworkingV1Api.
+* `kubectl api-resources`, `kubectl explain ingress.spec.rules`, and the Python client's
+  NetworkingV1Api.
 """
 
 from __future__ import annotations
@@ -228,7 +229,12 @@ def test_network_policy(fleet_server: FleetServer, namespace: str) -> None:
            '`cidr`' in err
 
 
-def test_explain_ingress_rules(fleet_server: FleetServer) -> None:
+def test_api_resources_and_explain(fleet_server: FleetServer) -> None:
+    rows = {r[0]: r for r in (line.split() for line in
+                              kubectl(fleet_server, "api-resources", "--api-group=networking.k8s.io").splitlines())}
+    assert rows["ingresses"] == ["ingresses", "ing", "networking.k8s.io/v1", "true", "Ingress"]
+    assert rows["ingressclasses"] == ["ingressclasses", "networking.k8s.io/v1", "false", "IngressClass"]
+    assert rows["networkpolicies"] == ["networkpolicies", "netpol", "networking.k8s.io/v1", "true", "NetworkPolicy"]
     out = kubectl(fleet_server, "explain", "ingress.spec.rules")
     assert "GROUP:      networking.k8s.io" in out and "KIND:       Ingress" in out, out
     assert "host" in out and "http" in out, out

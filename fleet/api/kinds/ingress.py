@@ -241,15 +241,14 @@ def validate_ingress_spec(spec: dict[str, Any], old: dict[str, Any] | None = Non
     return out
 
 
-def validate_ingress_status(status: dict[str, Any], old_status: dict[str, Any]) -> list[Cause]:
-    """ValidateIngressLoadBalancerStatus: IPs valid (stored ones kept), hostnames DNS names."""
-    existing = {_str(i.get("ip")) for i in dicts(lst(old_status, "loadBalancer", "ingress"))}
+def validate_ingress_status(status: dict[str, Any]) -> list[Cause]:
+    """ValidateIngressLoadBalancerStatus (1.32): IPs parse, hostnames are DNS names and not IPs."""
     out: list[Cause] = []
     for i, ing in enumerate(dicts(lst(status, "loadBalancer", "ingress"))):
         path = f"status.loadBalancer.ingress[{i}]"
         ip = _str(ing.get("ip"))
-        if ip and ip not in existing and not parses_as_ip(ip):
-            out.append(v.invalid(f"{path}.ip", ip, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
+        if ip and not parses_as_ip(ip):
+            out.append(v.invalid(f"{path}.ip", ip, "must be a valid IP address"))
         hostname = _str(ing.get("hostname"))
         if hostname:
             out += [v.invalid(f"{path}.hostname", hostname, m) for m in v.is_dns1123_subdomain(hostname)]
@@ -274,7 +273,7 @@ def validate_ingress(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Ca
                                  "must match `ingressClassName` when both are specified"))
     # On create the status was dropped and on a main-resource update it is the stored
     # one, so this judges what a /status write brings (ValidateIngressStatusUpdate).
-    out += validate_ingress_status(d(obj, "status"), d(old, "status"))
+    out += validate_ingress_status(d(obj, "status"))
     return out
 
 

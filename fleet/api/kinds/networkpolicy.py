@@ -4,7 +4,8 @@ The declaration, kube-apiserver 1.32's way: defaulting is the v1
 `SetDefaults_NetworkPolicyPort` (a port's protocol is TCP) and
 `SetDefaults_NetworkPolicy` (no policyTypes means Ingress, plus Egress when the
 policy has egress rules); validation is `ValidateNetworkPolicy[Update]` of
-pkg/apis/networking/validation with its messages and field paths; the table is
+pkg/apis/networking/validation with its messages and field paths (and its
+allowance for stored selectors with invalid values); the table is
 kubectl's `printNetworkPolicy` (NAME, POD-SELECTOR, AGE).  Enforcing policies
 is the node's job (fleet/network/policy.py), reading these objects.
 """
@@ -87,14 +88,14 @@ def _port_errors(port: dict[str, Any], path: str) -> list[Cause]:
     return out
 
 
-def _peer_errors(peer: dict[str, Any], path: str) -> list[Cause]:
+def _peer_errors(peer: dict[str, Any], path: str, allow_invalid_values: bool) -> list[Cause]:
     """ValidateNetworkPolicyPeer: ipBlock alone, or pod and/or namespace selectors."""
     out: list[Cause] = []
     count = 0
     for f in ("podSelector", "namespaceSelector"):
         if peer.get(f) is not None:
             count += 1
-            out += v.validate_label_selector(peer[f], f"{path}.{f}")
+            out += v.validate_label_selector(peer[f], f"{path}.{f}", allow_invalid_values=allow_invalid_values)
     block = peer.get("ipBlock")
     if isinstance(block, dict):
         count += 1
@@ -117,14 +118,17 @@ def validate_network_policy(obj: dict[str, Any], old: dict[str, Any] | None) -> 
     if spec is not None and not isinstance(spec, dict):
         return out + [v.type_invalid("spec", spec, "object")]
     spec = spec or {}
-    out += v.validate_label_selector(spec.get("podSelector") or {}, "spec.podSelector")
+    # ValidationOptionsForNetworking: a stored policy whose podSelector kube once let through
+    # with invalid expression values stays updatable.
+    allow = old is not None and bool(v.validate_label_selector(d(old, "spec").get("podSelector") or {}, ""))
+    out += v.validate_label_selector(spec.get("podSelector") or {}, "spec.podSelector", allow_invalid_values=allow)
     for direction, peers in (("ingress", "from"), ("egress", "to")):
         for i, rule in enumerate(dicts(lst(spec, direction))):
             rpath = f"spec.{direction}[{i}]"
             for j, port in enumerate(dicts(lst(rule, "ports"))):
                 out += _port_errors(port, f"{rpath}.ports[{j}]")
             for j, peer in enumerate(dicts(lst(rule, peers))):
-                out += _peer_errors(peer, f"{rpath}.{peers}[{j}]")
+                out += _peer_errors(peer, f"{rpath}.{peers}[{j}]", allow)
     types = lst(spec, "policyTypes")
     if len(types) > len(POLICY_TYPES):
         out.append(cause("spec.policyTypes", f"Invalid value: {_policy_types_value(types)}: "

@@ -53,6 +53,12 @@ IDENTITY = [
     ("networking.k8s.io", "v1", "Ingress", "ingresses", "ingress", True, ("ing",), (), ("status",)),
     ("networking.k8s.io", "v1", "IngressClass", "ingressclasses", "ingressclass", False, (), (), ()),
     ("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "networkpolicy", True, ("netpol",), (), ()),
+    ("gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses", "gatewayclass", False, ("gc",),
+     ("gateway-api",), ("status",)),
+    ("gateway.networking.k8s.io", "v1", "Gateway", "gateways", "gateway", True, ("gtw",), ("gateway-api",),
+     ("status",)),
+    ("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes", "httproute", True, (), ("gateway-api",),
+     ("status",)),
     # Served from memory (fleet/server/resource_metrics.py): get and list only, no singular name.
     ("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", False, (), (), ()),
     ("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", True, (), (), ()),

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleet.network.policy import PolicyIndex, PolicyView, allowed
-from tests.unit.network.policy_objects import namespace, pod, policy
+from tests.unit.network.policy_objects import endpoint_slice, namespace, pod, policy, service
 
 KEYS = ("a", "b")
 VALUES = ("x", "y")
@@ -42,8 +42,8 @@ def selectors(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @st.composite
-def peers(draw: st.DrawFn) -> dict[str, Any]:
-    kind = draw(st.sampled_from(["pod", "ns", "both", "ipBlock"]))
+def peers(draw: st.DrawFn, ip_blocks: bool = True) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["pod", "ns", "both", "ipBlock"] if ip_blocks else ["pod", "ns", "both"]))
     if kind == "ipBlock":
         cidr = draw(st.sampled_from(["10.0.0.0/8", "10.0.0.0/24", "10.0.1.0/24", "0.0.0.0/0",
                                      "192.0.2.0/24", "fd00::/8"]))
@@ -80,17 +80,20 @@ def port_specs(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @st.composite
-def rules(draw: st.DrawFn, peer_key: str) -> dict[str, Any]:
+def rules(draw: st.DrawFn, peer_key: str, pods_only: bool = False) -> dict[str, Any]:
+    """A rule; `pods_only`: peers by selectors and explicit ports, so that only pods (and
+    through them Services) can ever be admitted."""
     rule: dict[str, Any] = {}
-    if draw(st.booleans()):
-        rule[peer_key] = draw(st.lists(peers(), max_size=3))
-    if draw(st.booleans()):
-        rule["ports"] = draw(st.lists(port_specs(), max_size=3))
+    if pods_only or draw(st.booleans()):
+        rule[peer_key] = draw(st.lists(peers(ip_blocks=not pods_only), max_size=3,
+                                       min_size=int(pods_only)))
+    if pods_only or draw(st.booleans()):
+        rule["ports"] = draw(st.lists(port_specs(), max_size=3, min_size=int(pods_only)))
     return rule
 
 
 @st.composite
-def worlds(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+def worlds(draw: st.DrawFn, egress_heavy: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     ns_names = ["n0", "n1", "n2"]
     namespaces = [namespace(n, **draw(labels_st)) for n in ns_names]
     pods = []
@@ -101,13 +104,39 @@ def worlds(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
         ip = f"10.0.{i % 2}.{10 + i}" if draw(st.integers(0, 5)) else None
         pods.append(pod(f"p{i}", draw(st.sampled_from(ns_names)), ip, draw(labels_st), ports=ports))
     policies = []
-    for i in range(draw(st.integers(0, 4))):
+    for i in range(draw(st.integers(int(egress_heavy), 4))):
+        if egress_heavy:  # egress-isolating, pods-only rules, selecting widely
+            policies.append(policy(f"np{i}", draw(st.sampled_from(ns_names)),
+                                   draw(st.just({}) | selectors()), types=["Egress"],
+                                   egress=draw(st.lists(rules("to", pods_only=True), max_size=2))))
+            continue
         types = draw(st.sampled_from([None, ["Ingress"], ["Egress"], ["Ingress", "Egress"]]))
         ingress = draw(st.none() | st.lists(rules("from"), max_size=2))
         egress = draw(st.none() | st.lists(rules("to"), max_size=2))
         policies.append(policy(f"np{i}", draw(st.sampled_from(ns_names)), draw(selectors()),
                                ingress=ingress, egress=egress, types=types))
     return namespaces, pods, policies
+
+
+@st.composite
+def services_for(draw: st.DrawFn, pods: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Up to two Services of random namespaces and selectors, each with an EndpointSlice of
+    the selected pods that have an address (ready or not), port 7000+i → a pod port."""
+    services, slices = [], []
+    for i in range(draw(st.integers(0, 2))):
+        # Biased towards Services that have endpoints: the namespace of some pod, and
+        # often the empty selector (every pod of the namespace).
+        ns = draw(st.sampled_from(pods))["metadata"]["namespace"]
+        selector = draw(st.just({}) | labels_st)
+        proto, target = draw(st.sampled_from(PROTOCOLS)), draw(st.sampled_from(PORTS))
+        services.append(service(f"s{i}", ns, f"10.96.0.{i + 1}",
+                                [{"name": "p", "port": 7000 + i, "protocol": proto, "targetPort": target}],
+                                selector=selector))
+        members = [(q["status"]["podIP"], q["metadata"]["name"], draw(st.booleans())) for q in pods
+                   if q["metadata"]["namespace"] == ns and q["status"].get("podIP")
+                   and all(q["metadata"]["labels"].get(k) == v for k, v in selector.items())]
+        slices.append(endpoint_slice(f"s{i}", ns, [{"name": "p", "port": target, "protocol": proto}], members))
+    return services, slices
 
 
 # ----------------------------------------------------------------------------------------
@@ -224,3 +253,40 @@ def test_engine_agrees_with_the_oracle(world: Any) -> None:
                         got = allowed(rules, direction, other.ip, protocol, port)  # type: ignore[arg-type]
                         assert got is expected, (subject["metadata"], direction, other.ip,
                                                  protocol, port, rules)
+
+
+def oracle_cluster_ip(policies: list[dict[str, Any]], ns_labels: dict[str, dict[str, str]],
+                      subject: dict[str, Any], pods: list[dict[str, Any]], svc: dict[str, Any],
+                      slice_: dict[str, Any], protocol: str) -> bool:
+    """Egress to a Service's ClusterIP:port: allowed as a plain address (non-isolated, or
+    an ipBlock/any-destination rule covering it), or — for the Service's protocol — when
+    some rule admits a ready endpoint at the endpoint's own port."""
+    cip, sport = svc["spec"]["clusterIP"], svc["spec"]["ports"][0]["port"]
+    if oracle_allows(policies, ns_labels, subject, "egress", Endpoint(cip), protocol, sport):
+        return True
+    if protocol != svc["spec"]["ports"][0]["protocol"]:
+        return False
+    by_name = {q["metadata"]["name"]: q for q in pods}
+    return any(oracle_allows(policies, ns_labels, subject, "egress",
+                             Endpoint(e["addresses"][0], by_name[e["targetRef"]["name"]]),
+                             protocol, slice_["ports"][0]["port"])
+               for e in slice_["endpoints"] if e["conditions"]["ready"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_cluster_ips_follow_their_endpoints(data: st.DataObject) -> None:
+    # Egress-isolating policies with rules: the ClusterIP question is only interesting there.
+    namespaces, pods, policies = data.draw(worlds(egress_heavy=True))
+    services, slices = data.draw(services_for(pods))
+    ns_labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in namespaces}
+    index = PolicyIndex(PolicyView(policies=policies, pods=pods, namespaces=namespaces,
+                                   services=services, endpoint_slices=slices))
+    for subject in pods:
+        rules = index.rules_for(subject)
+        for svc, slice_ in zip(services, slices, strict=True):
+            cip, sport = svc["spec"]["clusterIP"], svc["spec"]["ports"][0]["port"]
+            for protocol in PROTOCOLS:
+                expected = oracle_cluster_ip(policies, ns_labels, subject, pods, svc, slice_, protocol)
+                assert allowed(rules, "egress", cip, protocol, sport) is expected, \
+                    (subject["metadata"], cip, protocol, rules)
