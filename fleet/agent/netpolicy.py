@@ -21,7 +21,8 @@ and *where*:
   `nft flush ruleset` inside a pod) and re-applies the ones that lost it.
 * **New pods** (`prepare_netns`, called by the pod sandbox right after network
   set-up, before any container starts): in strict mode it installs `deny_all()`
-  first — if even that fails the sandbox set-up fails and is retried, so no
+  first, unless the netns holds our table already (a pod adopted after an agent
+  restart keeps its rules) — if even that fails the sandbox set-up fails and is retried, so no
   container ever runs unfenced — then wakes the loop and waits (bounded by
   `first_program_timeout`) for the pod's real rules, so containers normally start
   with them in force.
@@ -324,8 +325,16 @@ class PolicyEnforcer:
             # Not while a pass runs: it may be loading this pod's rules right now (its
             # netns exists), and deny-all landing after them would stay unnoticed.
             async with self._lock:
-                await self._apply(deny, netns)
-                self.applied[uid] = deny
+                # A netns that holds our table already is an adopted pod's (an agent
+                # restart): its rules stay in force until the fresh pass replaces them —
+                # fencing it would cut its established connections for nothing.
+                try:
+                    programmed = await self._table_exists(netns)
+                except (nft.NftError, OSError):
+                    programmed = False
+                if not programmed:
+                    await self._apply(deny, netns)
+                    self.applied[uid] = deny
         self.wake()
         if not self.synced.is_set():
             # Not listening yet (agent start-up, or the API lacks NetworkPolicy): holding

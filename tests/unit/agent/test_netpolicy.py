@@ -91,9 +91,13 @@ def world() -> dict[str, Any]:
             "services": [], "slices": [], "netns": {path("ua"), path("ub")}}
 
 
+async def no_table(netns: str) -> bool:
+    return False
+
+
 def enforcer(world: dict[str, Any], *, strict: bool = False, **kw: Any) -> tuple[PolicyEnforcer, Recorder, Events]:
     rec, ev = Recorder(), Events()
-    table_exists = kw.pop("table_exists", None)
+    table_exists = kw.pop("table_exists", no_table)
     cfg = EnforcerConfig(node_name=NODE, netns_dir=NETNS_DIR, strict=strict, always_allow=ALWAYS,
                          min_sync_interval=0.1, resync_interval=kw.pop("resync_interval", 1e6), **kw)
     e = PolicyEnforcer(cfg, apply=rec, events=ev, netns_exists=lambda p: p in world["netns"],
@@ -284,6 +288,15 @@ async def test_prepare_netns_fails_the_setup_when_even_deny_all_fails(world: dic
     rec.fail.add(path("ua"))
     with pytest.raises(NftError):
         await e.prepare_netns(world["pods"][0], path("ua"))
+
+
+async def test_an_adopted_pod_keeps_its_table_on_agent_restart(world: dict[str, Any]) -> None:
+    async def present(netns: str) -> bool:
+        return True
+
+    e, rec, _ = enforcer(world, strict=True, table_exists=present)
+    await e.prepare_netns(world["pods"][0], path("ua"))
+    assert rec.calls == [] and "ua" not in e.applied  # no fence; the first pass replaces it
 
 
 async def test_prepare_netns_in_non_strict_mode_does_not_fence(
