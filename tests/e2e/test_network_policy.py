@@ -10,7 +10,8 @@ machine, clients on the other, as a user meets it:
   usual "UDP/TCP 53 to k8s-app=kube-dns in kube-system" rule;
 * strict mode (`--network-policy-strict` on both agents): a pod whose rules `nft`
   refuses gets no traffic at all — not even what the policy allows — and a
-  `NetworkPolicyFailed` Event says why; once the rules can be programmed, traffic flows.
+  `NetworkPolicyFailed` Event says why; once the rules can be programmed, traffic flows,
+  and still does, with the same verdicts, after the node's agent restarts.
   The refusal is controlled: the agents run with an `nft` wrapper first on PATH that
   rejects any ruleset naming port 31337 (and passes everything else to the real nft).
 """
@@ -261,4 +262,11 @@ def test_strict_mode_fences_a_pod_whose_rules_cannot_be_programmed(cluster: Mult
     policy(cluster, ns, "fine", {"podSelector": {"matchLabels": {"app": "fenced"}},
                                  "ingress": [{"ports": [{"port": 8080}]}]})
     expect(cluster, ns, "peer", ip, 8080, True)
+    assert not reaches(cluster, ns, "peer", ip, 9090)
+
+    # An agent restart re-adopts the pod and the fresh agent keeps the same verdicts.
+    # (That strict mode does not fence an adopted pod again is shown by the unit test
+    # test_an_adopted_pod_keeps_its_table_on_agent_restart.)
+    cluster.restart_node(1)
+    assert reaches(cluster, ns, "peer", ip, 8080)
     assert not reaches(cluster, ns, "peer", ip, 9090)
