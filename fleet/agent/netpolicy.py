@@ -61,6 +61,8 @@ from prometheus_client import Counter, Gauge, Histogram
 from fleet._core.supervise import REGISTRY
 from fleet.network import nft
 from fleet.network.netns import DEFAULT_NETNS_DIR, is_netns, pod_netns_path
+from fleet.network.policy import PolicyIndex, PolicyView
+from fleet.network.policy_nft import FAMILY, TABLE, deny_all, render
 
 log = logging.getLogger(__name__)
 
@@ -180,10 +182,10 @@ def compute_desired(targets: Sequence[Target], *, policies: Sequence[Mapping[str
                     always_allow: Sequence[str]) -> dict[str, Desired]:
     """Pure: each target's rendered script, from one snapshot of the caches.  A pod the
     engine or renderer cannot handle gets an error, never stops the others."""
-    from fleet.network.policy import PolicyIndex, PolicyView
-    from fleet.network.policy_nft import render
-
-    index = PolicyIndex(PolicyView(policies, pods, namespaces, services, slices))
+    try:
+        index = PolicyIndex(PolicyView(policies, pods, namespaces, services, slices))
+    except Exception as e:  # the engine reads forgivingly; should it still fail, say so per pod
+        return {t.uid: Desired(None, error=f"{type(e).__name__}: {e}") for t in targets}
     out: dict[str, Desired] = {}
     for t in targets:
         try:
@@ -310,7 +312,6 @@ class PolicyEnforcer:
         self._dirty.set()
 
     def _deny_all(self) -> str:
-        from fleet.network.policy_nft import deny_all
         return deny_all(always_allow=self.cfg.always_allow)
 
     async def prepare_netns(self, pod: Mapping[str, Any], netns: str) -> None:
@@ -545,9 +546,10 @@ class PolicyEnforcer:
             "policies": Informer(client, "networking.k8s.io/v1", "networkpolicies", component=comp),
             "pods": Informer(client, "v1", "pods", component=comp),
             "namespaces": Informer(client, "v1", "namespaces", component=comp),
-            "services": services or Informer(client, "v1", "services", component=comp),
-            "slices": slices or Informer(client, "discovery.k8s.io/v1", "endpointslices",
-                                         component=comp)}
+            "services": services if services is not None else Informer(
+                client, "v1", "services", component=comp),
+            "slices": slices if slices is not None else Informer(
+                client, "discovery.k8s.io/v1", "endpointslices", component=comp)}
         shared = [inf for inf in (services, slices) if inf is not None]
         own = [inf for inf in informers.values() if inf not in shared]
         handlers = {"policies": changed, "pods": pod_changed, "namespaces": ns_changed,
@@ -571,8 +573,7 @@ class PolicyEnforcer:
 
 
 async def _table_exists(netns: str) -> bool:
-    from fleet.network.policy_nft import TABLE
-    return await nft.table_exists("inet", TABLE, netns=netns)
+    return await nft.table_exists(FAMILY, TABLE, netns=netns)
 
 
 __all__ = [

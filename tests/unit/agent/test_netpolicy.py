@@ -264,6 +264,19 @@ async def test_strict_render_failure_fences_too(world: dict[str, Any]) -> None:
     assert "bad rules" in ev.recorded[0][3]
 
 
+async def test_an_engine_failure_is_every_pods_failure_not_a_crash(
+        world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    import fleet.agent.netpolicy as netpolicy
+
+    def broken(view: Any) -> Any:
+        raise RuntimeError("engine bug")
+
+    monkeypatch.setattr(netpolicy, "PolicyIndex", broken)
+    e, rec, ev = enforcer(world, strict=True)
+    report, _ = await e.sync()
+    assert sorted(report.fenced) == ["ua", "ub"] and all("engine bug" in m for *_, m in ev.recorded)
+
+
 async def test_prepare_netns_fences_first_then_waits_for_the_rules(
         world: dict[str, Any], autojump_clock: Any) -> None:
     e, rec, _ = enforcer(world, strict=True)
