@@ -66,8 +66,12 @@ def ensure_wrk() -> str:
     return shutil.which("wrk") or "wrk"
 
 
-def wrk_rate(wrk: str, netns: str, url: str, seconds: int, connections: int) -> float:
-    out = sh("nsenter", f"--net={netns}", wrk, "-t1", f"-c{connections}", f"-d{seconds}s", url)
+def wrk_rate(wrk: str, netns: str, url: str, seconds: int, connections: int, *,
+             close: bool = False) -> float:
+    """wrk's requests/s from `netns` (`close`: a new connection per request, whatever
+    the server does)."""
+    hdr = ["-H", "Connection: close"] if close else []
+    out = sh("nsenter", f"--net={netns}", wrk, "-t1", f"-c{connections}", f"-d{seconds}s", *hdr, url)
     m = re.search(r"Requests/sec:\s+([\d.]+)", out)
     if not m:
         raise RuntimeError(f"wrk printed no rate:\n{out}")

@@ -49,6 +49,10 @@ class AgentConfig:
     # whether this agent programs the node's Service rules at all.
     service_cidr: str = DEFAULT_SERVICE_CIDR
     service_proxy: bool = True
+    # NetworkPolicy (fleet.agent.netpolicy), enforced whenever pods have their own
+    # network: strict = a pod whose rules cannot be programmed gets no traffic at all
+    # (fail closed) instead of keeping its previous rules (or none).
+    network_policy_strict: bool = False
     # Routes to other nodes' pod CIDRs (bridge driver): auto (host-gw for peers on a
     # directly connected subnet, VXLAN for the others), host-gw or vxlan.
     network_backend: str = "auto"

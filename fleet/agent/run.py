@@ -20,7 +20,12 @@ Start-up order, each step `nursery.start`-ed so the next one can rely on it:
    `fleet.agent.api` is part of this build;
 7. with pod networking (and `service_proxy`), the node's Service rules
    (`fleet.network.service_proxy`, table `inventory.proxy_table_for(bridge)`),
-   supervised; they are left in place when the agent stops.
+   supervised; they are left in place when the agent stops;
+8. with pod networking, NetworkPolicy in each local pod's netns
+   (`fleet.agent.netpolicy`, supervised; `network_policy_strict` fails closed): it
+   shares the Service and EndpointSlice informers, and the pod sandbox calls its
+   `prepare_netns` before a new pod's containers start.  Its tables live in the pods'
+   namespaces and go with them.
 
 Before anything else the agent writes its record, `<data_dir>/agent.json` (pid and
 its `/proc` start time, node name, netns dir, bridge and nftables table): the pid
@@ -50,6 +55,7 @@ from fleet.agent.config import AgentConfig
 from fleet.agent.dnsconfig import NodeDNS
 from fleet.agent.events import EventRecorder
 from fleet.agent.images import StoreImages
+from fleet.agent.netpolicy import EnforcerConfig, PolicyEnforcer
 from fleet.agent.node import NodeAgent
 from fleet.agent.podnet import PeerSync
 from fleet.agent.sync import PodSync
@@ -118,16 +124,24 @@ async def run(cfg: AgentConfig, *,
             pod_cidr = await node.wait_pod_cidr()
             network = make_network(cfg, pod_cidr, node.address)
             log.info("pod network: %s driver on %s", cfg.network_driver, pod_cidr)
-        # One Service informer: the pods' service-link variables and the Service rules.
+        # One Service informer: the pods' service-link variables, the Service rules and
+        # NetworkPolicy; one EndpointSlice informer: the Service rules and NetworkPolicy.
         services = Informer(client, "v1", "services", component="agent")
+        slices = (Informer(client, "discovery.k8s.io/v1", "endpointslices", component="agent")
+                  if network is not None else None)
+        events = EventRecorder(client, cfg.node_name)
+        policy = (make_policy_enforcer(cfg, driver, network, node.address, events)
+                  if network is not None else None)
         env = WorkerEnv(client=client, driver=driver,
                         images=StoreImages(store, cfg.insecure_registries, cfg.registries),
                         data_dir=cfg.data_dir, host_ip=node.address, network=network,
                         netns_dir=cfg.netns_dir,
                         env=agent_env, volumes=agent_volumes,
                         node_allocatable=lambda: _allocatable(node),
-                        events=EventRecorder(client, cfg.node_name),
+                        events=events,
                         services=services.list,
+                        netns_ready=(policy.prepare_netns
+                                     if policy is not None and policy.cfg.enforceable else None),
                         # No pod network, no way to the cluster DNS ClusterIP.
                         dns=NodeDNS(tuple(cfg.cluster_dns) if network is not None else (),
                                     cfg.cluster_domain, cfg.resolv_conf))
@@ -146,11 +160,17 @@ async def run(cfg: AgentConfig, *,
             # Pods start only once every Service has been read (as the kubelet's
             # serviceHasSynced gate): their service-link variables need them.
             await n.start(services.run)
+            if slices is not None:
+                n.start_soon(slices.run)  # its users wait for its first list
             if proxy_table:
                 # The node's Service rules (fleet.network.service_proxy).  Not waited
                 # for: pods start meanwhile; the rules of a previous run stay live
                 # until the first sync replaces them in one transaction.
-                n.start_soon(_run_service_proxy, client, cfg, proxy_table, services)
+                n.start_soon(_run_service_proxy, client, cfg, proxy_table, services, slices)
+            if policy is not None:
+                # NetworkPolicy in each local pod's netns (fleet.agent.netpolicy).  Not
+                # waited for either: a new pod's set-up waits for its own rules (bounded).
+                n.start_soon(_run_network_policy, client, policy, services, slices)
             await n.start(sync.run)
             # Under disk pressure, unused images go (least recently used first);
             # any image a pod on this node names is kept.
@@ -200,13 +220,35 @@ async def collect_garbage(client: Any, cfg: AgentConfig, record: inventory.Agent
                  "(see the warnings above)", len(report.removed), len(report.errors))
 
 
-async def _run_service_proxy(client: Any, cfg: AgentConfig, table: str, services: Any) -> None:
+async def _run_service_proxy(client: Any, cfg: AgentConfig, table: str, services: Any,
+                             slices: Any) -> None:
     from fleet._core.supervise import supervise
     from fleet.network.service_proxy import ServiceProxyConfig, run_service_proxy
 
     pcfg = ServiceProxyConfig(node_name=cfg.node_name, cluster_cidr=cfg.cluster_cidr,
                               service_cidr=cfg.service_cidr or None, table=table)
-    await supervise("service-proxy", partial(run_service_proxy, client, pcfg, services=services))
+    await supervise("service-proxy", partial(run_service_proxy, client, pcfg, services=services,
+                                             slices=slices))
+
+
+def make_policy_enforcer(cfg: AgentConfig, driver: Any, network: Any, address: str,
+                         events: Any) -> PolicyEnforcer:
+    """The node's NetworkPolicy enforcer.  Its pods' own node may always reach them (as
+    Kubernetes requires: probes): host traffic to a pod comes from the bridge gateway."""
+    always = [a for a in (str(getattr(network, "gateway", "") or ""), address) if a]
+    return PolicyEnforcer(EnforcerConfig(
+        node_name=cfg.node_name, netns_dir=cfg.netns_dir, strict=cfg.network_policy_strict,
+        always_allow=tuple(dict.fromkeys(always)), driver=getattr(driver, "name", ""),
+        # A driver whose containers stay in the node's netns (process) cannot be fenced.
+        enforceable=getattr(driver, "joins_pod_netns", True)), events=events)
+
+
+async def _run_network_policy(client: Any, policy: PolicyEnforcer, services: Any,
+                              slices: Any) -> None:
+    from fleet._core.supervise import supervise
+
+    await supervise("network-policy", partial(policy.run, client, services=services,
+                                              slices=slices))
 
 
 def _allocatable(node: NodeAgent) -> dict[str, Any] | None:

@@ -86,6 +86,12 @@ class PodSandbox:
             except Exception as e:
                 raise SetupError(f"network: {e}") from e
             self.pod_ips = list(net.ips) or [self.env.host_ip]
+            if self.env.netns_ready is not None:
+                # NetworkPolicy (in strict mode: deny-all first) before any container runs.
+                try:
+                    await self.env.netns_ready(self.pod, netns)
+                except Exception as e:
+                    raise SetupError(f"network policy: {e}") from e
         node_dns = self.env.dns or NodeDNS()
         hostname = container_hostname(self.pod, node_dns.cluster_domain)
         files, dns_events = await trio.to_thread.run_sync(self._write_etc_files, node_dns)

@@ -62,7 +62,7 @@ import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -149,9 +149,10 @@ class WorkerEnv:
     # fleet.agent.dnsconfig.NodeDNS: cluster DNS address(es), domain, node resolv.conf;
     # None: the defaults (10.43.0.10, cluster.local, /etc/resolv.conf).
     dns: Any = None
-    # Every Service the agent knows (an informer's list), for the service-link
-    # variables (fleet.agent.service_env); None: no such variables.
+    # Every Service (an informer's list): service-link variables; None: none.
     services: Callable[[], Iterable[Mapping[str, Any]]] | None = None
+    # (pod, netns) after network set-up, before containers (fleet.agent.netpolicy).
+    netns_ready: Callable[[Mapping[str, Any], str], Awaitable[None]] | None = None
 
 
 # ---------------------------------------------------------------------------------------

@@ -54,6 +54,10 @@ def server(
     agent_network: Annotated[str | None, cyclopts.Parameter(
         help="Pod network of the built-in agent: bridge or none (default: bridge as root, else none).")] = None,
     agent_bridge: Annotated[str | None, cyclopts.Parameter(help="Bridge name of the built-in agent (default fleet0).")] = None,
+    network_policy_strict: Annotated[bool, cyclopts.Parameter(
+        help="The built-in agent fails closed on NetworkPolicy: a pod whose rules cannot be "
+             "programmed gets no traffic at all (default: it keeps its previous rules).",
+        negative=())] = False,
     registries: Annotated[Path | None, cyclopts.Parameter(
         help="Registry mirrors, rewrites, auth and TLS of the built-in agent (k3s' registries.yaml "
              "format; default DATA_DIR/registries.yaml if present).")] = None,
@@ -132,7 +136,7 @@ def server(
     cfg = ServerConfig(data_dir=data_dir or default_data_dir(), port=port, metrics_port=metrics_port,
                        address=address, retention=retention, cluster_cidr=cluster_cidr,
                        agent=not no_agent, agent_port=agent_port, agent_driver=agent_driver,
-                       agent_bridge=agent_bridge)
+                       agent_bridge=agent_bridge, agent_network_policy_strict=network_policy_strict)
     if agent_network is not None:
         cfg.agent_network = None if agent_network in ("none", "host", "") else agent_network
     if not no_agent:
@@ -276,6 +280,10 @@ def agent(
     service_proxy: Annotated[bool, cyclopts.Parameter(
         help="Program the node's Service rules (nftables); --no-service-proxy leaves them to "
              "another proxy.")] = True,
+    network_policy_strict: Annotated[bool, cyclopts.Parameter(
+        help="Fail closed on NetworkPolicy: a pod whose rules cannot be programmed gets no "
+             "traffic at all (default: it keeps its previous rules, or none).",
+        negative=())] = False,
     insecure_registry: Annotated[list[str] | None, cyclopts.Parameter(help="Registry reachable over plain HTTP.")] = None,
     registries: Annotated[Path | None, cyclopts.Parameter(
         help="Registry mirrors, rewrites, auth and TLS (k3s' registries.yaml format; "
@@ -326,6 +334,7 @@ def agent(
                       network_driver=None if network in ("none", "host", "") else network,
                       pod_cidr=pod_cidr, bridge_name=bridge_name, cluster_cidr=cluster_cidr,
                       service_cidr=service_cidr, service_proxy=service_proxy,
+                      network_policy_strict=network_policy_strict,
                       network_backend=network_backend,
                       insecure_registries=list(insecure_registry or []),
                       cluster_dns=[a.strip() for a in cluster_dns.split(",") if a.strip()],

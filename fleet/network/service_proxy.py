@@ -236,18 +236,22 @@ class ServiceProxyConfig:
 
 async def run_service_proxy(client: Any, cfg: ServiceProxyConfig, *,
                             rules: ServiceRules | None = None, services: Any = None,
+                            slices: Any = None,
                             task_status: trio.TaskStatus[ServiceRules] = trio.TASK_STATUS_IGNORED) -> None:
     """The agent's service proxy task; `started(rules)` after the first sync.
-    (`rules`: tests pass one whose transactions they record.  `services`: a Service
-    informer the caller already runs — the agent shares its own with the pod workers'
-    service-link variables — else one of its own.)"""
+    (`rules`: tests pass one whose transactions they record.  `services`, `slices`: a
+    Service / EndpointSlice informer the caller already runs — the agent shares its
+    Services with the pod workers' service-link variables and its EndpointSlices with
+    the NetworkPolicy enforcer — else one of its own.)"""
     from fleet.client.informer import Informer
 
     rules = rules or ServiceRules(cfg.options(), netns=cfg.netns)
     own_services = services is None
     if services is None:
         services = Informer(client, "v1", "services", component="service-proxy")
-    slices = Informer(client, "discovery.k8s.io/v1", "endpointslices", component="service-proxy")
+    own_slices = slices is None
+    if slices is None:
+        slices = Informer(client, "discovery.k8s.io/v1", "endpointslices", component="service-proxy")
     nodes = Informer(client, "v1", "nodes", field_selector=f"metadata.name={cfg.node_name}",
                      component="service-proxy")
     dirty = trio.Event()
@@ -285,8 +289,13 @@ async def run_service_proxy(client: Any, cfg: ServiceProxyConfig, *,
 
     try:
         async with trio.open_nursery() as n:
-            for inf in ((services, slices, nodes) if own_services else (slices, nodes)):
+            owned = [inf for inf, own in ((services, own_services), (slices, own_slices))
+                     if own] + [nodes]
+            for inf in owned:
                 await n.start(inf.run)
+            # Shared informers run elsewhere: sync only once they have listed too.
+            for inf in (services, slices):
+                await inf.wait_synced()
             started = False
             backoff = cfg.retry_backoff
             n.start_soon(checker)
@@ -314,6 +323,8 @@ async def run_service_proxy(client: Any, cfg: ServiceProxyConfig, *,
     finally:
         if not own_services:
             services.remove_handler(changed)
+        if not own_slices:
+            slices.remove_handler(changed)
 
 
 __all__ = [

@@ -94,6 +94,8 @@ class ServerConfig:
     # them in the host's network, as the process driver does anyway.
     agent_network: str | None = field(default_factory=lambda: "bridge" if os.geteuid() == 0 else None)
     agent_bridge: str | None = None  # bridge name (default: the driver's, fleet0)
+    # NetworkPolicy fails closed on the built-in agent (fleet.agent.netpolicy).
+    agent_network_policy_strict: bool = False
     # The built-in agent's registry mirrors / per-host auth and TLS (a parsed
     # registries.yaml, fleet.runtime.images.mirrors); None: none.
     agent_registries: RegistriesConfig | None = None
@@ -383,6 +385,7 @@ async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes, *,
                             data_dir=Path(cfg.data_dir) / "agent", port=cfg.agent_port,
                             driver=cfg.agent_driver, network_driver=cfg.agent_network,
                             bridge_name=cfg.agent_bridge, registries=cfg.agent_registries,
+                            network_policy_strict=cfg.agent_network_policy_strict,
                             cluster_cidr=cfg.cluster_cidr, service_cidr=cfg.service_cidr,
                             cluster_dns=[cfg.dns.service_ip], cluster_domain=cfg.dns.domain,
                             resolv_conf=cfg.dns.resolv_conf,

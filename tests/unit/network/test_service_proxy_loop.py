@@ -90,3 +90,51 @@ async def test_bursts_coalesce_into_one_transaction(autojump_clock: Any) -> None
 
 async def _start(n: trio.Nursery, client: FakeClient, cfg: ServiceProxyConfig, rules: ServiceRules) -> None:
     await n.start(lambda task_status: run_service_proxy(client, cfg, rules=rules, task_status=task_status))
+
+
+async def test_shared_informers_are_used_waited_for_and_detached(autojump_clock: Any) -> None:
+    """The agent hands its own Service and EndpointSlice informers over (shared with the
+    service-link variables and the NetworkPolicy enforcer): the proxy neither runs
+    second copies nor syncs before they have listed, and detaches from them when it ends."""
+    from fleet.client.informer import Informer
+
+    scripts: list[str] = []
+
+    async def fake_apply(text: str, netns: str | None) -> None:
+        scripts.append(text)
+
+    cfg = ServiceProxyConfig(node_name="n1", min_sync_interval=0.05, check_interval=1e9)
+    rules = ServiceRules(cfg.options(), apply=fake_apply, plan_in_thread=False)
+    client = FakeClient({"services": [meta(svc("web", ip="10.43.0.10"), 1)],
+                         "endpointslices": [meta(eps("web", [ep("10.42.0.2")]), 1)],
+                         "nodes": [node("192.0.2.1", 1, "t0")]})
+    listed: list[str] = []
+    real_list_all = client.list_all
+
+    async def list_all(api_version: str, plural: str, namespace: str | None = None, **kw: Any) -> Any:
+        listed.append(plural)
+        return await real_list_all(api_version, plural, namespace, **kw)
+
+    client.list_all = list_all  # type: ignore[method-assign]
+    services = Informer(client, "v1", "services")  # type: ignore[arg-type]
+    slices = Informer(client, "discovery.k8s.io/v1", "endpointslices")  # type: ignore[arg-type]
+    async with trio.open_nursery() as n:
+        await n.start(services.run)
+        proxy_scope = trio.CancelScope()
+
+        async def proxy() -> None:
+            with proxy_scope:
+                await run_service_proxy(client, cfg, rules=rules, services=services, slices=slices)
+
+        n.start_soon(proxy)
+        await trio.sleep(5)
+        assert scripts == []  # the shared slices informer has not listed yet
+        client.listed.set()
+        n.start_soon(slices.run)
+        await trio.sleep(1)
+        assert len(scripts) == 1 and "10.42.0.2:8080" in scripts[0]
+        assert sorted(listed) == ["endpointslices", "nodes", "services"]  # one list each
+        proxy_scope.cancel()
+        await trio.sleep(1)
+        assert services._handlers == [] and slices._handlers == []
+        n.cancel_scope.cancel()
