@@ -91,7 +91,7 @@ class NginxEngine:
         self._lock = trio.Lock()
         self._stamp = 0
         self._sources: dict[int, Mapping[str, Source]] = {}
-        self._proc: trio.Process | None = None
+        self._proc: _NginxProcess | None = None
         self._ready = False
         self._worker_user: str | None = None
         self._worker_uid: int | None = None
@@ -159,11 +159,14 @@ class NginxEngine:
     def _stop_stale(self) -> None:
         """An nginx left behind by an earlier engine on this runtime dir (a crash)."""
         try:
-            pid = int(open(f"{self.runtime_dir}/nginx.pid").read().strip())
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            with open(f"{self.runtime_dir}/nginx.pid") as f:
+                pid = int(f.read().strip())
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                # nginx retitles itself: "nginx: master process /usr/sbin/nginx -p <dir>/ ..."
+                cmdline = f.read().replace(b"\0", b" ")
         except (OSError, ValueError):
             return
-        if not cmdline or b"nginx" not in cmdline[0] or self.runtime_dir.encode() not in cmdline:
+        if b"nginx" not in cmdline or f" {self.runtime_dir}/ ".encode() not in cmdline:
             return
         log.warning("nginx engine: stopping nginx pid %d left over in %s", pid, self.runtime_dir)
         with contextlib.suppress(ProcessLookupError):
@@ -176,11 +179,8 @@ class NginxEngine:
             # A master that was killed leaves its unix socket behind; nginx cannot bind over it.
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._paths(0).status_socket)
-            proc = await trio.lowlevel.open_process(
-                [self.nginx, "-p", self.runtime_dir + "/", "-c", self.conf_path, "-e", self._paths(0).error_log,
-                 "-g", "daemon off; master_process on;"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True)  # its own process group: we stop exactly our nginx
+            proc = _NginxProcess([self.nginx, "-p", self.runtime_dir + "/", "-c", self.conf_path,
+                                  "-e", self._paths(0).error_log, "-g", "daemon off; master_process on;"])
             up_since = trio.current_time()
             try:
                 try:
@@ -215,7 +215,7 @@ class NginxEngine:
                       proc.pid, code, delay, self._error_tail())
             await trio.sleep(delay)
 
-    async def _stop(self, proc: trio.Process) -> None:
+    async def _stop(self, proc: _NginxProcess) -> None:
         """SIGQUIT (graceful), SIGTERM after the grace, SIGKILL to the group at last."""
         if proc.returncode is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -294,7 +294,7 @@ class NginxEngine:
             if entry.isdigit() and int(entry) < stamp:
                 shutil.rmtree(f"{self.runtime_dir}/gen/{entry}", ignore_errors=True)
 
-    async def _wait_live(self, stamp: int, proc: trio.Process, *, error_offset: int | None = None) -> None:
+    async def _wait_live(self, stamp: int, proc: _NginxProcess, *, error_offset: int | None = None) -> None:
         """Until the status socket answers `stamp`; EngineError if nginx exits, logs an
         emergency (a reload it refused) or the deadline passes."""
         with trio.move_on_after(self.reload_timeout):
@@ -372,6 +372,51 @@ class NginxEngine:
             self.options.observe(source, record.status, record.seconds)
         except Exception:  # noqa: BLE001 - a metrics callback must not stop the engine
             log.exception("nginx engine: the request observer raised")
+
+
+_SETPRIV = shutil.which("setpriv")
+
+
+class _NginxProcess:
+    """nginx' master as our child: its own process group (we signal exactly our nginx),
+    and — through util-linux `setpriv --pdeathsig` — sent SIGTERM by the kernel if this
+    process dies without stopping it (a SIGKILLed engine must not leave nginx holding
+    the ports).  The parent-death signal belongs to the *thread* that forked, so the
+    child is started from the event loop's thread (a fork of a few milliseconds), not
+    from a worker thread as `trio.lowlevel.open_process` would, and waited for with a
+    pidfd."""
+
+    def __init__(self, argv: list[str]) -> None:
+        if _SETPRIV:
+            argv = [_SETPRIV, "--pdeathsig", "TERM", "--", *argv]
+        self._popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, start_new_session=True)
+        self.pid = self._popen.pid
+        try:
+            self._pidfd: int | None = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()
+
+    def send_signal(self, sig: int) -> None:
+        if self._popen.poll() is None:
+            self._popen.send_signal(sig)
+
+    async def wait(self) -> int:
+        try:
+            while self._popen.poll() is None:
+                if self._pidfd is not None:
+                    await trio.lowlevel.wait_readable(self._pidfd)
+                else:
+                    await trio.sleep(0.1)
+        finally:
+            if self._popen.returncode is not None and self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+        return self._popen.returncode
 
 
 def _reachable_by_others(path: str) -> bool:
