@@ -40,14 +40,14 @@ would turn them into nginx variables).  A route that cannot be expressed answers
 500 with the reason; an invalid host or certificate name is left out.  Nothing a
 table holds can add a directive.
 
-Known differences from `RouteTable.select` (nginx cannot see these): a header or
-query parameter that is present but empty counts as absent; query names and values
-compare as sent (percent-encoded), names case-insensitively per nginx' `$arg_`
-lookup rules are NOT used (we extract from `$args` ourselves, case-sensitively);
-headers whose names contain characters other than letters, digits and '-' never
-reach nginx variables (nginx drops them), so a match on one never holds; the path
-is nginx' normalised `$uri` (dot segments resolved; slashes are not merged);
-`Route.timeout` bounds each read from the backend, not the whole exchange.
+Known differences from `RouteTable.select` (what nginx does not let us see): a
+header or query parameter that is present but empty counts as absent; query names
+and values compare as sent (percent-encoded, case-sensitively: we extract the first
+non-empty value from `$args` ourselves rather than use `$arg_<name>`); headers whose
+names hold characters other than letters, digits and '-' never reach nginx variables
+(nginx drops them), so a match on one never holds; the path is nginx' normalised
+`$uri` (dot segments resolved; slashes are not merged); `Route.timeout` bounds each
+read from the backend, not the whole exchange.
 """
 
 from __future__ import annotations
