@@ -445,9 +445,10 @@ def test_nginx_goes_with_a_killed_engine_process(tmp_path: Path) -> None:
         pytest.skip("util-linux setpriv is not installed")
     runtime = tempfile.mkdtemp(prefix="fleet-n12-nginx-", dir="/run" if os.access("/run", os.W_OK) else tmp_path)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.Popen([sys.executable, "-c", ENGINE_SCRIPT, runtime], stdout=subprocess.PIPE, env=env)
+    proc: subprocess.Popen | None = None
     nginx_pid = None
     try:
+        proc = subprocess.Popen([sys.executable, "-c", ENGINE_SCRIPT, runtime], stdout=subprocess.PIPE, env=env)
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
         nginx_pid = int(Path(runtime, "nginx.pid").read_text())
         os.kill(proc.pid, 9)
@@ -458,7 +459,7 @@ def test_nginx_goes_with_a_killed_engine_process(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert not Path(f"/proc/{nginx_pid}").exists(), "nginx outlived its engine"
     finally:
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             proc.kill()
         if nginx_pid is not None and Path(f"/proc/{nginx_pid}").exists():
             os.killpg(nginx_pid, 9)
