@@ -79,10 +79,11 @@ class NginxEngine:
     name = "nginx"
 
     def __init__(self, options: EngineOptions | None = None, *, nginx: str = NGINX,
-                 stop_grace: float = 10.0, reload_timeout: float = 15.0,
+                 workers: int | str = "auto", stop_grace: float = 10.0, reload_timeout: float = 15.0,
                  backoff: Backoff = Backoff(initial=0.5, maximum=30.0, healthy_after=30.0)) -> None:
         self.options = options or EngineOptions()
         self.nginx = nginx
+        self.workers = workers  # nginx worker processes: "auto" is one per core
         self.stop_grace = stop_grace
         self.reload_timeout = reload_timeout
         self.backoff = backoff
@@ -90,7 +91,7 @@ class NginxEngine:
         self._lock = trio.Lock()
         self._stamp = 0
         self._sources: dict[int, Mapping[str, Source]] = {}
-        self._proc: trio.Process | None = None
+        self._proc: _NginxProcess | None = None
         self._ready = False
         self._worker_user: str | None = None
         self._worker_uid: int | None = None
@@ -110,10 +111,11 @@ class NginxEngine:
         await trio.to_thread.run_sync(self._prepare)
         await trio.to_thread.run_sync(self._stop_stale)
         paths = self._paths(0)
-        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.setblocking(False)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(paths.access_socket)
-        await sock.bind(paths.access_socket)
+        sock.bind(paths.access_socket)
         os.chmod(paths.access_socket, 0o600)
         if self._worker_uid is not None:
             os.chown(paths.access_socket, self._worker_uid, -1)
@@ -157,11 +159,14 @@ class NginxEngine:
     def _stop_stale(self) -> None:
         """An nginx left behind by an earlier engine on this runtime dir (a crash)."""
         try:
-            pid = int(open(f"{self.runtime_dir}/nginx.pid").read().strip())
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            with open(f"{self.runtime_dir}/nginx.pid") as f:
+                pid = int(f.read().strip())
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                # nginx retitles itself: "nginx: master process /usr/sbin/nginx -p <dir>/ ..."
+                cmdline = f.read().replace(b"\0", b" ")
         except (OSError, ValueError):
             return
-        if not cmdline or b"nginx" not in cmdline[0] or self.runtime_dir.encode() not in cmdline:
+        if b"nginx" not in cmdline or f" {self.runtime_dir}/ ".encode() not in cmdline:
             return
         log.warning("nginx engine: stopping nginx pid %d left over in %s", pid, self.runtime_dir)
         with contextlib.suppress(ProcessLookupError):
@@ -174,11 +179,8 @@ class NginxEngine:
             # A master that was killed leaves its unix socket behind; nginx cannot bind over it.
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._paths(0).status_socket)
-            proc = await trio.lowlevel.open_process(
-                [self.nginx, "-p", self.runtime_dir + "/", "-c", self.conf_path, "-e", self._paths(0).error_log,
-                 "-g", "daemon off; master_process on;"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True)  # its own process group: we stop exactly our nginx
+            proc = _NginxProcess([self.nginx, "-p", self.runtime_dir + "/", "-c", self.conf_path,
+                                  "-e", self._paths(0).error_log, "-g", "daemon off; master_process on;"])
             up_since = trio.current_time()
             try:
                 try:
@@ -213,7 +215,7 @@ class NginxEngine:
                       proc.pid, code, delay, self._error_tail())
             await trio.sleep(delay)
 
-    async def _stop(self, proc: trio.Process) -> None:
+    async def _stop(self, proc: _NginxProcess) -> None:
         """SIGQUIT (graceful), SIGTERM after the grace, SIGKILL to the group at last."""
         if proc.returncode is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -240,7 +242,7 @@ class NginxEngine:
     async def _install(self, table: RouteTable) -> None:
         stamp = self._stamp + 1
         try:
-            rendered = render(table, self.options, paths=self._paths(stamp), stamp=stamp)
+            rendered = render(table, self.options, paths=self._paths(stamp), stamp=stamp, workers=self.workers)
         except (ConfigError, ValueError) as exc:
             raise EngineError(f"route table generation {table.generation} cannot be rendered: {exc}") from exc
         candidate = await trio.to_thread.run_sync(self._write, rendered)
@@ -260,9 +262,11 @@ class NginxEngine:
         if proc is None:
             return  # the first config (nginx starts on it), or nginx is between restarts
         offset = _size(self._paths(0).error_log)
+        old_workers = _children(proc.pid)
         proc.send_signal(signal.SIGHUP)
         try:
             await self._wait_live(stamp, proc, error_offset=offset)
+            await self._wait_old_workers_closed(old_workers)
         except EngineError:
             if previous is not None:
                 await trio.to_thread.run_sync(_write_atomic, self.conf_path, previous, 0o600)
@@ -290,7 +294,7 @@ class NginxEngine:
             if entry.isdigit() and int(entry) < stamp:
                 shutil.rmtree(f"{self.runtime_dir}/gen/{entry}", ignore_errors=True)
 
-    async def _wait_live(self, stamp: int, proc: trio.Process, *, error_offset: int | None = None) -> None:
+    async def _wait_live(self, stamp: int, proc: _NginxProcess, *, error_offset: int | None = None) -> None:
         """Until the status socket answers `stamp`; EngineError if nginx exits, logs an
         emergency (a reload it refused) or the deadline passes."""
         with trio.move_on_after(self.reload_timeout):
@@ -306,6 +310,19 @@ class NginxEngine:
                 await trio.sleep(0.02)
         raise EngineError(f"nginx did not serve configuration {stamp} within {self.reload_timeout}s: "
                           f"{self._error_tail()}")
+
+    async def _wait_old_workers_closed(self, pids: set[int]) -> None:
+        """Until every worker of the previous configuration stopped accepting.
+
+        The master signals the old workers only after the new ones run, so the status
+        socket can answer the new stamp while an old worker still takes a connection
+        or two.  A worker closes its listening sockets in the same step that retitles
+        it "worker process is shutting down"; it then only finishes open requests."""
+        with trio.move_on_after(self.reload_timeout):
+            while not all(_closed_listeners(pid) for pid in pids):
+                await trio.sleep(0.01)
+            return
+        raise EngineError(f"nginx's old workers did not stop accepting within {self.reload_timeout}s")
 
     async def _status(self) -> str | None:
         try:
@@ -334,17 +351,72 @@ class NginxEngine:
 
     # ------------------------------------------------------------ metrics
 
-    async def _read_access_log(self, sock: trio.socket.SocketType) -> None:
+    async def _read_access_log(self, sock: socket.socket) -> None:
+        # One wake-up drains every datagram queued: under load that is hundreds per
+        # wake-up instead of a scheduler round trip each.
         while True:
-            data = await sock.recv(65536)
-            record = parse_access_line(data)
-            if record is None or self.options.observe is None:
-                continue
-            source = self._sources.get(record.stamp, {}).get(record.route)
-            try:
-                self.options.observe(source, record.status, record.seconds)
-            except Exception:  # noqa: BLE001 - a metrics callback must not stop the engine
-                log.exception("nginx engine: the request observer raised")
+            await trio.lowlevel.wait_readable(sock)
+            while True:
+                try:
+                    data = sock.recv(65536)
+                except (BlockingIOError, InterruptedError):
+                    break
+                self._observe(data)
+
+    def _observe(self, data: bytes) -> None:
+        record = parse_access_line(data)
+        if record is None or self.options.observe is None:
+            return
+        source = self._sources.get(record.stamp, {}).get(record.route)
+        try:
+            self.options.observe(source, record.status, record.seconds)
+        except Exception:  # noqa: BLE001 - a metrics callback must not stop the engine
+            log.exception("nginx engine: the request observer raised")
+
+
+_SETPRIV = shutil.which("setpriv")
+
+
+class _NginxProcess:
+    """nginx' master as our child: its own process group (we signal exactly our nginx),
+    and — through util-linux `setpriv --pdeathsig` — sent SIGTERM by the kernel if this
+    process dies without stopping it (a SIGKILLed engine must not leave nginx holding
+    the ports).  The parent-death signal belongs to the *thread* that forked, so the
+    child is started from the event loop's thread (a fork of a few milliseconds), not
+    from a worker thread as `trio.lowlevel.open_process` would, and waited for with a
+    pidfd."""
+
+    def __init__(self, argv: list[str]) -> None:
+        if _SETPRIV:
+            argv = [_SETPRIV, "--pdeathsig", "TERM", "--", *argv]
+        self._popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, start_new_session=True)
+        self.pid = self._popen.pid
+        try:
+            self._pidfd: int | None = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()
+
+    def send_signal(self, sig: int) -> None:
+        if self._popen.poll() is None:
+            self._popen.send_signal(sig)
+
+    async def wait(self) -> int:
+        try:
+            while self._popen.poll() is None:
+                if self._pidfd is not None:
+                    await trio.lowlevel.wait_readable(self._pidfd)
+                else:
+                    await trio.sleep(0.1)
+        finally:
+            if self._popen.returncode is not None and self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+        return self._popen.returncode
 
 
 def _reachable_by_others(path: str) -> bool:
@@ -356,6 +428,36 @@ def _reachable_by_others(path: str) -> bool:
         if parent == os.path.dirname(parent):
             return True
         parent = os.path.dirname(parent)
+
+
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is `pid` (nginx' workers)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return {int(c) for c in f.read().split()}
+    except OSError:
+        pass
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    # "pid (comm) state ppid ...": comm may hold spaces, so split after ')'
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.add(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def _closed_listeners(pid: int) -> bool:
+    """Whether an nginx worker is gone or shutting down (its listening sockets closed)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            title = f.read()
+    except OSError:
+        return True
+    return b"shutting down" in title or b"worker process" not in title
 
 
 def _write_atomic(path: str, data: bytes, mode: int) -> None:

@@ -40,14 +40,14 @@ would turn them into nginx variables).  A route that cannot be expressed answers
 500 with the reason; an invalid host or certificate name is left out.  Nothing a
 table holds can add a directive.
 
-Known differences from `RouteTable.select` (nginx cannot see these): a header or
-query parameter that is present but empty counts as absent; query names and values
-compare as sent (percent-encoded), names case-insensitively per nginx' `$arg_`
-lookup rules are NOT used (we extract from `$args` ourselves, case-sensitively);
-headers whose names contain characters other than letters, digits and '-' never
-reach nginx variables (nginx drops them), so a match on one never holds; the path
-is nginx' normalised `$uri` (dot segments resolved; slashes are not merged);
-`Route.timeout` bounds each read from the backend, not the whole exchange.
+Known differences from `RouteTable.select` (what nginx does not let us see): a
+header or query parameter that is present but empty counts as absent; query names
+and values compare as sent (percent-encoded, case-sensitively: we extract the first
+non-empty value from `$args` ourselves rather than use `$arg_<name>`); headers whose
+names hold characters other than letters, digits and '-' never reach nginx variables
+(nginx drops them), so a match on one never holds; the path is nginx' normalised
+`$uri` (dot segments resolved; slashes are not merged); `Route.timeout` bounds each
+read from the backend, not the whole exchange.
 """
 
 from __future__ import annotations
@@ -669,9 +669,14 @@ STANDARD_REQUEST_HEADERS: dict[str, tuple[str, str]] = {
 }
 
 
-def render(table: RouteTable, options: EngineOptions, *, paths: NginxPaths, stamp: int = 0) -> RenderedConfig:
+def render(table: RouteTable, options: EngineOptions, *, paths: NginxPaths, stamp: int = 0,
+           workers: int | str = "auto") -> RenderedConfig:
     """The whole configuration for `table`; `stamp` is served on the status socket so
-    the engine can tell when a reload is live, and tags every access-log line."""
+    the engine can tell when a reload is live, and tags every access-log line.  With no
+    `options.observe` nothing reads the access log, so nginx writes none (a datagram
+    per request costs it a sixth of its throughput)."""
+    if workers != "auto" and not (isinstance(workers, int) and workers > 0):
+        raise ConfigError(f"worker count {workers!r}")
     r = _Renderer(options, paths, stamp)
     listener_maps: list[str] = []
     servers: list[str] = []
@@ -692,7 +697,8 @@ def render(table: RouteTable, options: EngineOptions, *, paths: NginxPaths, stam
         "map_hash_bucket_size 256;",
         "server_names_hash_bucket_size 256;",
         f"log_format fleet \"fleet {int(stamp)} $fleet_via $status $request_time\";",
-        f"access_log {_q('syslog:server=unix:' + paths.access_socket + ',nohostname,tag=nginx')} fleet;",
+        (f"access_log {_q('syslog:server=unix:' + paths.access_socket + ',nohostname,tag=nginx')} fleet;"
+         if o.observe is not None else "access_log off;"),
         *(f"{kind}_temp_path {_q(f'{paths.temp_dir}/{kind}')};"
           for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")),
         "client_header_buffer_size 1k;",
@@ -734,7 +740,7 @@ def render(table: RouteTable, options: EngineOptions, *, paths: NginxPaths, stam
     if paths.worker_user:
         head.append(f"user {paths.worker_user};")
     head += [
-        "worker_processes auto;",
+        f"worker_processes {workers};",
         f"pid {_q(paths.pid)};",
         f"error_log {_q(paths.error_log)} warn;",
         "events { worker_connections 4096; }",

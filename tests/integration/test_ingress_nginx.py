@@ -15,7 +15,10 @@ import random
 import shutil
 import socket
 import ssl
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -417,3 +420,47 @@ async def test_nginx_is_restarted_when_it_dies(env) -> None:
                 pass
             await trio.sleep(0.1)
     assert int(Path(env["runtime"], "nginx.pid").read_text()) != pid
+
+
+ENGINE_SCRIPT = """
+import sys, trio
+from fleet.network.ingress_nginx import NginxEngine
+from fleet.network.routetable import EngineOptions
+
+async def main():
+    engine = NginxEngine(EngineOptions(bind_address="127.0.0.1", runtime_dir=sys.argv[1]))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(engine.run)
+        print("ready", flush=True)
+        await trio.sleep_forever()
+
+trio.run(main)
+"""
+
+
+def test_nginx_goes_with_a_killed_engine_process(tmp_path: Path) -> None:
+    """SIGKILL gives the engine no chance to stop nginx: the kernel's parent-death
+    signal must (else nginx would hold the ports with nobody to reload or stop it)."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("util-linux setpriv is not installed")
+    runtime = tempfile.mkdtemp(prefix="fleet-n12-nginx-", dir="/run" if os.access("/run", os.W_OK) else tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc: subprocess.Popen | None = None
+    nginx_pid = None
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", ENGINE_SCRIPT, runtime], stdout=subprocess.PIPE, env=env)
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        nginx_pid = int(Path(runtime, "nginx.pid").read_text())
+        os.kill(proc.pid, 9)
+        proc.wait(timeout=10)
+        for _ in range(100):
+            if not Path(f"/proc/{nginx_pid}").exists():
+                break
+            time.sleep(0.05)
+        assert not Path(f"/proc/{nginx_pid}").exists(), "nginx outlived its engine"
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        if nginx_pid is not None and Path(f"/proc/{nginx_pid}").exists():
+            os.killpg(nginx_pid, 9)
+        shutil.rmtree(runtime, ignore_errors=True)
