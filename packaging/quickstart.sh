@@ -54,5 +54,6 @@ echo
 echo "Cluster is up. In another shell:"
 echo "  export KUBECONFIG=$kc"
 echo "  kubectl get deploy,pods,svc -o wide; kubectl logs deploy/hello; kubectl exec deploy/hello -- wget -qO- localhost:8080"
-echo "  kubectl exec deploy/hello -- nslookup hello; kubectl port-forward svc/hello 8080:80"
+echo "  kubectl exec deploy/hello -- nslookup hello; kubectl port-forward svc/hello 8081:80"
+echo "  curl http://localhost:8080/    # through the ingress"
 wait "$server"

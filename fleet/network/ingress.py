@@ -36,8 +36,10 @@ once it is no longer in the served table.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ipaddress
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -169,11 +171,33 @@ class IngressConfig:
     def ingress_dir(self) -> Path:
         return Path(self.data_dir or "/var/lib/fleet") / "ingress"
 
+    def engine_dir(self) -> str:
+        """Where the engine keeps its files.  The nginx engine writes the TLS keys of
+        Secrets there, so they belong on a tmpfs, never on a disk: a directory of its
+        own per server (named by the data dir) under /run, or else /dev/shm, when it is
+        a writable tmpfs; <data-dir>/ingress/engine only when neither is."""
+        if self.runtime_dir:
+            return self.runtime_dir
+        digest = hashlib.sha256(str(self.ingress_dir().resolve()).encode()).hexdigest()[:12]
+        for base in ("/run", "/dev/shm"):
+            if _is_tmpfs(base) and os.access(base, os.W_OK):
+                return f"{base}/fleet/ingress-{digest}"
+        return str(self.ingress_dir() / "engine")
+
     def engine_options(self) -> EngineOptions:
         return EngineOptions(bind_address=self.bind_address, connect_timeout=self.connect_timeout,
                              response_timeout=self.response_timeout,
                              keepalive_timeout=self.keepalive_timeout, observe=observe,
-                             runtime_dir=self.runtime_dir or str(self.ingress_dir() / "engine"))
+                             runtime_dir=self.engine_dir())
+
+
+def _is_tmpfs(path: str) -> bool:
+    try:
+        with open("/proc/self/mounts") as f:
+            mounts = [line.split() for line in f]
+    except OSError:
+        return False
+    return any(len(m) > 2 and m[1] == path and m[2] == "tmpfs" for m in mounts)
 
 
 def make_engine(cfg: IngressConfig) -> Engine:

@@ -3,7 +3,8 @@ the example image built by packaging/build_example_image.py and imported with
 `kfleet image import`, then packaging/examples/hello.yaml applied with kubectl — the
 Deployment's two replicas become Ready and each serves the page on its pod IP; from
 inside a pod the `hello` Service answers on its ClusterIP and its name resolves through
-the cluster DNS (search path `<ns>.svc.cluster.local`)."""
+the cluster DNS (search path `<ns>.svc.cluster.local`); from the host, the example's
+Ingress answers through the server's ingress port."""
 
 from __future__ import annotations
 
@@ -36,7 +37,10 @@ BRIDGE = "fleetqs0"
 
 
 def test_readme_example_workload(fleet_server_factory: ServerFactory, tmp_path: Path) -> None:
+    ingress_port = free_port()
     srv = fleet_server_factory.start(extra_args=[
+        "--ingress-bind", "127.0.0.1", "--ingress-http-port", str(ingress_port),
+        "--ingress-https-port", "0",
         "--agent-port", str(free_port()), "--agent-network", "bridge", "--agent-bridge", BRIDGE,
         "--cluster-cidr", "10.245.0.0/16",
         # The test server listens on loopback only: pods reach its DNS on the bridge.
@@ -81,6 +85,12 @@ def test_readme_example_workload(fleet_server_factory: ServerFactory, tmp_path: 
             rc, out, err = run_kubectl(srv, "exec", "-n", ns, "deploy/hello", "--", "wget", "-q", "-O",
                                        "-", f"http://{host}/index.html")
             assert rc == 0 and out.strip() == "hello from fleet", (host, rc, out, err)
+        # The Ingress got the default class `fleet` and is served on the ingress port.
+        ing = get(srv, f"/apis/networking.k8s.io/v1/namespaces/{ns}/ingresses/hello")[1]
+        assert ing["spec"]["ingressClassName"] == "fleet", ing
+        body = wait_until(lambda: _fetch(f"http://127.0.0.1:{ingress_port}/index.html"), timeout=30,
+                          what="the page through the ingress")
+        assert body.strip() == "hello from fleet"
     finally:
         # Deleting the namespace takes the Deployment, its ReplicaSet and pods with it
         # (kubectl waits until it is gone); the agent removes everything of them.
