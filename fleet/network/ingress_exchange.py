@@ -28,7 +28,14 @@ from fleet.network.ingress_http import (
     downstream_response_headers,
     error_response,
 )
-from fleet.network.ingress_upstream import UpstreamConn, UpstreamPool
+from fleet.network.ingress_upstream import (
+    END,
+    NEED_DATA,
+    Head,
+    UpstreamConn,
+    UpstreamError,
+    UpstreamPool,
+)
 from fleet.network.routetable import Selection
 
 READ_SIZE = 64 * 1024
@@ -90,10 +97,14 @@ class Downstream:
         return self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE)
 
 
-async def upstream_send(conn: UpstreamConn, event: object) -> None:
-    data = conn.h11.send(event)  # type: ignore[arg-type]
-    if data:
-        await conn.stream.send_all(data)
+@dataclass(frozen=True)
+class UpstreamRequest:
+    """The request head as the backend gets it (the same for every attempt)."""
+
+    method: bytes
+    target: bytes
+    headers: list[tuple[bytes, bytes]]
+    chunked: bool  # the body goes chunked (the client sent it chunked)
 
 
 @dataclass
@@ -105,7 +116,7 @@ class Outcome:
 class Exchange:
     """One request/response cycle with one upstream connection."""
 
-    def __init__(self, pool: UpstreamPool, down: Downstream, conn: UpstreamConn, req: h11.Request,
+    def __init__(self, pool: UpstreamPool, down: Downstream, conn: UpstreamConn, req: UpstreamRequest,
                  info: RequestInfo, sel: Selection, has_body: bool, timeout: float, max_body_bytes: int) -> None:
         self.pool, self.down, self.conn, self.req = pool, down, conn, req
         self.max_body_bytes = max_body_bytes
@@ -117,10 +128,12 @@ class Exchange:
 
     async def run(self) -> Outcome:
         conn, down = self.conn, self.down
+        req = self.req
         try:
-            await upstream_send(conn, self.req)
+            head = conn.h1.request(req.method, req.target, req.headers, chunked=req.chunked)
             if not self.has_body:
-                await upstream_send(conn, h11.EndOfMessage())
+                head += conn.h1.end()
+            await conn.stream.send_all(head)
         except BROKEN as e:
             await conn.aclose()
             return Outcome(None, f"connection to the backend broke: {why(e)}")
@@ -159,9 +172,9 @@ class Exchange:
                 await respond(down, 413, f"request body over {limit} bytes", close=True)
                 return Outcome(413)
             raise Closed("client or backend gone while sending the request body")
-        if conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE:
+        if conn.h1.reusable:
             self.pool.give_back(conn)
-        elif conn.h11.our_state is not h11.SWITCHED_PROTOCOL:
+        elif conn.h1.state != "switched":
             await conn.aclose()
         return Outcome(status)
 
@@ -174,10 +187,10 @@ class Exchange:
                     self.body_sent += len(ev.data)
                     if limit and self.body_sent > limit:
                         raise TooLarge
-                    if not await self._to_backend(ev):
+                    if not await self._to_backend(self.conn.h1.body(bytes(ev.data))):
                         return
                 elif isinstance(ev, h11.EndOfMessage):
-                    await self._to_backend(h11.EndOfMessage())
+                    await self._to_backend(self.conn.h1.end())
                     return
                 else:  # the client went away mid-body
                     raise Closed
@@ -191,13 +204,13 @@ class Exchange:
                 self.read_scope.deadline = trio.current_time() + self.timeout
 
     async def _upstream_event(self) -> object:
-        """The backend's next h11 event; trio.TooSlowError past the timeout of silence.
+        """The backend's next event (Head, body bytes or END); trio.TooSlowError past the timeout of silence.
         The clock runs only once the request body is all sent (a slow upload is not a
         silent backend).  What was queued for the client goes out before waiting."""
         conn = self.conn
         while True:
-            ev = conn.h11.next_event()
-            if ev is not h11.NEED_DATA:
+            ev = conn.h1.next_event()
+            if ev is not NEED_DATA:
                 return ev
             await self.down.flush()
             # A bare CancelScope: fail_after's context-manager wrapper costs more per read.
@@ -207,19 +220,21 @@ class Exchange:
             self.read_scope = None
             if scope.cancelled_caught:
                 raise trio.TooSlowError
-            conn.h11.receive_data(data)
+            conn.h1.receive_data(data)
 
     def _read_deadline(self) -> float:
         if self.has_body and not self.body_done.is_set():
             return math.inf
         return trio.current_time() + self.timeout
 
-    async def _to_backend(self, ev: object) -> bool:
-        """Send body to the backend; False once it broke (the response side reports that)."""
+    async def _to_backend(self, data: bytes) -> bool:
+        """Send framed body bytes to the backend; False once it broke (the response side
+        reports that)."""
         try:
-            await upstream_send(self.conn, ev)
+            if data:
+                await self.conn.stream.send_all(data)
             return True
-        except (h11.LocalProtocolError, *BROKEN):
+        except BROKEN:
             return False
 
     async def _response(self) -> int | None:
@@ -236,36 +251,34 @@ class Exchange:
                     await respond(down, 504, f"gateway timeout: the backend sent no response "
                                                f"within {self.timeout:g}s")
                     return 504
-                if isinstance(ev, h11.InformationalResponse):
-                    got_bytes = True
-                    if ev.status_code == 101 and self.info.upgrade:
-                        return await self._switch(ev)
-                    if ev.status_code != 101:
-                        await down.send(h11.InformationalResponse(status_code=ev.status_code,
-                                                                  headers=ev.headers, reason=ev.reason))
+                assert isinstance(ev, Head)
+                got_bytes = True
+                if ev.status_code < 200:
+                    if ev.status_code == 101:
+                        if self.info.upgrade:
+                            return await self._switch(ev)
+                        raise UpstreamError("101 to a request that asked for no upgrade")
+                    await down.send(h11.InformationalResponse(status_code=ev.status_code,
+                                                              headers=ev.headers, reason=ev.reason))
                     continue
-                if isinstance(ev, h11.Response):
-                    got_bytes = True
-                    headers = downstream_response_headers(ev.headers, upgrade=False, flt=route.response_headers)
-                    await down.send(h11.Response(status_code=ev.status_code, headers=headers, reason=ev.reason,
-                                                 _parsed=True), flush=False)
-                    status = ev.status_code
-                    break
-                return await self._early_failure("the backend closed the connection before answering")
+                headers = downstream_response_headers(ev.headers, upgrade=False, flt=route.response_headers)
+                # _parsed=True: H1Client checked names and values already (h11's own
+                # switch for headers that come out of a parser).
+                await down.send(h11.Response(status_code=ev.status_code, headers=headers, reason=ev.reason,
+                                             _parsed=True), flush=False)
+                status = ev.status_code
+                break
             while True:
                 try:
                     ev = await self._upstream_event()
                 except trio.TooSlowError:
                     raise Closed("backend went silent mid-response") from None
-                if isinstance(ev, h11.Data):
-                    await down.send(ev, flush=False)
-                elif isinstance(ev, h11.EndOfMessage):
+                if ev is END:
                     await down.send(h11.EndOfMessage())
                     return status
-                else:
-                    raise Closed("the backend closed the connection mid-response")
-        except (h11.RemoteProtocolError, *BROKEN) as e:
-            got_bytes = got_bytes or bool(conn.h11.trailing_data[0])
+                await down.send(h11.Data(data=ev), flush=False)
+        except (UpstreamError, *BROKEN) as e:
+            got_bytes = got_bytes or bool(conn.h1.buf)
             if got_bytes or down.started:
                 if not down.started:
                     await respond(down, 502, f"bad gateway: the backend's response broke: {why(e)}")
@@ -280,13 +293,13 @@ class Exchange:
         await respond(self.down, 502, f"bad gateway: {why}")
         return 502
 
-    async def _switch(self, ev: h11.InformationalResponse) -> int:
+    async def _switch(self, ev: Head) -> int:
         """After the backend's 101: answer 101 to the client, then pipe raw bytes both ways."""
         conn, down = self.conn, self.down
         headers = downstream_response_headers(ev.headers, upgrade=True, flt=self.sel.route.response_headers)
         await down.send(h11.InformationalResponse(status_code=101, headers=headers, reason=ev.reason))
         client_extra, _ = down.h11.trailing_data
-        backend_extra, _ = conn.h11.trailing_data
+        backend_extra, _ = conn.h1.trailing_data
         try:
             if backend_extra:
                 await down.stream.send_all(bytes(backend_extra))

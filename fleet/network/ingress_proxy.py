@@ -31,6 +31,7 @@ from fleet.network.ingress_exchange import (
     Closed,
     Downstream,
     Exchange,
+    UpstreamRequest,
     has_body_of,
     head_size,
     respond,
@@ -311,12 +312,12 @@ class ProxyEngine:
         has_body = has_body_of(req)
         headers = upstream_request_headers(req.headers, info, client_ip=client_ip, scheme=scheme,
                                            port=port, flt=route.request_headers)
-        if "transfer-encoding" in info.headers:
+        chunked = "transfer-encoding" in info.headers
+        if chunked:
             headers.append((b"transfer-encoding", b"chunked"))
-        # _parsed=True skips h11's re-validation: the method, target and headers came out
-        # of h11's parser, what the proxy adds is well-formed (filter values are checked
-        # in apply_filter).  It is h11's own switch for exactly this case.
-        upstream_req = h11.Request(method=req.method, target=req.target, headers=headers, _parsed=True)
+        # The method, target and headers came out of h11's parser; what the proxy adds
+        # is well-formed (filter names and values are checked in apply_filter).
+        upstream_req = UpstreamRequest(req.method, req.target, headers, chunked)
         retryable = req.method in IDEMPOTENT
         order = self._cursor.order(backend)
         attempts = order[: 1 + max(0, self.options.retries)]
