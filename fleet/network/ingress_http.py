@@ -30,6 +30,9 @@ HOP_BY_HOP = frozenset({
     b"proxy-connection", b"proxy-authenticate", b"proxy-authorization",
 })
 
+_UPSTREAM_DROP = HOP_BY_HOP | {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
+                               b"x-forwarded-port", b"forwarded"}
+
 #: Methods a proxy may send again to another endpoint (RFC 9110 §9.2.2).
 IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
 
@@ -150,11 +153,12 @@ def upstream_request_headers(headers: Sequence[tuple[bytes, bytes]], info: Reque
     """The headers sent to the backend: hop-by-hop gone (Upgrade kept for upgrades),
     X-Forwarded-For appended, X-Forwarded-Proto/Host/Port set, `Forwarded` appended,
     Host passed through, then the route's RequestHeaderModifier."""
-    out = strip_hop_by_hop(headers)
-    out = [(n, v) for n, v in out
-           if n.lower() not in (b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-port")]
+    # One pass (this runs for every request): hop-by-hop and the forwarding headers
+    # the proxy re-makes are dropped.
+    drop = connection_tokens(headers) if "connection" in info.headers else ()
+    out = [(n, v) for n, v in headers
+           if (ln := n.lower()) not in _UPSTREAM_DROP and ln not in drop and not ln.startswith(b"proxy-")]
     xff = info.headers.get("x-forwarded-for")
-    out = [(n, v) for n, v in out if n.lower() not in (b"x-forwarded-for", b"forwarded")]
     out.append((b"x-forwarded-for", (f"{xff}, {client_ip}" if xff else client_ip).encode("latin-1")))
     out.append((b"x-forwarded-proto", scheme.encode()))
     if info.host_header:

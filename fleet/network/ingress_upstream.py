@@ -153,7 +153,8 @@ def _close_nowait(conn: UpstreamConn) -> None:
 NEED_DATA = h11.NEED_DATA
 END = h11.EndOfMessage()  # the response ended (a sentinel; compared with `is`)
 
-_HEADER_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*(.*?)[ \t]*")
+#: Every header line of a head at once: a token name, a value without CR, LF or NUL.
+_HEADER_BLOCK = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n\0]*\r\n)*")
 _STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([1-9][0-9][0-9])(?: (.*))?")
 MAX_HEAD = 64 * 1024
 
@@ -239,20 +240,21 @@ class H1Client:
             if self.eof:
                 raise UpstreamError("the backend closed the connection before answering")
             return NEED_DATA
-        lines = bytes(buf[:idx]).split(b"\r\n")
+        raw = bytes(buf[: idx + 2])
         del buf[: idx + 4]
-        m = _STATUS_LINE.fullmatch(lines[0])
+        status_line, _, block = raw.partition(b"\r\n")
+        m = _STATUS_LINE.fullmatch(status_line)
         if m is None:
-            raise UpstreamError(f"bad status line {lines[0][:80]!r}")
+            raise UpstreamError(f"bad status line {status_line[:80]!r}")
+        if _HEADER_BLOCK.fullmatch(block) is None:
+            raise UpstreamError("bad header line in the response")
         status = int(m.group(2))
         headers: list[tuple[bytes, bytes]] = []
         length: bytes | None = None
         chunked = False
-        for line in lines[1:]:
-            h = _HEADER_LINE.fullmatch(line)
-            if h is None or b"\r" in h.group(2) or b"\0" in h.group(2):
-                raise UpstreamError(f"bad header line {line[:80]!r}")
-            name, value = h.group(1), h.group(2)
+        for line in block.split(b"\r\n")[:-1]:
+            name, _, value = line.partition(b":")
+            value = value.strip(b" \t")
             headers.append((name, value))
             lname = name.lower()
             if lname == b"content-length":
