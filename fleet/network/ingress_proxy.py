@@ -125,6 +125,7 @@ class ProxyEngine:
                             problems.append(f"port {lst.port}: certificate{who} does not load: {e}")
             self._table = table
             self._tls.prune(table)
+            self._cursor.prune(table)
             wanted = {lst.port for lst in table.listeners}
             for port in sorted(wanted - set(self._listening)):
                 try:
@@ -157,6 +158,14 @@ class ProxyEngine:
     # ---- one client connection -------------------------------------------------
 
     async def _serve(self, stream: trio.SocketStream, port: int) -> None:
+        # A bug met by one connection must not take the engine (and every other
+        # connection) down with it: log it and close that connection only.
+        try:
+            await self._serve_conn(stream, port)
+        except Exception:
+            log.exception("ingress connection on port %d failed", port)
+
+    async def _serve_conn(self, stream: trio.SocketStream, port: int) -> None:
         self.open_connections += 1
         try:
             try:

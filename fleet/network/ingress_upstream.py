@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import h11
 import trio
 
-from fleet.network.routetable import Backend, Endpoint
+from fleet.network.routetable import Backend, Endpoint, RouteTable
 
 
 def pick_backend(backends: Sequence[Backend], rng: random.Random | None = None) -> Backend | None:
@@ -55,6 +55,14 @@ class EndpointCursor:
         start = self._next.get(key, 0) % len(eps)
         self._next[key] = start + 1
         return [*eps[start:], *eps[:start]]
+
+    def prune(self, table: RouteTable) -> None:
+        """Forget the positions of Services the table no longer routes to."""
+        live = {(b.namespace, b.service, str(b.port))
+                for lst in table.listeners for vh in lst.hosts for r in vh.routes for b in r.backends}
+        for key in list(self._next):
+            if key not in live:
+                del self._next[key]
 
 
 @dataclass(eq=False)
