@@ -52,13 +52,34 @@ class TooLarge(Exception):
 
 
 class Downstream:
-    """The client's connection: a stream and its h11 server state."""
+    """The client's connection: h11 parses what the client sends (strictly, with its
+    400/431 hints); the proxy frames its responses itself — h11's response side was a
+    large share of the per-request CPU — and decides keep-alive as RFC 9112 §9.3 says.
+    Writes are coalesced: a head, body and end that arrive together leave in one write."""
 
     def __init__(self, stream: trio.abc.Stream, max_header_bytes: int) -> None:
         self.stream = stream
+        self.max_header_bytes = max_header_bytes
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
         self._out = bytearray()
-        self.status = 0  # of the response head sent for the current request (0: none yet)
+        self.begin(None)
+
+    def begin(self, req: h11.Request | None) -> None:
+        """A new request cycle (None before the first request)."""
+        self.status = 0  # of the final (or 101) response head sent (0: none yet)
+        self.started = False  # a final response head was queued
+        self.finished = False  # the response ended
+        self.switched = False  # a 101 went out: raw bytes from now on
+        self._framing = "length"  # length | chunked | none | close
+        self._head_method = req.method if req is not None else b"GET"
+        self._http11 = req is None or req.http_version == b"1.1"
+        close = False
+        if req is not None:
+            for name, value in req.headers:
+                if name == b"connection" and b"close" in value.lower():
+                    close = True
+        # HTTP/1.0 clients get one response per connection (no keep-alive token dance).
+        self.keep_alive = self._http11 and not close
 
     async def next_event(self) -> object:
         while True:
@@ -71,17 +92,62 @@ class Downstream:
                 data = b""
             self.h11.receive_data(data)
 
-    async def send(self, event: object, *, flush: bool = True) -> None:
-        """Frame `event`; with flush=False it waits in a buffer for the next flush, so a
-        response head, a body and its end that arrive together leave in one write."""
-        data = self.h11.send(event)  # type: ignore[arg-type]
-        if isinstance(event, h11.Response) or (isinstance(event, h11.InformationalResponse)
-                                               and event.status_code == 101):
-            self.status = event.status_code
-        if data:
+    async def head(self, status: int, headers: list[tuple[bytes, bytes]], reason: bytes = b"",
+                   *, flush: bool = False) -> None:
+        """Queue a response head: 1xx (a 101 switches), or the final one, framed by its
+        Content-Length, else chunked for HTTP/1.1, else up to the close."""
+        extra: list[tuple[bytes, bytes]] = []
+        if status >= 200 or status == 101:
+            self.status = status
+        if status >= 200:
+            self.started = True
+            length = False
+            for name, value in headers:
+                lname = name.lower()
+                if lname == b"content-length":
+                    length = True
+                elif lname == b"connection" and b"close" in value.lower():
+                    self.keep_alive = False
+            if self._head_method == b"HEAD" or status in (204, 304):
+                self._framing = "none"
+            elif length:
+                self._framing = "length"
+            elif self._http11:
+                self._framing = "chunked"
+                extra.append((b"transfer-encoding", b"chunked"))
+            else:
+                self._framing = "close"
+                self.keep_alive = False
+            if not self.keep_alive and not any(n.lower() == b"connection" for n, _ in headers):
+                extra.append((b"connection", b"close"))
+        elif status == 101:
+            self.switched = True
+        parts = [b"HTTP/1.1 %d " % status, reason, b"\r\n"]
+        for name, value in (*headers, *extra):
+            parts += (name, b": ", value, b"\r\n")
+        parts.append(b"\r\n")
+        self._out += b"".join(parts)
+        if flush:
+            await self.flush()
+
+    async def data(self, data: bytes, *, flush: bool = False) -> None:
+        if self._framing == "none" or not data:
+            return
+        if self._framing == "chunked":
+            self._out += b"%x\r\n" % len(data)
+            self._out += data
+            self._out += b"\r\n"
+        else:
             self._out += data
         if flush or len(self._out) >= READ_SIZE:
             await self.flush()
+
+    async def end(self) -> None:
+        """The response is complete: flush it."""
+        if self._framing == "chunked":
+            self._out += b"0\r\n\r\n"
+        self.finished = True
+        await self.flush()
 
     async def flush(self) -> None:
         if self._out:
@@ -91,10 +157,18 @@ class Downstream:
             except BROKEN as e:
                 raise Closed from e
 
-    @property
-    def started(self) -> bool:
-        """Whether a response head went out for the current request."""
-        return self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE)
+    def next_cycle(self) -> bool:
+        """Ready the connection for the client's next request; False: close it instead."""
+        if not (self.keep_alive and self.finished and self.h11.their_state is h11.DONE):
+            return False
+        pending, eof = self.h11.trailing_data  # pipelined bytes of the next request
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_header_bytes)
+        if pending:
+            self.h11.receive_data(pending)
+        if eof:
+            self.h11.receive_data(b"")
+        self.begin(None)
+        return True
 
 
 @dataclass(frozen=True)
@@ -258,14 +332,11 @@ class Exchange:
                         if self.info.upgrade:
                             return await self._switch(ev)
                         raise UpstreamError("101 to a request that asked for no upgrade")
-                    await down.send(h11.InformationalResponse(status_code=ev.status_code,
-                                                              headers=ev.headers, reason=ev.reason))
+                    await down.head(ev.status_code, ev.headers, ev.reason, flush=True)
                     continue
                 headers = downstream_response_headers(ev.headers, upgrade=False, flt=route.response_headers)
-                # _parsed=True: H1Client checked names and values already (h11's own
-                # switch for headers that come out of a parser).
-                await down.send(h11.Response(status_code=ev.status_code, headers=headers, reason=ev.reason,
-                                             _parsed=True), flush=False)
+                # H1Client checked the names and values when it parsed them.
+                await down.head(ev.status_code, headers, ev.reason)
                 status = ev.status_code
                 break
             while True:
@@ -274,9 +345,9 @@ class Exchange:
                 except trio.TooSlowError:
                     raise Closed("backend went silent mid-response") from None
                 if ev is END:
-                    await down.send(h11.EndOfMessage())
+                    await down.end()
                     return status
-                await down.send(h11.Data(data=ev), flush=False)
+                await down.data(ev)  # type: ignore[arg-type]
         except (UpstreamError, *BROKEN) as e:
             got_bytes = got_bytes or bool(conn.h1.buf)
             if got_bytes or down.started:
@@ -297,7 +368,7 @@ class Exchange:
         """After the backend's 101: answer 101 to the client, then pipe raw bytes both ways."""
         conn, down = self.conn, self.down
         headers = downstream_response_headers(ev.headers, upgrade=True, flt=self.sel.route.response_headers)
-        await down.send(h11.InformationalResponse(status_code=101, headers=headers, reason=ev.reason))
+        await down.head(101, headers, ev.reason, flush=True)
         client_extra, _ = down.h11.trailing_data
         backend_extra, _ = conn.h1.trailing_data
         try:
@@ -359,7 +430,6 @@ async def respond(down: Downstream, status: int, text: str,
     headers, body = error_response(status, text, extra or [])
     if close:
         headers.append((b"connection", b"close"))
-    await down.send(h11.Response(status_code=status, headers=headers, reason=REASONS.get(status, b"")),
-                    flush=False)
-    await down.send(h11.Data(data=body), flush=False)
-    await down.send(h11.EndOfMessage())
+    await down.head(status, headers, REASONS.get(status, b""))
+    await down.data(body)
+    await down.end()

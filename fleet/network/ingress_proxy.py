@@ -210,6 +210,7 @@ class ProxyEngine:
                     return
             if not isinstance(ev, h11.Request):
                 return  # idle timeout, the client closed, or a protocol state we do not serve
+            down.begin(ev)
             if head_size(ev) > self.options.max_header_bytes:
                 # h11's own limit only catches a head still incomplete at that size.
                 await self._client_error(down, h11.RemoteProtocolError("head too large", 431))
@@ -223,23 +224,19 @@ class ProxyEngine:
             except h11.RemoteProtocolError as e:
                 await self._client_error(down, e)
                 return
-            if down.h11.our_state is h11.SWITCHED_PROTOCOL:
+            if down.switched:
                 return
             if down.h11.their_state is h11.SEND_BODY:
                 await self._drain(down)
                 return
-            if down.h11.our_state is not h11.DONE or down.h11.their_state is not h11.DONE:
-                return
-            try:
-                down.h11.start_next_cycle()
-            except h11.LocalProtocolError:
+            if not down.next_cycle():
                 return
 
     async def _client_error(self, down: Downstream, e: h11.RemoteProtocolError) -> None:
         """400 (malformed) or 431 (head too large) for this connection only, then close."""
         status = e.error_status_hint if e.error_status_hint in (400, 431) else 400
         text = "request header fields too large" if status == 431 else f"bad request: {e}"
-        if down.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+        if not down.started:
             try:
                 await respond(down, status, text, close=True)
             except (Closed, h11.LocalProtocolError):
@@ -274,7 +271,6 @@ class ProxyEngine:
         info = RequestInfo.parse(req.method, req.target, req.headers)
         sel = table.select(port, info.host, info.method, info.path, info.headers, info.query)
         source = sel.route.source if sel is not None else None
-        down.status = 0
         try:
             await self._route(down, req, info, sel, port, scheme, client_ip)
         finally:

@@ -365,3 +365,17 @@ async def test_port_busy_is_an_engine_error_and_the_rest_serves(rig: Rig) -> Non
     busy.close()
     assert (await get(rig.http, "/", "a.example.com")).status == 200
 
+
+
+async def test_pipelined_requests_and_http10_clients(rig: Rig) -> None:
+    out = await raw_exchange(rig.http, b"GET /one HTTP/1.1\r\nHost: a.example.com\r\n\r\n"
+                             b"HEAD /two HTTP/1.1\r\nHost: b.example.com\r\n\r\n"
+                             b"GET /three HTTP/1.1\r\nHost: a.example.com\r\nConnection: close\r\n\r\n",
+                             timeout=3)
+    assert out.count(b"HTTP/1.1 200") == 3
+    assert out.index(b'"target": "/one"') < out.index(b'"target": "/three"')
+    assert b'"target": "/two"' not in out  # HEAD: no body
+    with trio.fail_after(3):  # the proxy closes after answering an HTTP/1.0 request
+        out = await raw_exchange(rig.http, b"GET / HTTP/1.0\r\nHost: a.example.com\r\n\r\n")
+    assert out.startswith(b"HTTP/1.") and b" 200 " in out.split(b"\r\n", 1)[0]
+    assert b'"backend": "a"' in out
