@@ -227,8 +227,11 @@ class Exchange:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump_body, nursery.cancel_scope)
                 nursery.start_soon(relay, nursery.cancel_scope)
-        else:
-            await relay(trio.CancelScope())
+        else:  # no body to pump: no task, no scope (the common case, kept cheap)
+            try:
+                result.append(await self._response())
+            except (Retry, Closed) as e:
+                result.append(e)
         status: int | None = None
         if result:
             if isinstance(result[0], Retry):
