@@ -16,6 +16,7 @@ listeners and connections, fleet.network.ingress_http the decisions):
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import h11
@@ -41,6 +42,38 @@ from fleet.network.routetable import Selection
 READ_SIZE = 64 * 1024
 #: Errors that mean "this TCP/TLS connection is gone".
 BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+async def receive(stream: trio.abc.Stream) -> bytes:
+    """`stream.receive_some` for the proxy's hot path.  On a plain TCP stream it reads the
+    socket directly when data is already there and waits for readability otherwise:
+    trio's SocketStream adds a scheduler round trip to every call (a checkpoint), which
+    at two reads a request was a tenth of the proxy's CPU.  Every exchange still waits
+    for its backend's answer, so a busy connection cannot starve the others."""
+    sock = getattr(stream, "socket", None)
+    if sock is None:  # TLS and other streams: the ordinary way
+        return await stream.receive_some(READ_SIZE)
+    while True:
+        try:
+            return os.read(sock.fileno(), READ_SIZE)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(sock)
+
+
+async def send_all(stream: trio.abc.Stream, data: bytes) -> None:
+    """`stream.send_all` without the per-call checkpoint on a plain TCP stream (see `receive`)."""
+    sock = getattr(stream, "socket", None)
+    if sock is None:
+        await stream.send_all(data)
+        return
+    view = memoryview(data)
+    while view:
+        try:
+            sent = os.write(sock.fileno(), view)
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(sock)
+            continue
+        view = view[sent:]
 
 
 class Closed(Exception):
@@ -87,7 +120,7 @@ class Downstream:
             if ev is not h11.NEED_DATA:
                 return ev
             try:
-                data = await self.stream.receive_some(READ_SIZE)
+                data = await receive(self.stream)
             except BROKEN:
                 data = b""
             self.h11.receive_data(data)
@@ -153,7 +186,7 @@ class Downstream:
         if self._out:
             data, self._out = bytes(self._out), bytearray()
             try:
-                await self.stream.send_all(data)
+                await send_all(self.stream, data)
             except BROKEN as e:
                 raise Closed from e
 
@@ -207,7 +240,7 @@ class Exchange:
             head = conn.h1.request(req.method, req.target, req.headers, chunked=req.chunked)
             if not self.has_body:
                 head += conn.h1.end()
-            await conn.stream.send_all(head)
+            await send_all(conn.stream, head)
         except BROKEN as e:
             await conn.aclose()
             return Outcome(None, f"connection to the backend broke: {why(e)}")
@@ -293,7 +326,7 @@ class Exchange:
             # A bare CancelScope: fail_after's context-manager wrapper costs more per read.
             with trio.CancelScope(deadline=self._read_deadline()) as scope:
                 self.read_scope = scope
-                data = await conn.stream.receive_some(READ_SIZE)
+                data = await receive(conn.stream)
             self.read_scope = None
             if scope.cancelled_caught:
                 raise trio.TooSlowError
@@ -309,7 +342,7 @@ class Exchange:
         reports that)."""
         try:
             if data:
-                await self.conn.stream.send_all(data)
+                await send_all(self.conn.stream, data)
             return True
         except BROKEN:
             return False

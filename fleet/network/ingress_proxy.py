@@ -27,13 +27,13 @@ import trio
 
 from fleet.network.ingress_exchange import (
     BROKEN,
-    READ_SIZE,
     Closed,
     Downstream,
     Exchange,
     UpstreamRequest,
     has_body_of,
     head_size,
+    receive,
     respond,
     why,
 )
@@ -249,7 +249,7 @@ class ProxyEngine:
         with trio.move_on_after(1.0):
             for _ in range(64):
                 try:
-                    data = await down.stream.receive_some(READ_SIZE)
+                    data = await receive(down.stream)
                 except BROKEN:
                     return
                 if not data:
