@@ -67,14 +67,16 @@ class RequestInfo:
         raw_path, _, query_string = text.partition("?")
         host_header = hdrs.get("host", "")
         query: dict[str, str] = {}
-        for k, v in parse_qsl(query_string, keep_blank_values=True):
-            query.setdefault(k, v)
-        conn_tokens = {t.strip().lower() for t in hdrs.get("connection", "").split(",")}
+        if query_string:
+            for k, v in parse_qsl(query_string, keep_blank_values=True):
+                query.setdefault(k, v)
+        connection = hdrs.get("connection")
+        conn_tokens = {t.strip().lower() for t in connection.split(",")} if connection else set()
         return cls(
             method=method.decode("ascii", "replace").upper(),
             host=strip_port(host_header).lower().rstrip("."),
             host_header=host_header,
-            path=unquote(raw_path) or "/",
+            path=(unquote(raw_path) if "%" in raw_path else raw_path) or "/",
             raw_path=raw_path or "/",
             query_string=query_string,
             headers=hdrs,
