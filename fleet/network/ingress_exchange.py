@@ -3,7 +3,8 @@
 The I/O half of the built-in ingress proxy's request handling (ProxyEngine owns
 listeners and connections, fleet.network.ingress_http the decisions):
 
-- `Downstream`: the client's stream and h11 server state, with writes coalesced so a
+- `Downstream`: the client's stream, h11 parsing what the client sends and the proxy's
+  own response framing (keep-alive, chunked, HEAD), with writes coalesced so a
   response head, body and end that arrive together leave in one write;
 - `Exchange`: send the request head, stream the request body (a task of its own, so a
   backend that answers while still reading works), relay the response chunk by chunk,

@@ -1,6 +1,7 @@
 """HTTP/1.1 pieces of the built-in ingress proxy: pure functions over requests and headers.
 
-The proxy (fleet.network.ingress_proxy) frames both of its connections with h11; what it
+The proxy (fleet.network.ingress_proxy) parses client requests with h11 and frames the
+rest itself (fleet.network.ingress_exchange, ingress_upstream.H1Client); what it
 does to a request between them is decided here, without I/O, so every rule is testable
 on its own:
 
@@ -24,7 +25,7 @@ from fleet.network.routetable import HeaderFilter, Redirect
 Headers = list[tuple[bytes, bytes]]
 
 #: Headers meaningful only for one connection (RFC 9110 §7.6.1); framing headers are
-#: re-made by h11 for each side.  `upgrade` is kept for upgrade requests by the caller.
+#: re-made by the framing of each side.  `upgrade` is kept for upgrade requests by the caller.
 HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"te", b"trailer", b"transfer-encoding", b"upgrade",
     b"proxy-connection", b"proxy-authenticate", b"proxy-authorization",
@@ -122,7 +123,7 @@ def _quote_if_needed(value: str) -> str:
 
 def _safe(name: str, value: str) -> bool:
     """A header the proxy may send: a token name, no control characters in the value
-    (the proxy frames with h11 without re-validating, so nothing may smuggle a CR/LF)."""
+    (the proxy writes heads without re-validating them, so nothing may smuggle a CR/LF)."""
     return (bool(name) and all(c.isalnum() or c in "!#$%&'*+-.^_`|~" for c in name)
             and not any(c in value for c in "\r\n\0"))
 

@@ -1,7 +1,7 @@
 """The built-in ingress engine ("builtin"): a Trio reverse proxy serving a RouteTable.
 
-    client ─TCP/TLS─→ listener (one per Listener.port) ─h11─→ route (RouteTable.select)
-          ─→ backend by weight, endpoint round-robin ─h11─→ pooled upstream connection
+    client ─TCP/TLS─→ listener (one per Listener.port) ─h11 parse─→ route (RouteTable.select)
+          ─→ backend by weight, endpoint round-robin ─H1Client─→ pooled upstream connection
 
 What this module owns: listening ports opened and closed as tables change, one task
 per client connection (keep-alive, timeouts, 400/431), and per request the route,
