@@ -299,6 +299,8 @@ def render_doc(res: dict[str, Any]) -> str:
         rows.append(f"| {name} | {t['rps']:,.0f}/s | {t['ratio_to_nginx_proxy']:.2f}× | "
                     f"{t['cpu_us_per_request']} µs | {p['p50_ms']} ms | {p['p99_ms']} ms | {p['errors']} | {target} |")
     mem = res.get("builtin_memory")
+    note = ("CPU per request is that target's own process tree during the wrk run: on a shared "
+            "machine it is the steadier figure (requests/s ratios moved by about ±10% between runs).")
     lines = [
         BEGIN, "",
         f"Measured {m['date']} on {m['cpu']}, {m['nproc']} CPU, Python {m['python']}, "
@@ -312,6 +314,8 @@ def render_doc(res: dict[str, Any]) -> str:
         "| target | requests/s | ratio to nginx-proxy | CPU per request | p50 paced | p99 paced | errors | target |",
         "|---|---|---|---|---|---|---|---|",
         *rows,
+        "",
+        note,
     ]
     if mem:
         lines += ["", f"Built-in engine memory: RSS {mem['rss_kib_none'] / 1024:.1f} MiB with no client "

@@ -1,6 +1,7 @@
 """HTTP/1.1 pieces of the built-in ingress proxy: pure functions over requests and headers.
 
-The proxy (fleet.network.ingress_proxy) frames both of its connections with h11; what it
+The proxy (fleet.network.ingress_proxy) parses client requests with h11 and frames the
+rest itself (fleet.network.ingress_exchange, ingress_upstream.H1Client); what it
 does to a request between them is decided here, without I/O, so every rule is testable
 on its own:
 
@@ -24,11 +25,14 @@ from fleet.network.routetable import HeaderFilter, Redirect
 Headers = list[tuple[bytes, bytes]]
 
 #: Headers meaningful only for one connection (RFC 9110 §7.6.1); framing headers are
-#: re-made by h11 for each side.  `upgrade` is kept for upgrade requests by the caller.
+#: re-made by the framing of each side.  `upgrade` is kept for upgrade requests by the caller.
 HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"te", b"trailer", b"transfer-encoding", b"upgrade",
     b"proxy-connection", b"proxy-authenticate", b"proxy-authorization",
 })
+
+_UPSTREAM_DROP = HOP_BY_HOP | {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
+                               b"x-forwarded-port", b"forwarded"}
 
 #: Methods a proxy may send again to another endpoint (RFC 9110 §9.2.2).
 IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
@@ -64,14 +68,16 @@ class RequestInfo:
         raw_path, _, query_string = text.partition("?")
         host_header = hdrs.get("host", "")
         query: dict[str, str] = {}
-        for k, v in parse_qsl(query_string, keep_blank_values=True):
-            query.setdefault(k, v)
-        conn_tokens = {t.strip().lower() for t in hdrs.get("connection", "").split(",")}
+        if query_string:
+            for k, v in parse_qsl(query_string, keep_blank_values=True):
+                query.setdefault(k, v)
+        connection = hdrs.get("connection")
+        conn_tokens = {t.strip().lower() for t in connection.split(",")} if connection else set()
         return cls(
             method=method.decode("ascii", "replace").upper(),
             host=strip_port(host_header).lower().rstrip("."),
             host_header=host_header,
-            path=unquote(raw_path) or "/",
+            path=(unquote(raw_path) if "%" in raw_path else raw_path) or "/",
             raw_path=raw_path or "/",
             query_string=query_string,
             headers=hdrs,
@@ -117,7 +123,7 @@ def _quote_if_needed(value: str) -> str:
 
 def _safe(name: str, value: str) -> bool:
     """A header the proxy may send: a token name, no control characters in the value
-    (the proxy frames with h11 without re-validating, so nothing may smuggle a CR/LF)."""
+    (the proxy writes heads without re-validating them, so nothing may smuggle a CR/LF)."""
     return (bool(name) and all(c.isalnum() or c in "!#$%&'*+-.^_`|~" for c in name)
             and not any(c in value for c in "\r\n\0"))
 
@@ -150,11 +156,12 @@ def upstream_request_headers(headers: Sequence[tuple[bytes, bytes]], info: Reque
     """The headers sent to the backend: hop-by-hop gone (Upgrade kept for upgrades),
     X-Forwarded-For appended, X-Forwarded-Proto/Host/Port set, `Forwarded` appended,
     Host passed through, then the route's RequestHeaderModifier."""
-    out = strip_hop_by_hop(headers)
-    out = [(n, v) for n, v in out
-           if n.lower() not in (b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-port")]
+    # One pass (this runs for every request): hop-by-hop and the forwarding headers
+    # the proxy re-makes are dropped.
+    drop = connection_tokens(headers) if "connection" in info.headers else ()
+    out = [(n, v) for n, v in headers
+           if (ln := n.lower()) not in _UPSTREAM_DROP and ln not in drop and not ln.startswith(b"proxy-")]
     xff = info.headers.get("x-forwarded-for")
-    out = [(n, v) for n, v in out if n.lower() not in (b"x-forwarded-for", b"forwarded")]
     out.append((b"x-forwarded-for", (f"{xff}, {client_ip}" if xff else client_ip).encode("latin-1")))
     out.append((b"x-forwarded-proto", scheme.encode()))
     if info.host_header:

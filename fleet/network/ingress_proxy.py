@@ -1,7 +1,7 @@
 """The built-in ingress engine ("builtin"): a Trio reverse proxy serving a RouteTable.
 
-    client ─TCP/TLS─→ listener (one per Listener.port) ─h11─→ route (RouteTable.select)
-          ─→ backend by weight, endpoint round-robin ─h11─→ pooled upstream connection
+    client ─TCP/TLS─→ listener (one per Listener.port) ─h11 parse─→ route (RouteTable.select)
+          ─→ backend by weight, endpoint round-robin ─H1Client─→ pooled upstream connection
 
 What this module owns: listening ports opened and closed as tables change, one task
 per client connection (keep-alive, timeouts, 400/431), and per request the route,
@@ -27,12 +27,13 @@ import trio
 
 from fleet.network.ingress_exchange import (
     BROKEN,
-    READ_SIZE,
     Closed,
     Downstream,
     Exchange,
+    UpstreamRequest,
     has_body_of,
     head_size,
+    receive,
     respond,
     why,
 )
@@ -124,6 +125,7 @@ class ProxyEngine:
                             problems.append(f"port {lst.port}: certificate{who} does not load: {e}")
             self._table = table
             self._tls.prune(table)
+            self._cursor.prune(table)
             wanted = {lst.port for lst in table.listeners}
             for port in sorted(wanted - set(self._listening)):
                 try:
@@ -156,6 +158,14 @@ class ProxyEngine:
     # ---- one client connection -------------------------------------------------
 
     async def _serve(self, stream: trio.SocketStream, port: int) -> None:
+        # A bug met by one connection must not take the engine (and every other
+        # connection) down with it: log it and close that connection only.
+        try:
+            await self._serve_conn(stream, port)
+        except Exception:
+            log.exception("ingress connection on port %d failed", port)
+
+    async def _serve_conn(self, stream: trio.SocketStream, port: int) -> None:
         self.open_connections += 1
         try:
             try:
@@ -200,6 +210,7 @@ class ProxyEngine:
                     return
             if not isinstance(ev, h11.Request):
                 return  # idle timeout, the client closed, or a protocol state we do not serve
+            down.begin(ev)
             if head_size(ev) > self.options.max_header_bytes:
                 # h11's own limit only catches a head still incomplete at that size.
                 await self._client_error(down, h11.RemoteProtocolError("head too large", 431))
@@ -213,23 +224,19 @@ class ProxyEngine:
             except h11.RemoteProtocolError as e:
                 await self._client_error(down, e)
                 return
-            if down.h11.our_state is h11.SWITCHED_PROTOCOL:
+            if down.switched:
                 return
             if down.h11.their_state is h11.SEND_BODY:
                 await self._drain(down)
                 return
-            if down.h11.our_state is not h11.DONE or down.h11.their_state is not h11.DONE:
-                return
-            try:
-                down.h11.start_next_cycle()
-            except h11.LocalProtocolError:
+            if not down.next_cycle():
                 return
 
     async def _client_error(self, down: Downstream, e: h11.RemoteProtocolError) -> None:
         """400 (malformed) or 431 (head too large) for this connection only, then close."""
         status = e.error_status_hint if e.error_status_hint in (400, 431) else 400
         text = "request header fields too large" if status == 431 else f"bad request: {e}"
-        if down.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+        if not down.started:
             try:
                 await respond(down, status, text, close=True)
             except (Closed, h11.LocalProtocolError):
@@ -242,7 +249,7 @@ class ProxyEngine:
         with trio.move_on_after(1.0):
             for _ in range(64):
                 try:
-                    data = await down.stream.receive_some(READ_SIZE)
+                    data = await receive(down.stream)
                 except BROKEN:
                     return
                 if not data:
@@ -264,7 +271,6 @@ class ProxyEngine:
         info = RequestInfo.parse(req.method, req.target, req.headers)
         sel = table.select(port, info.host, info.method, info.path, info.headers, info.query)
         source = sel.route.source if sel is not None else None
-        down.status = 0
         try:
             await self._route(down, req, info, sel, port, scheme, client_ip)
         finally:
@@ -311,12 +317,12 @@ class ProxyEngine:
         has_body = has_body_of(req)
         headers = upstream_request_headers(req.headers, info, client_ip=client_ip, scheme=scheme,
                                            port=port, flt=route.request_headers)
-        if "transfer-encoding" in info.headers:
+        chunked = "transfer-encoding" in info.headers
+        if chunked:
             headers.append((b"transfer-encoding", b"chunked"))
-        # _parsed=True skips h11's re-validation: the method, target and headers came out
-        # of h11's parser, what the proxy adds is well-formed (filter values are checked
-        # in apply_filter).  It is h11's own switch for exactly this case.
-        upstream_req = h11.Request(method=req.method, target=req.target, headers=headers, _parsed=True)
+        # The method, target and headers came out of h11's parser; what the proxy adds
+        # is well-formed (filter names and values are checked in apply_filter).
+        upstream_req = UpstreamRequest(req.method, req.target, headers, chunked)
         retryable = req.method in IDEMPOTENT
         order = self._cursor.order(backend)
         attempts = order[: 1 + max(0, self.options.retries)]

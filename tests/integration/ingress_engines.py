@@ -259,6 +259,7 @@ class HttpBackend:
         self.name = name
         self.port = 0
         self.requests = 0
+        self.connections = 0
         self.sent_times: list[float] = []  # /stream: when each chunk was sent
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -269,6 +270,7 @@ class HttpBackend:
 
     async def _conn(self, stream: trio.SocketStream) -> None:
         conn = h11.Connection(h11.SERVER)
+        self.connections += 1
         try:
             while True:
                 req = await _next(conn, stream)

@@ -237,6 +237,8 @@ async def test_weighted_split_and_header_match(rig: Rig) -> None:
         r = await client.request("/", host="canary.example.com")
         counts[r.headers["x-backend"]] += 1
     assert 70 <= counts["b"] <= 130, counts  # 10% ± 3%
+    # upstream connections are kept alive and reused
+    assert rig.a.connections <= rig.a.requests / 10, (rig.a.connections, rig.a.requests)
     for _ in range(20):
         r = await client.request("/", host="canary.example.com", headers=[("X-Canary", "yes")])
         assert r.headers["x-backend"] == "b"
@@ -282,7 +284,7 @@ async def test_bad_clients_get_4xx_and_others_keep_working(rig: Rig) -> None:
                              b"Content-Length: 300000000\r\n\r\nabc")
     assert out.startswith(b"HTTP/1.1 413")
     assert (await client.request("/", host="a.example.com")).status == 200
-    await client.aclose()
+    # `client` now idles on its keep-alive connection: closed after the keep-alive timeout.
     # slowloris: a head never finished is closed after the keep-alive timeout (3 s here),
     # while other clients are served
     async with trio.open_nursery() as n:
@@ -296,6 +298,10 @@ async def test_bad_clients_get_4xx_and_others_keep_working(rig: Rig) -> None:
         await trio.sleep(0.5)
         assert (await get(rig.http, "/", "a.example.com")).status == 200
     assert outs == [b""] and 2.5 < trio.current_time() - start < 6.5
+    assert client.stream is not None
+    with trio.fail_after(2):
+        assert await client.stream.receive_some(100) == b""
+    await client.aclose()
 
 
 async def test_large_bodies_stream_both_ways(rig: Rig) -> None:
@@ -359,3 +365,17 @@ async def test_port_busy_is_an_engine_error_and_the_rest_serves(rig: Rig) -> Non
     busy.close()
     assert (await get(rig.http, "/", "a.example.com")).status == 200
 
+
+
+async def test_pipelined_requests_and_http10_clients(rig: Rig) -> None:
+    out = await raw_exchange(rig.http, b"GET /one HTTP/1.1\r\nHost: a.example.com\r\n\r\n"
+                             b"HEAD /two HTTP/1.1\r\nHost: b.example.com\r\n\r\n"
+                             b"GET /three HTTP/1.1\r\nHost: a.example.com\r\nConnection: close\r\n\r\n",
+                             timeout=3)
+    assert out.count(b"HTTP/1.1 200") == 3
+    assert out.index(b'"target": "/one"') < out.index(b'"target": "/three"')
+    assert b'"target": "/two"' not in out  # HEAD: no body
+    with trio.fail_after(3):  # the proxy closes after answering an HTTP/1.0 request
+        out = await raw_exchange(rig.http, b"GET / HTTP/1.0\r\nHost: a.example.com\r\n\r\n")
+    assert out.startswith(b"HTTP/1.") and b" 200 " in out.split(b"\r\n", 1)[0]
+    assert b'"backend": "a"' in out

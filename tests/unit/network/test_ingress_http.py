@@ -16,7 +16,17 @@ from fleet.network.ingress_http import (
     upstream_request_headers,
 )
 from fleet.network.ingress_upstream import EndpointCursor, pick_backend
-from fleet.network.routetable import Backend, Endpoint, HeaderFilter, Redirect
+from fleet.network.routetable import (
+    Backend,
+    Endpoint,
+    HeaderFilter,
+    Listener,
+    Redirect,
+    Route,
+    RouteTable,
+    Source,
+    VirtualHost,
+)
 
 
 def info(target: bytes = b"/", host: bytes = b"example.com", *extra: tuple[bytes, bytes],
@@ -120,3 +130,8 @@ def test_endpoint_cursor_rotates_and_lists_the_others_for_retries() -> None:
     # a new table with the same Service keeps rotating
     assert cur.order(Backend("d", "web", 80, 1, eps))[0] == eps[1]
     assert cur.order(Backend("d", "empty", 80)) == []
+    # positions of Services no longer routed to are dropped
+    table = RouteTable((Listener(80, "HTTP", (VirtualHost("", (Route(Source("Ingress", "d", "i"), backends=(be,)),)),)),))
+    cur.order(Backend("d", "gone", 80, 1, eps))
+    cur.prune(table)
+    assert cur.order(be)[0] == eps[2] and cur.order(Backend("d", "gone", 80, 1, eps))[0] == eps[0]
