@@ -7,8 +7,8 @@
 2. Targets, each proxying to that same backend, each its own process:
    - `nginx-proxy`: nginx hand-configured as a reverse proxy (one worker, upstream
      keep-alive) — the yardstick;
-   - every engine in `BENCH_ENGINES` (the built-in Trio proxy now; the lead enables the
-     nginx engine there), started by `python -m bench.bench_ingress --serve NAME …`
+   - every engine in `BENCH_ENGINES` (the built-in Trio proxy and the nginx engine,
+     one nginx worker like the yardstick), started by `python -m bench.bench_ingress --serve NAME …`
      which runs `Engine(options)` and applies a one-route RouteTable;
    - `direct`: the backend itself, for scale.
 3. For each target: `wrk -t1 -c<connections> -d<seconds>s` (keep-alive, closed loop)
@@ -56,10 +56,13 @@ DOC = REPO / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- ingress:begin -->", "<!-- ingress:end -->"
 
 #: Engines measured, as "module:Class" so the serving subprocess can import them.
-#: The nginx engine joins with: "nginx": "fleet.network.ingress_nginx:NginxEngine".
 BENCH_ENGINES: dict[str, str] = {
     "builtin": "fleet.network.ingress_proxy:ProxyEngine",
+    "nginx": "fleet.network.ingress_nginx:NginxEngine",
 }
+#: Extra constructor arguments: the nginx engine runs one worker, as the hand-configured
+#: nginx it is compared with does (the same work on the same cores).
+ENGINE_ARGS: dict[str, dict[str, object]] = {"nginx": {"workers": 1}}
 
 NGINX_BACKEND = """
 worker_processes 1; pid {dir}/backend.pid; error_log {dir}/backend.err warn; daemon off;
@@ -103,7 +106,8 @@ def serve_engine(name: str, port: int, backend: int, runtime_dir: str) -> None:
         backends=(Backend("bench", "web", 80, 1, (Endpoint("127.0.0.1", backend),)),)),)),)),), generation=1)
 
     async def main() -> None:
-        engine = engine_cls(EngineOptions(bind_address="127.0.0.1", runtime_dir=runtime_dir))
+        engine = engine_cls(EngineOptions(bind_address="127.0.0.1", runtime_dir=runtime_dir),
+                            **ENGINE_ARGS.get(name, {}))
         async with trio.open_nursery() as nursery:
             await nursery.start(engine.run)
             await engine.apply(table)

@@ -2,7 +2,7 @@
 
 `ENGINES` maps an engine name to its constructor (`Engine(options)`); every test in
 tests/integration/test_ingress_engines.py runs once per entry, so an engine joins the
-suite by being added here (the nginx engine: `ENGINES["nginx"] = NginxEngine`).
+suite by being added here.
 
 Backends are tiny Trio servers on 127.0.0.1 and ports from the OS:
 - `HttpBackend`: answers every request with JSON (its name, method, target, headers,
@@ -33,13 +33,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from fleet.network.ingress_nginx import NginxEngine
 from fleet.network.ingress_proxy import ProxyEngine
 from fleet.network.routetable import Engine, EngineOptions
 
-#: Engines the shared suite runs against.  The lead enables nginx with
-#: `from fleet.network.ingress_nginx import NginxEngine; ENGINES["nginx"] = NginxEngine`.
+#: Engines the shared suite runs against.
 ENGINES: dict[str, Callable[[EngineOptions], Engine]] = {
     "builtin": ProxyEngine,
+    "nginx": NginxEngine,
 }
 
 
