@@ -111,12 +111,35 @@ def pod_policy_facts(pod: Mapping[str, Any] | None) -> tuple[Any, ...]:
     md, spec, st = _md(pod), _spec(pod), _status(pod)
     ports = tuple(sorted(
         (str(p.get("name") or ""), str(p.get("containerPort")), str(p.get("protocol") or "TCP"))
-        for c in (spec.get("containers") or []) if isinstance(c, Mapping)
+        for key in ("containers", "initContainers")
+        for c in (spec.get(key) or []) if isinstance(c, Mapping)
         for p in (c.get("ports") or []) if isinstance(p, Mapping)))
     ips = tuple(str(i.get("ip")) for i in (st.get("podIPs") or []) if isinstance(i, Mapping))
     return (md.get("namespace"), md.get("name"), md.get("uid"),
             tuple(sorted((md.get("labels") or {}).items())), ips, st.get("podIP"),
             st.get("phase"), spec.get("nodeName"), bool(spec.get("hostNetwork")), ports)
+
+
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the enforcer keeps of a pod (the informer's transform): every pod of the
+    cluster is a possible peer, so the agent caches them all — only the fields policy
+    evaluation, the change test and Events read (identity, labels, node, hostNetwork,
+    containers' ports, phase and IPs), not whole pod specs."""
+    md, spec, st = _md(pod), _spec(pod), _status(pod)
+
+    def containers(key: str) -> list[dict[str, Any]]:
+        return [{k: c[k] for k in ("name", "ports", "restartPolicy") if k in c}
+                for c in (spec.get(key) or []) if isinstance(c, Mapping)]
+
+    return {
+        "apiVersion": pod.get("apiVersion", "v1"), "kind": pod.get("kind", "Pod"),
+        "metadata": {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels",
+                                        "creationTimestamp", "deletionTimestamp") if k in md},
+        "spec": {**{k: spec[k] for k in ("nodeName", "hostNetwork") if k in spec},
+                 "containers": containers("containers"),
+                 "initContainers": containers("initContainers")},
+        "status": {k: st[k] for k in ("phase", "podIP", "podIPs") if k in st},
+    }
 
 
 def pod_change_matters(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
@@ -544,7 +567,7 @@ class PolicyEnforcer:
         comp = "network-policy"
         informers: dict[str, Any] = {
             "policies": Informer(client, "networking.k8s.io/v1", "networkpolicies", component=comp),
-            "pods": Informer(client, "v1", "pods", component=comp),
+            "pods": Informer(client, "v1", "pods", component=comp, transform=slim_pod),
             "namespaces": Informer(client, "v1", "namespaces", component=comp),
             "services": services if services is not None else Informer(
                 client, "v1", "services", component=comp),

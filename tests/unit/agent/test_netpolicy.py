@@ -485,3 +485,31 @@ def test_the_process_driver_is_not_enforceable(tmp_path: Any) -> None:
     assert not e.cfg.enforceable and e.cfg.strict and e.cfg.driver == "process"
     e = make_policy_enforcer(cfg, Oci(), Net(), "192.168.1.10", None)
     assert e.cfg.enforceable and e.cfg.always_allow == ("10.42.0.1", "192.168.1.10")
+
+
+def test_the_slim_pod_the_enforcer_caches_gives_the_same_rules_and_facts() -> None:
+    # The enforcer caches every pod of the cluster through `slim_pod`: the rules of a
+    # pod, and of its peers, must not change for what was dropped.
+    from fleet.agent.netpolicy import pod_policy_facts, slim_pod
+    from fleet.network.policy import PolicyView, rules_for
+
+    full = [pod("web", "u1", labels={"app": "web"}), pod("cli", "u2", ip="10.42.1.5", labels={"app": "cli"})]
+    for p in full:
+        p["spec"]["containers"][0].update(image="busybox", env=[{"name": "A", "value": "b"}],
+                                          resources={"limits": {"cpu": "1"}})
+        p["spec"]["initContainers"] = [{"name": "side", "image": "x", "restartPolicy": "Always",
+                                        "ports": [{"name": "metrics", "containerPort": 9100}]}]
+        p["metadata"]["annotations"] = {"big": "x" * 1000}
+    slim = [slim_pod(copy.deepcopy(p)) for p in full]
+    assert "image" not in slim[0]["spec"]["containers"][0] and "annotations" not in slim[0]["metadata"]
+    pol = deny_ingress(ingress=[{"from": [{"podSelector": {"matchLabels": {"app": "cli"}}}],
+                                 "ports": [{"port": "http"}, {"port": "metrics"}]}])
+    view_full = PolicyView([pol], full, [], [], [])
+    view_slim = PolicyView([pol], slim, [], [], [])
+    for f, s in zip(full, slim, strict=True):
+        assert rules_for(s, view_slim) == rules_for(f, view_full)
+        assert pod_policy_facts(s) == pod_policy_facts(f)
+    # the sidecar's named port is one of the pod's ports
+    changed = copy.deepcopy(full[0])
+    changed["spec"]["initContainers"][0]["ports"][0]["containerPort"] = 9200
+    assert pod_change_matters(full[0], changed)
