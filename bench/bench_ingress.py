@@ -47,6 +47,7 @@ from bench.common import (
     log,
     machine_info,
     raise_nofile_limit,
+    replace_doc_section,
     rss_kib,
     summarize_ms,
     write_results,
@@ -330,13 +331,7 @@ def render_doc(res: dict[str, Any]) -> str:
 
 
 def update_doc(res: dict[str, Any]) -> None:
-    text = DOC.read_text()
-    block = render_doc(res)
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n## Ingress\n\n" + block + "\n"
-    DOC.write_text(text)
+    replace_doc_section(DOC, render_doc(res), BEGIN, END, "Ingress")
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ from typing import Any
 import trio
 
 from bench.bench_clusterip import ensure_wrk, sh, wrk_rate
-from bench.common import REPO, log, machine_info, write_results
+from bench.common import REPO, log, machine_info, replace_doc_section, write_results
 from fleet.agent.netpolicy import EnforcerConfig, PolicyEnforcer
 from fleet.network import NetworkConfig, PodRef, create_pod_netns
 from fleet.network.bridge import BridgeDriver
@@ -207,13 +207,7 @@ def render_doc(res: dict[str, Any]) -> str:
 
 
 def update_doc(res: dict[str, Any]) -> None:
-    text = DOC.read_text()
-    block = render_doc(res)
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n## NetworkPolicy\n\n" + block + "\n"
-    DOC.write_text(text)
+    replace_doc_section(DOC, render_doc(res), BEGIN, END, "NetworkPolicy")
 
 
 def main() -> None:

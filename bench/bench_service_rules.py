@@ -35,7 +35,7 @@ from typing import Any
 
 import trio
 
-from bench.common import REPO, log, machine_info, summarize_ms, write_results
+from bench.common import REPO, log, machine_info, replace_doc_section, summarize_ms, write_results
 from fleet.network import nft
 from fleet.network.proxy_objects import Endpoint, service_ports
 from fleet.network.proxy_rules import ProxyOptions, endpoint_chain
@@ -210,14 +210,7 @@ def render_doc(res: dict[str, Any]) -> str:
 
 
 def update_doc(res: dict[str, Any]) -> None:
-    text = DOC.read_text()
-    block = render_doc(res)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n## Service rules (issue 11)\n\n" + block + "\n"
-    DOC.write_text(text)
+    replace_doc_section(DOC, render_doc(res), BEGIN, END, "Service rules (issue 11)")
 
 
 def main() -> None:

@@ -74,6 +74,17 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
     return path
 
 
+def replace_doc_section(doc: Path, block: str, begin: str, end: str, heading: str) -> None:
+    """Put `block` (which starts with `begin` and ends with `end`) in place of the
+    section between those markers in `doc`, or append it under `## heading`."""
+    text = doc.read_text()
+    if begin in text and end in text:
+        text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip("\n") + f"\n\n## {heading}\n\n" + block + "\n"
+    doc.write_text(text)
+
+
 def percentile(values: list[float], p: float) -> float | None:
     """Nearest-rank percentile (p in 0..100); None for no data."""
     if not values:
