@@ -386,6 +386,20 @@ class MultiNodeCluster:
             r = c.get(path)
         return r.status_code, r.json()
 
+    def post(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create `obj` at `path` (a collection); asserts 201."""
+        with self.client() as c:
+            r = c.post(path, json=obj)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch the object at `path`; asserts 200."""
+        with self.client() as c:
+            r = c.patch(path, json=body, headers={"Content-Type": "application/merge-patch+json"})
+        assert r.status_code == 200, r.text
+        return r.json()
+
     def node_object(self, node: Node) -> dict[str, Any] | None:
         code, body = self.get(f"/api/v1/nodes/{node.name}")
         return body if code == 200 else None

@@ -79,21 +79,8 @@ def cluster() -> Iterator[MultiNodeCluster]:
             yield c
 
 
-def post(cluster: MultiNodeCluster, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-    with cluster.client() as c:
-        r = c.post(path, json=obj)
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def patch(cluster: MultiNodeCluster, path: str, body: dict[str, Any]) -> None:
-    with cluster.client() as c:
-        r = c.patch(path, json=body, headers={"Content-Type": "application/merge-patch+json"})
-    assert r.status_code == 200, r.text
-
-
 def policy(cluster: MultiNodeCluster, ns: str, name: str, spec: dict[str, Any]) -> None:
-    post(cluster, f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+    cluster.post(f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
          {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
           "metadata": {"name": name}, "spec": spec})
 
@@ -151,7 +138,7 @@ def ready_ip(cluster: MultiNodeCluster, ns: str, name: str) -> str:
 def test_ingress_default_deny_namespace_label_pod_label_and_named_port(cluster: MultiNodeCluster) -> None:
     ns = cluster.create_namespace()
     friends = cluster.create_namespace()
-    patch(cluster, f"/api/v1/namespaces/{friends}", {"metadata": {"labels": {"team": "friends"}}})
+    cluster.merge_patch(f"/api/v1/namespaces/{friends}", {"metadata": {"labels": {"team": "friends"}}})
     http_server(cluster, ns, "web", {"app": "web"})
     client(cluster, ns, "local")
     client(cluster, friends, "friend")
@@ -179,12 +166,12 @@ def test_ingress_default_deny_namespace_label_pod_label_and_named_port(cluster: 
         "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "trusted"}}}],
                      "ports": [{"port": "http"}]}]})
     assert not reaches(cluster, ns, "local", web, 8080)
-    patch(cluster, f"/api/v1/namespaces/{ns}/pods/local", {"metadata": {"labels": {"role": "trusted"}}})
+    cluster.merge_patch(f"/api/v1/namespaces/{ns}/pods/local", {"metadata": {"labels": {"role": "trusted"}}})
     took = expect(cluster, ns, "local", web, 8080, True)
     assert took < 10, took
     assert not reaches(cluster, ns, "local", web, 9090)  # "admin" is not named by the rule
     assert reaches(cluster, friends, "friend", web, 9090)  # the namespace rule has no ports
-    patch(cluster, f"/api/v1/namespaces/{ns}/pods/local", {"metadata": {"labels": {"role": None}}})
+    cluster.merge_patch(f"/api/v1/namespaces/{ns}/pods/local", {"metadata": {"labels": {"role": None}}})
     took = expect(cluster, ns, "local", web, 8080, False)
     assert took < 10, took
 

@@ -43,19 +43,6 @@ def web_template(app: str) -> dict[str, Any]:
                                                         "periodSeconds": 1}}]}}
 
 
-def create(cluster: MultiNodeCluster, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-    with cluster.client() as c:
-        r = c.post(path, json=obj)
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def patch(cluster: MultiNodeCluster, path: str, body: dict[str, Any]) -> None:
-    with cluster.client() as c:
-        r = c.patch(path, json=body, headers={"Content-Type": "application/merge-patch+json"})
-    assert r.status_code == 200, r.text
-
-
 def ready_endpoints(cluster: MultiNodeCluster, ns: str, svc: str) -> dict[str, str]:
     """podName -> IP of the Service's ready endpoints, from its EndpointSlices."""
     code, body = cluster.get(f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
@@ -112,7 +99,7 @@ def test_cluster_ip_and_node_port_reach_pods_on_both_nodes(multinode: MultiNodeC
             ports=[{"name": "http", "containerPort": 8080}],
             readinessProbe={"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1})
         cluster.create_pod(ns, manifest)
-    svc = create(cluster, f"/api/v1/namespaces/{ns}/services", {
+    svc = cluster.post(f"/api/v1/namespaces/{ns}/services", {
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
         "spec": {"type": "NodePort", "selector": {"app": "web"},
                  "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}})
@@ -151,11 +138,11 @@ def test_cluster_ip_and_node_port_reach_pods_on_both_nodes(multinode: MultiNodeC
 def test_scaling_and_deletion_change_who_answers(multinode: MultiNodeCluster) -> None:
     cluster = multinode
     ns = cluster.create_namespace()
-    create(cluster, f"/apis/apps/v1/namespaces/{ns}/deployments", {
+    cluster.post(f"/apis/apps/v1/namespaces/{ns}/deployments", {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
         "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
                  "template": web_template("web")}})
-    svc = create(cluster, f"/api/v1/namespaces/{ns}/services", {
+    svc = cluster.post(f"/api/v1/namespaces/{ns}/services", {
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
         "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})
     cip = svc["spec"]["clusterIP"]
@@ -167,7 +154,7 @@ def test_scaling_and_deletion_change_who_answers(multinode: MultiNodeCluster) ->
              == set(eps))
 
     # Scale to 3: the new replica starts answering.
-    patch(cluster, f"/apis/apps/v1/namespaces/{ns}/deployments/web/scale", {"spec": {"replicas": 3}})
+    cluster.merge_patch(f"/apis/apps/v1/namespaces/{ns}/deployments/web/scale", {"spec": {"replicas": 3}})
     eps = wait_for("three ready endpoints", lambda: (lambda e: e if len(e) == 3 else None)(
         ready_endpoints(cluster, ns, "web")), timeout=90)
     wait_for("three replicas answer", lambda: set(answers(cluster, ns, "client", f"http://{cip}/", 40))
@@ -196,7 +183,7 @@ def test_scaling_and_deletion_change_who_answers(multinode: MultiNodeCluster) ->
     assert set(direct) == {victim}, direct
 
     # Scale to 1: only the last replica answers.
-    patch(cluster, f"/apis/apps/v1/namespaces/{ns}/deployments/web/scale", {"spec": {"replicas": 1}})
+    cluster.merge_patch(f"/apis/apps/v1/namespaces/{ns}/deployments/web/scale", {"spec": {"replicas": 1}})
     one = wait_for("one ready endpoint", lambda: (lambda e: e if len(e) == 1 else None)(
         ready_endpoints(cluster, ns, "web")), timeout=90)
     wait_for("only the last replica answers",
