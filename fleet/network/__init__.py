@@ -12,7 +12,13 @@
   and the agent's loop (`run_service_proxy`).
 * `peers`   — the pod network across nodes as pure decisions (host-gw / VXLAN per
   peer, the route/neighbour/FDB plan); `overlay` programs it (`PeerRouter`);
-* `netlink` — the pyroute2 helpers the netlink users share.
+* `netlink` — the pyroute2 helpers the netlink users share;
+* `routetable`, `routebuild*`, `ingress*`, `nginx_conf` — Ingress and Gateway API: the
+  route table every engine serves, the pure builder from the API objects, the server
+  component (`ingress.run_ingress`) and its two engines (the built-in Trio proxy,
+  nginx);
+* `policy`, `policy_nft` — NetworkPolicy: the pure evaluation and the pod netns'
+  `fleet-policy` table (the agent's loop is `fleet.agent.netpolicy`).
 
 Only the light modules are imported here; `bridge` (and with it pyroute2) loads when a
 driver named "bridge" is first asked for.
