@@ -39,6 +39,7 @@ import contextlib
 import hashlib
 import ipaddress
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -61,6 +62,7 @@ from fleet.network.routetable import (
     BuildResult,
     Certificate,
     Engine,
+    EngineError,
     EngineOptions,
     RouteEvent,
     RouteTable,
@@ -74,6 +76,10 @@ GATEWAY_CONTROLLER = "fleet.io/gateway-controller"
 CLASS_NAME = "fleet"
 DEFAULT_CLASS_ANNOTATION = "ingressclass.kubernetes.io/is-default-class"
 COMPONENT = "fleet-ingress"
+#: Builds per pass, each leaving out the ports the engine could not listen on.
+MAX_PORT_RETRIES = 4
+#: Seconds before ports the engine could not listen on are tried again.
+UNAVAILABLE_RETRY = 30.0
 
 REQUESTS = Counter("fleet_ingress_requests", "Requests the ingress proxied, by route object and status code.",
                    ["kind", "namespace", "name", "code"], registry=REGISTRY)
@@ -263,7 +269,8 @@ class Cache(Protocol):
     def has_synced(self) -> bool: ...
 
 
-BuildFn = Callable[[dict[str, list[dict[str, Any]]], int], BuildResult]
+#: (inputs by name, generation, ports the engine could not listen on) → the build.
+BuildFn = Callable[[dict[str, list[dict[str, Any]]], int, frozenset[int]], BuildResult]
 
 
 def default_build(cfg: IngressConfig, default_certificate: Certificate | None) -> BuildFn:
@@ -272,10 +279,12 @@ def default_build(cfg: IngressConfig, default_certificate: Certificate | None) -
 
     addresses = cfg.addresses()
 
-    def run(inputs: dict[str, list[dict[str, Any]]], generation: int) -> BuildResult:
+    def run(inputs: dict[str, list[dict[str, Any]]], generation: int,
+            unavailable: frozenset[int] = frozenset()) -> BuildResult:
         opts = BuildOptions(ingress_controller=INGRESS_CONTROLLER, gateway_controller=GATEWAY_CONTROLLER,
                             http_port=cfg.http_port, https_port=cfg.https_port, addresses=addresses,
-                            default_certificate=default_certificate, generation=generation)
+                            default_certificate=default_certificate, generation=generation,
+                            unavailable_ports=unavailable)
         return build(BuildInput(**inputs), opts)
     return run
 
@@ -309,6 +318,10 @@ class IngressController:
         self.wanted: dict[tuple[str, str], dict[str, Any]] = {}
         self.dirty = trio.Event()
         self._lock = trio.Lock()
+        # Ports the engine could not listen on (EngineError.ports): built without, and
+        # tried again every `UNAVAILABLE_RETRY` seconds (`loop`).
+        self.unavailable: frozenset[int] = frozenset()
+        self.unavailable_since = 0.0
 
     def handler(self, input_name: str) -> Callable[[str, Any, Any], None]:
         """The handler for one input's informer: marks the controller dirty on a
@@ -342,31 +355,51 @@ class IngressController:
             self.generation += 1
             inputs, gen = self.snapshot(), self.generation
             t0 = time.perf_counter()
-            try:
-                if self.build_in_thread:
-                    result = await trio.to_thread.run_sync(self.build, inputs, gen)
-                else:
-                    result = self.build(inputs, gen)
-            except Exception:
-                SYNC_FAILURES.inc()
-                log.exception("ingress: building the route table failed; the previous one stays")
-                return False
-            self.record_events(result.events)
-            if not _same_table(self.applied, result.table):
+            # A port the engine cannot listen on is left out and the table built and
+            # applied again (up to MAX_PORT_RETRIES builds), so it never holds up the rest.
+            for _attempt in range(MAX_PORT_RETRIES):
+                try:
+                    if self.build_in_thread:
+                        result = await trio.to_thread.run_sync(self.build, inputs, gen, self.unavailable)
+                    else:
+                        result = self.build(inputs, gen, self.unavailable)
+                except Exception:
+                    SYNC_FAILURES.inc()
+                    log.exception("ingress: building the route table failed; the previous one stays")
+                    return False
+                self.record_events(result.events)
+                if _same_table(self.applied, result.table):
+                    break
                 try:
                     await self.engine.apply(result.table)
+                except EngineError as e:
+                    if e.ports and not e.ports <= self.unavailable:
+                        log.warning("ingress: engine %s cannot listen on port(s) %s: %s; serving "
+                                    "without them", getattr(self.engine, "name", "?"),
+                                    ", ".join(map(str, sorted(e.ports))), e)
+                        if not self.unavailable:
+                            self.unavailable_since = trio.current_time()
+                        self.unavailable |= e.ports
+                        continue
+                    return self._refused(gen, e)
                 except Exception as e:  # noqa: BLE001 - any engine failure: keep serving the old table
-                    SYNC_FAILURES.inc()
-                    log.warning("ingress: engine %s refused table %d: %s; the previous table stays",
-                                getattr(self.engine, "name", "?"), gen, e)
-                    return False
+                    return self._refused(gen, e)
                 self.applied = result.table
                 forget_routes(table_sources(result.table))
                 log.info("ingress: engine %s serves table %d (%d listener(s)) after %.3fs",
                          getattr(self.engine, "name", "?"), gen, len(result.table.listeners),
                          time.perf_counter() - t0)
+                break
+            else:
+                return self._refused(gen, EngineError(f"ports still failing after {MAX_PORT_RETRIES} tries"))
             SYNC_SECONDS.observe(time.perf_counter() - t0)
             return await self.write_statuses(result)
+
+    def _refused(self, generation: int, e: Exception) -> bool:
+        SYNC_FAILURES.inc()
+        log.warning("ingress: engine %s refused table %d: %s; the previous table stays",
+                    getattr(self.engine, "name", "?"), generation, e)
+        return False
 
     def record_events(self, events: tuple[RouteEvent, ...]) -> None:
         for ev in self.events.new(events):
@@ -416,7 +449,13 @@ class IngressController:
                 await trio.sleep(max(min_interval, 0.05))
                 continue
             if started:
-                await self.dirty.wait()
+                # Ports left out for want of a listening socket are tried again now and
+                # then (whoever held them may have let go).
+                retry_at = self.unavailable_since + UNAVAILABLE_RETRY if self.unavailable else math.inf
+                with trio.move_on_at(retry_at):
+                    await self.dirty.wait()
+                if trio.current_time() >= retry_at:
+                    self.unavailable = frozenset()
                 await trio.sleep(min_interval)  # a burst of changes lands in one pass
             self.dirty = trio.Event()
             if await self.sync():

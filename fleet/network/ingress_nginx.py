@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 # The route is empty for a request nginx answered before routing (400, 431).
 _ACCESS = re.compile(r"fleet (\d+) (\S*) (\d{3}) (\d+(?:\.\d+)?)\s*$")
+# nginx's [emerg] when a listen socket cannot be bound: `bind() to 0.0.0.0:8081 failed (98: ...)`.
+_BIND_FAILED = re.compile(r"bind\(\) to \S+:(\d+) failed")
 _KEEP_STAMPS = 8  # access-log lines of old workers still name routes of recent configs
 
 
@@ -90,6 +92,7 @@ class NginxEngine:
         self.runtime_dir = os.path.abspath(self.options.runtime_dir)
         self._lock = trio.Lock()
         self._stamp = 0
+        self._ports: frozenset[int] = frozenset()  # what the installed configuration listens on
         self._sources: dict[int, Mapping[str, Source]] = {}
         self._proc: _NginxProcess | None = None
         self._ready = False
@@ -240,6 +243,15 @@ class NginxEngine:
             await self._install(table)
 
     async def _install(self, table: RouteTable) -> None:
+        # A port another process holds makes nginx refuse the whole reload (or not
+        # start): find such ports first, so the controller can leave them out.
+        wanted = frozenset(lst.port for lst in table.listeners)
+        busy = await trio.to_thread.run_sync(
+            unbindable_ports, wanted - self._ports, self.options.bind_address)
+        if busy:
+            raise EngineError(f"cannot listen on {self.options.bind_address} port(s) "
+                              f"{', '.join(map(str, sorted(busy)))}: in use or not permitted",
+                              ports=busy)
         stamp = self._stamp + 1
         try:
             rendered = render(table, self.options, paths=self._paths(stamp), stamp=stamp, workers=self.workers)
@@ -255,6 +267,7 @@ class NginxEngine:
         previous = await trio.to_thread.run_sync(_read_or_none, self.conf_path)
         os.replace(candidate, self.conf_path)
         self._stamp = stamp
+        old_ports, self._ports = self._ports, wanted
         self._sources[stamp] = rendered.sources
         for old in sorted(self._sources)[:-_KEEP_STAMPS]:
             del self._sources[old]
@@ -267,11 +280,14 @@ class NginxEngine:
         try:
             await self._wait_live(stamp, proc, error_offset=offset)
             await self._wait_old_workers_closed(old_workers)
-        except EngineError:
+        except EngineError as exc:
             if previous is not None:
                 await trio.to_thread.run_sync(_write_atomic, self.conf_path, previous, 0o600)
-            self._stamp = stamp - 1
+            self._stamp, self._ports = stamp - 1, old_ports
             await trio.to_thread.run_sync(self._discard, stamp)
+            busy = frozenset(int(p) for p in _BIND_FAILED.findall(str(exc)))
+            if busy and not exc.ports:
+                raise EngineError(str(exc), ports=busy) from exc
             raise
         await trio.to_thread.run_sync(self._discard_older, stamp)
 
@@ -483,6 +499,21 @@ def _size(path: str) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
+
+
+def unbindable_ports(ports: frozenset[int], address: str) -> frozenset[int]:
+    """The ports of `ports` no TCP socket can listen on at `address` right now (another
+    process holds them, or binding them is not permitted) — as nginx would find."""
+    busy = set()
+    for port in ports:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as nginx does
+            try:
+                sock.bind((address, port))
+            except OSError:
+                busy.add(port)
+    return frozenset(busy)
 
 
 def _emergencies(path: str, offset: int) -> str:

@@ -112,6 +112,7 @@ class ProxyEngine:
             raise EngineError("the builtin ingress engine is not running")
         async with self._lock:
             problems: list[str] = []
+            unbound: list[int] = []
             for lst in table.listeners:
                 if lst.protocol == "HTTPS":
                     for cert in (*lst.certificates, lst.default_certificate):
@@ -132,6 +133,7 @@ class ProxyEngine:
                     listeners = await trio.open_tcp_listeners(port, host=self.options.bind_address)
                 except OSError as e:
                     problems.append(f"port {port}: cannot listen on {self.options.bind_address}: {e}")
+                    unbound.append(port)
                     continue
                 scope, done = trio.CancelScope(), trio.Event()
                 self._listening[port] = _Listening(scope, done)
@@ -141,7 +143,7 @@ class ProxyEngine:
                 gone.scope.cancel()  # the accept loop only: open connections live on
                 await gone.done.wait()
             if problems:
-                raise EngineError("; ".join(problems))
+                raise EngineError("; ".join(problems), ports=unbound)
 
     async def _accept(self, port: int, listeners: list[trio.SocketListener],
                       scope: trio.CancelScope, done: trio.Event) -> None:

@@ -70,6 +70,9 @@ class BuildOptions:
     # RFC 3339 time for a condition's lastTransitionTime when its status changes;
     # "" reads the clock (tests pass a fixed one).
     now: str = ""
+    # Ports the engine could not listen on (`EngineError.ports`): left out of the
+    # table; a Gateway listener on one is Accepted=False, reason PortUnavailable.
+    unavailable_ports: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -148,7 +151,8 @@ def build(inp: BuildInput, opts: BuildOptions) -> BuildResult:
 
     claims = {port: acc.protocol for port, acc in accs.items()}
     gw = build_gateway(inp.gateway_classes, inp.gateways, inp.http_routes, inp.namespaces,
-                       opts.gateway_controller, opts.addresses, claims, resolver, col, now)
+                       opts.gateway_controller, opts.addresses, claims, resolver, col, now,
+                       unavailable=opts.unavailable_ports)
     for port, protocol in gw.ports.items():
         accs.setdefault(port, _Acc(port, protocol))
     for port, key, cert in gw.certificates:
@@ -159,6 +163,8 @@ def build(inp: BuildInput, opts: BuildOptions) -> BuildResult:
     listeners = []
     for port in sorted(accs):
         acc = accs[port]
+        if port in opts.unavailable_ports:
+            continue  # the engine cannot listen there (its Gateway listeners say so)
         if acc.protocol == "HTTPS" and not acc.certificates and opts.default_certificate is None:
             continue  # nothing to serve TLS with: the port stays closed
         listeners.append(_assemble(acc, part.default_route, opts.default_certificate))

@@ -120,7 +120,7 @@ def _listener_certs(lst: _Listener, resolver: Resolver) -> tuple[list[Certificat
 
 
 def _listeners(gw: Mapping[str, Any], claims: dict[int, str], resolver: Resolver,
-               part: GatewayPart, col: Collector) -> list[_Listener]:
+               part: GatewayPart, col: Collector, unavailable: frozenset[int]) -> list[_Listener]:
     out = []
     for li, spec in enumerate(dicts(get(gw, "spec", "listeners"))):
         port = int_or_none(spec.get("port")) or 0
@@ -151,6 +151,10 @@ def _listeners(gw: Mapping[str, Any], claims: dict[int, str], resolver: Resolver
             accepted = ("Accepted", "False", "UnsupportedProtocol", f"protocol {what} is not supported")
         elif not 0 < port < 65536:
             accepted = ("Accepted", "False", "PortUnavailable", f"port {port} is not valid")
+        elif port in unavailable:
+            accepted = ("Accepted", "False", "PortUnavailable",
+                        f"port {port} cannot be listened on on this host (in use by another "
+                        "process, or not permitted)")
         elif claims.setdefault(port, protocol) != protocol:
             conflicted = ("Conflicted", "True", "ProtocolConflict",
                           f"port {port} is already served as {claims[port]}")
@@ -215,9 +219,11 @@ def _same_ref(a: Any, b: Mapping[str, Any]) -> bool:
 def build_gateway(gateway_classes: Sequence[Mapping[str, Any]], gateways: Sequence[Mapping[str, Any]],
                   http_routes: Sequence[Mapping[str, Any]], namespaces: Sequence[Mapping[str, Any]],
                   controller: str, addresses: Sequence[str], claims: dict[int, str],
-                  resolver: Resolver, col: Collector, now: str) -> GatewayPart:
+                  resolver: Resolver, col: Collector, now: str,
+                  unavailable: frozenset[int] = frozenset()) -> GatewayPart:
     """Gateway API's route entries and certificates; statuses and events into `col`.
-    `claims` maps ports already served (Ingress') to their protocol."""
+    `claims` maps ports already served (Ingress') to their protocol; `unavailable`
+    holds the ports the engine could not listen on."""
     part = GatewayPart()
     ours = set()
     for gc in sorted((g for g in gateway_classes if isinstance(g, Mapping)), key=name_of):
@@ -233,7 +239,7 @@ def build_gateway(gateway_classes: Sequence[Mapping[str, Any]], gateways: Sequen
                      and text(get(g, "spec", "gatewayClassName")) in ours), key=age_key)
     by_key: dict[tuple[str, str], list[_Listener]] = {}
     for gw in served:
-        by_key[(namespace_of(gw), name_of(gw))] = _listeners(gw, claims, resolver, part, col)
+        by_key[(namespace_of(gw), name_of(gw))] = _listeners(gw, claims, resolver, part, col, unavailable)
 
     labels = _namespace_labels(namespaces)
     seen: set[tuple[int, str, tuple]] = set()

@@ -24,7 +24,7 @@ matches — `RouteTable.select` is that reading, and both engines must agree wit
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -320,7 +320,17 @@ class EngineOptions:
 
 
 class EngineError(RuntimeError):
-    """An engine could not apply a table (the previous one stays in force)."""
+    """An engine could not apply a table (the previous one stays in force, or — the
+    built-in engine — all of it but what failed).
+
+    `ports` names the listener ports it could not listen on (in use by another
+    process, not permitted): the controller builds the table again without them and
+    reports them on their Gateways (`Accepted=False`, reason `PortUnavailable`), so one
+    unusable port never holds up every other route."""
+
+    def __init__(self, message: str, *, ports: Iterable[int] = ()) -> None:
+        super().__init__(message)
+        self.ports: frozenset[int] = frozenset(ports)
 
 
 class Engine(Protocol):

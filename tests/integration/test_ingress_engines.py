@@ -376,8 +376,9 @@ async def test_port_busy_is_an_engine_error_and_the_rest_serves(rig: Rig) -> Non
     port = busy.getsockname()[1]
     lst = rig.table.listeners[0]
     table = RouteTable((*rig.table.listeners, replace(lst, port=port)), generation=3)
-    with pytest.raises(EngineError):
+    with pytest.raises(EngineError) as raised:
         await rig.engine.apply(table)
+    assert raised.value.ports == {port}  # what the controller leaves out and reports
     busy.close()
     assert (await get(rig.http, "/", "a.example.com")).status == 200
 

@@ -394,13 +394,15 @@ async def test_a_refused_configuration_keeps_the_previous_one(env) -> None:
     with pytest.raises(EngineError, match="nginx refused"):
         await env["engine"].apply(bad)
     assert who(await get(port, "/")) == "a"
-    # A port nginx cannot bind passes `nginx -t` but fails the reload: refused too.
+    # A port nginx cannot bind would pass `nginx -t` and fail the reload: the engine
+    # finds it first and names it, for the controller to leave out.
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         clash = RouteTable((*good.listeners, Listener(taken.getsockname()[1], "HTTP", ())), 3)
-        with pytest.raises(EngineError, match="reload|did not serve"):
+        with pytest.raises(EngineError, match="cannot listen") as raised:
             await env["engine"].apply(clash)
+        assert raised.value.ports == {taken.getsockname()[1]}
     assert who(await get(port, "/")) == "a"
     await env["engine"].apply(good)
 
@@ -464,3 +466,17 @@ def test_nginx_goes_with_a_killed_engine_process(tmp_path: Path) -> None:
         if nginx_pid is not None and Path(f"/proc/{nginx_pid}").exists():
             os.killpg(nginx_pid, 9)
         shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_ports_nginx_could_not_bind_are_found_before_and_after_a_reload() -> None:
+    from fleet.network.ingress_nginx import _BIND_FAILED, unbindable_ports
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        free = free_port()
+        assert unbindable_ports(frozenset({busy, free}), "127.0.0.1") == {busy}
+    line = ('2026/12/02 18:00:00 [emerg] 123#123: bind() to 0.0.0.0:8081 failed (98: Address already in use)'
+            ' | 2026/12/02 18:00:00 [emerg] 123#123: bind() to [::]:8443 failed (98: Address already in use)')
+    assert sorted(int(p) for p in _BIND_FAILED.findall(line)) == [8081, 8443]

@@ -158,7 +158,8 @@ def svc(name: str) -> dict[str, Any]:
 LB = {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}
 
 
-def fake_build(inputs: dict[str, list[dict[str, Any]]], generation: int) -> BuildResult:
+def fake_build(inputs: dict[str, list[dict[str, Any]]], generation: int,
+               unavailable: frozenset[int] = frozenset()) -> BuildResult:
     """A stand-in for routebuild.build: one host per Ingress, a Warning for a missing Service."""
     services = {s["metadata"]["name"] for s in inputs["services"]}
     hosts, statuses, events = [], [], []
@@ -287,7 +288,8 @@ async def test_an_engine_failure_keeps_the_previous_table(autojump_clock: Any) -
 async def test_a_build_that_raises_is_counted_and_retried(autojump_clock: Any) -> None:
     calls = []
 
-    def flaky(inputs: dict[str, list[dict[str, Any]]], generation: int) -> BuildResult:
+    def flaky(inputs: dict[str, list[dict[str, Any]]], generation: int,
+              unavailable: frozenset[int] = frozenset()) -> BuildResult:
         calls.append(generation)
         if len(calls) == 1:
             raise ValueError("builder bug")
@@ -467,3 +469,57 @@ def test_a_removed_route_loses_its_request_series() -> None:
     assert count("gone") is None and count("kept") == 1.0
     assert REGISTRY.get_sample_value("fleet_ingress_requests_total",
                                      {"kind": "", "namespace": "", "name": "", "code": "200"})
+
+
+class BusyPortEngine(FakeEngine):
+    """An engine that cannot listen on `busy` (another process holds it)."""
+
+    def __init__(self, busy: int) -> None:
+        super().__init__()
+        self.busy = busy
+        self.refused = 0
+
+    async def apply(self, table: RouteTable) -> None:
+        if table.listener(self.busy) is not None:
+            self.refused += 1
+            raise EngineError(f"port {self.busy}: address in use", ports=(self.busy,))
+        await super().apply(table)
+
+
+async def test_a_port_the_engine_cannot_listen_on_is_left_out_reported_and_retried(
+        autojump_clock: Any, tmp_path: Path) -> None:
+    # A Gateway listener on a port another process holds must not hold up the other
+    # routes: the table is built again without it, the listener says PortUnavailable,
+    # and the port is tried again later.
+    cfg = ingress.IngressConfig(advertise=["192.0.2.10"], data_dir=tmp_path, https_port=0)
+    klass = ingress.default_gateway_class()
+    klass["metadata"].update(uid="gc1", resourceVersion="1")
+    gw = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+          "metadata": {"name": "gw", "namespace": "default", "uid": "g1", "resourceVersion": "1",
+                       "generation": 1},
+          "spec": {"gatewayClassName": "fleet", "listeners": [
+              {"name": "web", "port": 8080, "protocol": "HTTP"},
+              {"name": "busy", "port": 9999, "protocol": "HTTP"}]}}
+    api = FakeAPI({"gatewayclasses": [klass], "gateways": [gw]})
+    engine = BusyPortEngine(9999)
+    async with trio.open_nursery() as n:
+        ctl, _, _ = await start(n, api, engine=engine, build=ingress.default_build(cfg, None))
+        assert [lst.port for lst in engine.tables[-1].listeners] == [8080]
+        assert ctl.unavailable == {9999} and engine.refused == 1
+        status = next(body["status"] for plural, name, _, body in api.patches
+                      if plural == "gateways" and name == "gw")
+        busy = next(ls for ls in status["listeners"] if ls["name"] == "busy")
+        accepted = next(c for c in busy["conditions"] if c["type"] == "Accepted")
+        assert (accepted["status"], accepted["reason"]) == ("False", "PortUnavailable")
+        web = next(ls for ls in status["listeners"] if ls["name"] == "web")
+        assert all(c["status"] == ("False" if c["type"] == "Conflicted" else "True")
+                   for c in web["conditions"])
+        # Later the port is tried again (still busy here: left out again, nothing flaps).
+        await trio.sleep(ingress.UNAVAILABLE_RETRY + 1)
+        assert engine.refused == 2 and ctl.unavailable == {9999}
+        # Once free, the next try serves it.
+        engine.busy = 0
+        await trio.sleep(ingress.UNAVAILABLE_RETRY + 1)
+        assert [lst.port for lst in engine.tables[-1].listeners] == [8080, 9999]
+        assert ctl.unavailable == frozenset()
+        n.cancel_scope.cancel()

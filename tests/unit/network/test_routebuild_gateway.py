@@ -101,6 +101,20 @@ def test_gateway_class_and_gateway_status():
     assert svc(picked(r, 9080, "any.host", "/x")) == "a"
 
 
+def test_a_port_the_engine_cannot_listen_on_is_left_out_and_port_unavailable():
+    from dataclasses import replace
+
+    gws = [gateway("gw", listener("web", 9080), listener("other", 9081))]
+    r = run(http_route("r", http_rule(backend_ref("a"))), gateways=gws,
+            opts=replace(OPTS, unavailable_ports=frozenset({9081, OPTS.http_port})))
+    assert [lst.port for lst in r.table.listeners] == [9080]  # (no certificate: no 8443 either)
+    other = listener_status(r, name="other")
+    assert cond(other["conditions"], "Accepted") == ("False", "PortUnavailable")
+    assert cond(other["conditions"], "Programmed") == ("False", "Invalid")
+    assert cond(listener_status(r)["conditions"], "Accepted") == ("True", "Accepted")
+    assert picked(r, 9080, "any.example", "/x") is not None
+
+
 def test_gateway_of_another_class_is_ignored():
     r = run(http_route("r", http_rule(backend_ref("a"))), gateways=[gateway("gw", listener("web", 9080), cls="x")])
     assert r.table.listener(9080) is None
