@@ -163,6 +163,10 @@ END = h11.EndOfMessage()  # the response ended (a sentinel; compared with `is`)
 
 #: Every header line of a head at once: a token name, a value without CR, LF or NUL.
 _HEADER_BLOCK = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n\0]*\r\n)*")
+# The end of a response head.  RFC 9112 §2.2: a recipient MAY take a bare LF for a line
+# end, and some servers mix them (busybox httpd's CGI heads end in "\n\n"): h11 does
+# too, so the earliest blank line ends the head whichever way its lines end.
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
 _STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([1-9][0-9][0-9])(?: (.*))?")
 MAX_HEAD = 64 * 1024
 
@@ -241,15 +245,17 @@ class H1Client:
 
     def _head(self) -> object:
         buf = self.buf
-        idx = buf.find(b"\r\n\r\n")
-        if idx < 0:
+        end = _HEAD_END.search(buf)
+        if end is None:
             if len(buf) > MAX_HEAD:
                 raise UpstreamError("response head too large")
             if self.eof:
                 raise UpstreamError("the backend closed the connection before answering")
             return NEED_DATA
-        raw = bytes(buf[: idx + 2])
-        del buf[: idx + 4]
+        raw = bytes(buf[: end.start()]) + b"\r\n"
+        del buf[: end.end()]
+        if b"\n" in raw.replace(b"\r\n", b""):
+            raw = raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")  # bare LFs: one form
         status_line, _, block = raw.partition(b"\r\n")
         m = _STATUS_LINE.fullmatch(status_line)
         if m is None:

@@ -115,3 +115,22 @@ def test_early_close_is_an_error_and_mid_body_too() -> None:
     c = fresh()
     with pytest.raises(UpstreamError):
         events(c, b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", b"")
+
+
+def test_heads_whose_lines_end_in_a_bare_lf() -> None:
+    # busybox httpd relays a CGI script's "\n" line ends after its own "\r\n" status
+    # line; RFC 9112 §2.2 lets a recipient take a bare LF as a line end (h11 does).
+    for raw in (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\n\nslow\n",
+                b"HTTP/1.1 200 OK\nContent-Type: text/plain\nX-B: 2\r\n\nslow\n",
+                b"HTTP/1.0 200 OK\n\nslow\n"):
+        for cut in range(1, len(raw)):
+            c = fresh()
+            evs = events(c, raw[:cut], raw[cut:], b"")
+            head = evs[0]
+            assert isinstance(head, Head) and head.status_code == 200, (raw, cut)
+            assert all(b"\n" not in n + v for n, v in head.headers)
+            assert b"".join(e for e in evs[1:-1]) == b"slow\n" and evs[-1] is END  # type: ignore[misc]
+    # The earliest blank line ends the head, even when the body holds a CRLF CRLF.
+    c = fresh()
+    evs = events(c, b"HTTP/1.1 200 OK\nContent-Length: 6\n\nab\r\n\r\n")
+    assert b"".join(e for e in evs[1:-1]) == b"ab\r\n\r\n"  # type: ignore[misc]
