@@ -3,8 +3,8 @@
 The I/O half of the built-in ingress proxy's request handling (ProxyEngine owns
 listeners and connections, fleet.network.ingress_http the decisions):
 
-- `Downstream`: the client's stream, h11 parsing what the client sends and the proxy's
-  own response framing (keep-alive, chunked, HEAD), with writes coalesced so a
+- `Downstream`: the client's stream, ingress_h1server.H1Server parsing what the client
+  sends and the proxy's own response framing (keep-alive, chunked, HEAD), with writes coalesced so a
   response head, body and end that arrive together leave in one write;
 - `Exchange`: send the request head, stream the request body (a task of its own, so a
   backend that answers while still reading works), relay the response chunk by chunk,
@@ -20,9 +20,11 @@ import math
 import os
 from dataclasses import dataclass
 
-import h11
 import trio
 
+from fleet.network.ingress_h1server import END as REQUEST_END
+from fleet.network.ingress_h1server import NEED_DATA as CLIENT_NEED_DATA
+from fleet.network.ingress_h1server import H1Server, ProtocolError, Request
 from fleet.network.ingress_http import (
     IDEMPOTENT,
     REASONS,
@@ -86,19 +88,19 @@ class TooLarge(Exception):
 
 
 class Downstream:
-    """The client's connection: h11 parses what the client sends (strictly, with its
-    400/431 hints); the proxy frames its responses itself — h11's response side was a
-    large share of the per-request CPU — and decides keep-alive as RFC 9112 §9.3 says.
+    """The client's connection: H1Server parses what the client sends (strictly: 400,
+    431 or 501 on bad input); the proxy frames its responses itself and decides
+    keep-alive as RFC 9112 §9.3 says.
     Writes are coalesced: a head, body and end that arrive together leave in one write."""
 
     def __init__(self, stream: trio.abc.Stream, max_header_bytes: int) -> None:
         self.stream = stream
         self.max_header_bytes = max_header_bytes
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
+        self.h1 = H1Server(max_header_bytes)
         self._out = bytearray()
         self.begin(None)
 
-    def begin(self, req: h11.Request | None) -> None:
+    def begin(self, req: Request | None) -> None:
         """A new request cycle (None before the first request)."""
         self.status = 0  # of the final (or 101) response head sent (0: none yet)
         self.started = False  # a final response head was queued
@@ -107,6 +109,9 @@ class Downstream:
         self._framing = "length"  # length | chunked | none | close
         self._head_method = req.method if req is not None else b"GET"
         self._http11 = req is None or req.http_version == b"1.1"
+        # A proposed protocol switch (CONNECT, Upgrade) the backend turned down ends the
+        # connection after the response, as h11's MIGHT_SWITCH_PROTOCOL state did.
+        self._switch_proposed = req is not None and req.switch
         close = False
         if req is not None:
             for name, value in req.headers:
@@ -116,15 +121,18 @@ class Downstream:
         self.keep_alive = self._http11 and not close
 
     async def next_event(self) -> object:
+        """The client's next Request, body bytes, REQUEST_END or ingress_h1server.CLOSED
+        (ProtocolError on malformed input)."""
+        h1 = self.h1
         while True:
-            ev = self.h11.next_event()
-            if ev is not h11.NEED_DATA:
+            ev = h1.next_event()
+            if ev is not CLIENT_NEED_DATA:
                 return ev
             try:
                 data = await receive(self.stream)
             except BROKEN:
                 data = b""
-            self.h11.receive_data(data)
+            h1.receive_data(data)
 
     async def head(self, status: int, headers: list[tuple[bytes, bytes]], reason: bytes = b"",
                    *, flush: bool = False) -> None:
@@ -193,14 +201,10 @@ class Downstream:
 
     def next_cycle(self) -> bool:
         """Ready the connection for the client's next request; False: close it instead."""
-        if not (self.keep_alive and self.finished and self.h11.their_state is h11.DONE):
+        if not (self.keep_alive and self.finished and self.h1.state == "done"
+                and not self._switch_proposed):
             return False
-        pending, eof = self.h11.trailing_data  # pipelined bytes of the next request
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_header_bytes)
-        if pending:
-            self.h11.receive_data(pending)
-        if eof:
-            self.h11.receive_data(b"")
+        self.h1.start_next_cycle()  # pipelined bytes of the next request stay buffered
         self.begin(None)
         return True
 
@@ -294,18 +298,18 @@ class Exchange:
         try:
             while True:
                 ev = await self.down.next_event()
-                if isinstance(ev, h11.Data):
-                    self.body_sent += len(ev.data)
+                if ev.__class__ is bytes:
+                    self.body_sent += len(ev)  # type: ignore[arg-type]
                     if limit and self.body_sent > limit:
                         raise TooLarge
-                    if not await self._to_backend(self.conn.h1.body(bytes(ev.data))):
+                    if not await self._to_backend(self.conn.h1.body(ev)):  # type: ignore[arg-type]
                         return
-                elif isinstance(ev, h11.EndOfMessage):
+                elif ev is REQUEST_END:
                     await self._to_backend(self.conn.h1.end())
                     return
                 else:  # the client went away mid-body
                     raise Closed
-        except (TooLarge, Closed, h11.RemoteProtocolError) as e:
+        except (TooLarge, Closed, ProtocolError) as e:
             # The client's side failed: stop the whole exchange.
             self.body_error = e
             cancel.cancel()
@@ -406,7 +410,7 @@ class Exchange:
         conn, down = self.conn, self.down
         headers = downstream_response_headers(ev.headers, upgrade=True, flt=self.sel.route.response_headers)
         await down.head(101, headers, ev.reason, flush=True)
-        client_extra, _ = down.h11.trailing_data
+        client_extra, _ = down.h1.trailing_data
         backend_extra, _ = conn.h1.trailing_data
         try:
             if backend_extra:
@@ -438,18 +442,6 @@ async def pipe(src: trio.abc.Stream, dst: trio.abc.Stream, done: trio.CancelScop
         pass
     finally:
         done.cancel()
-
-
-def head_size(req: h11.Request) -> int:
-    """Bytes of a request line and headers as sent (give or take whitespace)."""
-    return len(req.method) + len(req.target) + 12 + sum(len(k) + len(v) + 4 for k, v in req.headers)
-
-
-def has_body_of(req: h11.Request) -> bool:
-    for name, value in req.headers:
-        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
-            return True
-    return False
 
 
 def why(e: BaseException) -> str:

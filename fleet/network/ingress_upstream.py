@@ -156,7 +156,8 @@ def _close_nowait(conn: UpstreamConn) -> None:
 #
 # The backend side speaks through this small codec instead of h11: it is about half of
 # the proxy's per-request CPU with h11 on both sides, and the client side needs only
-# a subset (one request at a time, framing of responses).  Client input stays with h11.
+# a subset (one request at a time, framing of responses).  Client input has its own
+# codec, fleet.network.ingress_h1server.
 
 NEED_DATA = h11.NEED_DATA
 END = h11.EndOfMessage()  # the response ended (a sentinel; compared with `is`)
