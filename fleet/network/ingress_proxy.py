@@ -42,6 +42,7 @@ from fleet.network.ingress_http import (
     redirect_location,
     upstream_request_headers,
 )
+from fleet.network.ingress_timers import Timer, Timers, resolution_for, socket_of
 from fleet.network.ingress_tls import TlsContexts
 from fleet.network.ingress_upstream import EndpointCursor, UpstreamPool, pick_backend
 from fleet.network.routetable import (
@@ -76,6 +77,7 @@ class ProxyEngine:
         self._pool = UpstreamPool(connect_timeout=options.connect_timeout)
         self._cursor = EndpointCursor()
         self._tls = TlsContexts(lambda port: self._table.listener(port))
+        self._timers = Timers(resolution_for([options.keepalive_timeout, options.response_timeout]))
         self.open_connections = 0
 
     @property
@@ -91,6 +93,7 @@ class ProxyEngine:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._janitor)
+                nursery.start_soon(self._timers.run)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -123,6 +126,11 @@ class ProxyEngine:
                             who = f" from {src.kind} {src.namespace}/{src.name}" if src else ""
                             problems.append(f"port {lst.port}: certificate{who} does not load: {e}")
             self._table = table
+            opts = self.options
+            self._timers.resolution = resolution_for(
+                [opts.keepalive_timeout, opts.response_timeout,
+                 *(r.timeout for lst in table.listeners for vh in lst.hosts for r in vh.routes
+                   if r.timeout is not None)])
             self._tls.prune(table)
             self._cursor.prune(table)
             wanted = {lst.port for lst in table.listeners}
@@ -197,16 +205,37 @@ class ProxyEngine:
                     pass
 
     async def _serve_http(self, down: Downstream, port: int, scheme: str, client_ip: str) -> None:
+        sock = socket_of(down.stream)
+        await self._serve_requests(down, port, scheme, client_ip, Timer(sock) if sock is not None else None)
+
+    async def _next_request(self, down: Downstream, timer: Timer | None) -> object:
+        """The client's next request head (None: idle timeout or the client closed).
+        Idle wait and the head itself share one deadline: a client that never finishes
+        its headers (slowloris) is closed like an idle one.  Timed by a coarse Timer
+        (see ingress_timers), or a cancel scope for a stream without a socket."""
+        deadline = trio.current_time() + self.options.keepalive_timeout
+        if timer is None:
+            with trio.CancelScope(deadline=deadline):
+                return await down.next_event()
+            return None
+        self._timers.arm(timer, deadline)
+        try:
+            return await down.next_event()
+        except ProtocolError:
+            if timer.expired:  # the read broke because the timer fired: no 400
+                return None
+            raise
+        finally:
+            self._timers.disarm(timer)
+
+    async def _serve_requests(self, down: Downstream, port: int, scheme: str, client_ip: str,
+                              timer: Timer | None) -> None:
         while True:
-            # Idle wait and the head itself share one deadline: a client that never
-            # finishes its headers (slowloris) is closed like an idle one.
-            ev: object = None
-            with trio.CancelScope(deadline=trio.current_time() + self.options.keepalive_timeout):
-                try:
-                    ev = await down.next_event()
-                except ProtocolError as e:
-                    await self._client_error(down, e)
-                    return
+            try:
+                ev = await self._next_request(down, timer)
+            except ProtocolError as e:
+                await self._client_error(down, e)
+                return
             if ev.__class__ is not Request:
                 return  # idle timeout or the client closed
             down.begin(ev)  # type: ignore[arg-type]
@@ -337,7 +366,7 @@ class ProxyEngine:
                         last_error = f"cannot connect to {endpoint.address}:{endpoint.port}: {why(e)}"
                         break  # nothing was sent: the next endpoint, whatever the method
                 outcome = await Exchange(self._pool, down, conn, upstream_req, info, sel, has_body, timeout,
-                                         self.options.max_body_bytes).run()
+                                         self.options.max_body_bytes, self._timers).run()
                 if outcome.status is not None:
                     return outcome.status
                 # Reset before any response byte, with no body byte sent.

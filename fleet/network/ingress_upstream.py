@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import h11
 import trio
 
+from fleet.network.ingress_timers import Timer
 from fleet.network.routetable import Backend, Endpoint, RouteTable
 
 
@@ -74,6 +75,7 @@ class UpstreamConn:
     h1: H1Client = field(default_factory=lambda: H1Client())
     reused: bool = False
     idle_since: float = 0.0
+    timer: Timer | None = None  # times waits for the backend's answer (made on first use)
 
     async def aclose(self) -> None:
         with trio.move_on_after(1) as scope:
