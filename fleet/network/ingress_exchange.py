@@ -210,7 +210,7 @@ class Downstream:
         return True
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class UpstreamRequest:
     """The request head as the backend gets it (the same for every attempt)."""
 
@@ -220,7 +220,7 @@ class UpstreamRequest:
     chunked: bool  # the body goes chunked (the client sent it chunked)
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     status: int | None  # None: failed before any response byte and before any body byte
     error: str = ""
@@ -245,7 +245,7 @@ class Exchange:
         self.info, self.sel, self.has_body, self.timeout = info, sel, has_body, timeout
         self.body_sent = 0
         self.body_error: BaseException | None = None
-        self.body_done = trio.Event()
+        self.body_done = False  # the body pump finished (a plain flag: nothing waits on it)
         self.read_scope: trio.CancelScope | None = None
 
     async def run(self) -> Outcome:
@@ -268,7 +268,7 @@ class Exchange:
                 result.append(await self._response())
             except (Retry, Closed) as e:
                 result.append(e)
-            if self.has_body and not self.body_done.is_set():
+            if self.has_body and not self.body_done:
                 cancel.cancel()  # the backend answered before taking the whole body
 
         if self.has_body:
@@ -324,7 +324,7 @@ class Exchange:
             self.body_error = e
             cancel.cancel()
         finally:
-            self.body_done.set()
+            self.body_done = True
             # The backend's silence counts from now.
             if self.timer is not None and self.reading:
                 self.timers.arm(self.timer, trio.current_time() + self.timeout)
@@ -366,7 +366,7 @@ class Exchange:
             conn.h1.receive_data(data)
 
     def _read_deadline(self) -> float:
-        if self.has_body and not self.body_done.is_set():
+        if self.has_body and not self.body_done:
             return math.inf
         return trio.current_time() + self.timeout
 

@@ -17,6 +17,7 @@ on its own:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote
@@ -117,9 +118,12 @@ def forwarded_for_node(ip: str) -> str:
     return f'"[{ip}]"' if ":" in ip else ip
 
 
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
 def _quote_if_needed(value: str) -> str:
-    token_ok = value and all(c.isalnum() or c in "!#$%&'*+-.^_`|~" for c in value)
-    return value if token_ok else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    # A regex: a generator over the characters was a measurable share of each request.
+    return value if _TOKEN.fullmatch(value) else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _safe(name: str, value: str) -> bool:
