@@ -168,6 +168,9 @@ END = h11.EndOfMessage()  # the response ended (a sentinel; compared with `is`)
 _HEADER_BLOCK = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n\0]*\r\n)*")
 _STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([1-9][0-9][0-9])(?: (.*))?")
 MAX_HEAD = 64 * 1024
+#: The end of a head: an empty line, after CRLF or a bare LF (RFC 9112 §2.2 lets a
+#: recipient accept LF alone; busybox httpd passes a CGI script's bare-LF headers on).
+_HEAD_END = re.compile(rb"\n\r?\n")
 
 
 class UpstreamError(Exception):
@@ -244,15 +247,20 @@ class H1Client:
 
     def _head(self) -> object:
         buf = self.buf
-        idx = buf.find(b"\r\n\r\n")
-        if idx < 0:
+        end = _HEAD_END.search(buf)
+        if end is None:
             if len(buf) > MAX_HEAD:
                 raise UpstreamError("response head too large")
             if self.eof:
                 raise UpstreamError("the backend closed the connection before answering")
             return NEED_DATA
-        raw = bytes(buf[: idx + 2])
-        del buf[: idx + 4]
+        raw = bytes(buf[: end.end()])
+        del buf[: end.end()]
+        if raw.count(b"\n") == raw.count(b"\r\n"):
+            raw = raw[:-2]  # every line ends in CRLF: drop the empty line
+        else:  # some bare LFs: every line to CRLF (one CR dropped per line, as h11 does)
+            lines = [ln[:-1] if ln.endswith(b"\r") else ln for ln in raw.split(b"\n")[:-2]]
+            raw = b"\r\n".join(lines) + b"\r\n"
         status_line, _, block = raw.partition(b"\r\n")
         m = _STATUS_LINE.fullmatch(status_line)
         if m is None:
