@@ -48,15 +48,19 @@ READ_SIZE = 64 * 1024
 BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
-async def receive(stream: trio.abc.Stream) -> bytes:
+async def receive(stream: trio.abc.Stream, *, wait_first: bool = False) -> bytes:
     """`stream.receive_some` for the proxy's hot path.  On a plain TCP stream it reads the
     socket directly when data is already there and waits for readability otherwise:
     trio's SocketStream adds a scheduler round trip to every call (a checkpoint), which
     at two reads a request was a tenth of the proxy's CPU.  Every exchange still waits
-    for its backend's answer, so a busy connection cannot starve the others."""
+    for its backend's answer, so a busy connection cannot starve the others.
+    `wait_first`: the peer has had no time to answer yet (a backend just sent a
+    request): wait for readability before reading rather than fail a read first."""
     sock = getattr(stream, "socket", None)
     if sock is None:  # TLS and other streams: the ordinary way
         return await stream.receive_some(READ_SIZE)
+    if wait_first:
+        await trio.lowlevel.wait_readable(sock)
     while True:
         try:
             return os.read(sock.fileno(), READ_SIZE)
@@ -98,6 +102,7 @@ class Downstream:
         self.stream = stream
         self.max_header_bytes = max_header_bytes
         self.h1 = H1Server(max_header_bytes)
+        self.answered = False  # a response just went out (see next_event)
         self._out = bytearray()
         self.begin(None)
 
@@ -129,8 +134,12 @@ class Downstream:
             ev = h1.next_event()
             if ev is not CLIENT_NEED_DATA:
                 return ev
+            # A keep-alive client sends its next request only after our response: wait
+            # before reading (a first request or a body may well be there already).
+            wait_first = self.answered and h1.state == "idle" and not h1.buf
+            self.answered = False
             try:
-                data = await receive(self.stream)
+                data = await receive(self.stream, wait_first=wait_first)
             except BROKEN:
                 data = b""
             h1.receive_data(data)
@@ -207,6 +216,7 @@ class Downstream:
             return False
         self.h1.start_next_cycle()  # pipelined bytes of the next request stay buffered
         self.begin(None)
+        self.answered = True
         return True
 
 
@@ -336,8 +346,9 @@ class Exchange:
         The clock runs only once the request body is all sent (a slow upload is not a
         silent backend).  What was queued for the client goes out before waiting."""
         conn = self.conn
+        h1 = conn.h1
         while True:
-            ev = conn.h1.next_event()
+            ev = h1.next_event()
             if ev is not NEED_DATA:
                 return ev
             await self.down.flush()
@@ -346,7 +357,8 @@ class Exchange:
                 self.timers.arm(timer, self._read_deadline())
                 self.reading = True
                 try:
-                    data = await receive(conn.stream)
+                    # Right after the request head went out nothing can be there yet.
+                    data = await receive(conn.stream, wait_first=not h1.buf and h1.state == "head")
                 except BROKEN:
                     if timer.expired:
                         raise trio.TooSlowError from None
