@@ -3,8 +3,8 @@
 The I/O half of the built-in ingress proxy's request handling (ProxyEngine owns
 listeners and connections, fleet.network.ingress_http the decisions):
 
-- `Downstream`: the client's stream, h11 parsing what the client sends and the proxy's
-  own response framing (keep-alive, chunked, HEAD), with writes coalesced so a
+- `Downstream`: the client's stream, ingress_h1server.H1Server parsing what the client
+  sends and the proxy's own response framing (keep-alive, chunked, HEAD), with writes coalesced so a
   response head, body and end that arrive together leave in one write;
 - `Exchange`: send the request head, stream the request body (a task of its own, so a
   backend that answers while still reading works), relay the response chunk by chunk,
@@ -20,9 +20,11 @@ import math
 import os
 from dataclasses import dataclass
 
-import h11
 import trio
 
+from fleet.network.ingress_h1server import END as REQUEST_END
+from fleet.network.ingress_h1server import NEED_DATA as CLIENT_NEED_DATA
+from fleet.network.ingress_h1server import H1Server, ProtocolError, Request
 from fleet.network.ingress_http import (
     IDEMPOTENT,
     REASONS,
@@ -30,6 +32,7 @@ from fleet.network.ingress_http import (
     downstream_response_headers,
     error_response,
 )
+from fleet.network.ingress_timers import Timer, Timers, socket_of
 from fleet.network.ingress_upstream import (
     END,
     NEED_DATA,
@@ -45,15 +48,19 @@ READ_SIZE = 64 * 1024
 BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
-async def receive(stream: trio.abc.Stream) -> bytes:
+async def receive(stream: trio.abc.Stream, *, wait_first: bool = False) -> bytes:
     """`stream.receive_some` for the proxy's hot path.  On a plain TCP stream it reads the
     socket directly when data is already there and waits for readability otherwise:
     trio's SocketStream adds a scheduler round trip to every call (a checkpoint), which
     at two reads a request was a tenth of the proxy's CPU.  Every exchange still waits
-    for its backend's answer, so a busy connection cannot starve the others."""
+    for its backend's answer, so a busy connection cannot starve the others.
+    `wait_first`: the peer has had no time to answer yet (a backend just sent a
+    request): wait for readability before reading rather than fail a read first."""
     sock = getattr(stream, "socket", None)
     if sock is None:  # TLS and other streams: the ordinary way
         return await stream.receive_some(READ_SIZE)
+    if wait_first:
+        await trio.lowlevel.wait_readable(sock)
     while True:
         try:
             return os.read(sock.fileno(), READ_SIZE)
@@ -86,19 +93,20 @@ class TooLarge(Exception):
 
 
 class Downstream:
-    """The client's connection: h11 parses what the client sends (strictly, with its
-    400/431 hints); the proxy frames its responses itself — h11's response side was a
-    large share of the per-request CPU — and decides keep-alive as RFC 9112 §9.3 says.
+    """The client's connection: H1Server parses what the client sends (strictly: 400,
+    431 or 501 on bad input); the proxy frames its responses itself and decides
+    keep-alive as RFC 9112 §9.3 says.
     Writes are coalesced: a head, body and end that arrive together leave in one write."""
 
     def __init__(self, stream: trio.abc.Stream, max_header_bytes: int) -> None:
         self.stream = stream
         self.max_header_bytes = max_header_bytes
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
+        self.h1 = H1Server(max_header_bytes)
+        self.answered = False  # a response just went out (see next_event)
         self._out = bytearray()
         self.begin(None)
 
-    def begin(self, req: h11.Request | None) -> None:
+    def begin(self, req: Request | None) -> None:
         """A new request cycle (None before the first request)."""
         self.status = 0  # of the final (or 101) response head sent (0: none yet)
         self.started = False  # a final response head was queued
@@ -107,6 +115,9 @@ class Downstream:
         self._framing = "length"  # length | chunked | none | close
         self._head_method = req.method if req is not None else b"GET"
         self._http11 = req is None or req.http_version == b"1.1"
+        # A proposed protocol switch (CONNECT, Upgrade) the backend turned down ends the
+        # connection after the response, as h11's MIGHT_SWITCH_PROTOCOL state did.
+        self._switch_proposed = req is not None and req.switch
         close = False
         if req is not None:
             for name, value in req.headers:
@@ -116,15 +127,22 @@ class Downstream:
         self.keep_alive = self._http11 and not close
 
     async def next_event(self) -> object:
+        """The client's next Request, body bytes, REQUEST_END or ingress_h1server.CLOSED
+        (ProtocolError on malformed input)."""
+        h1 = self.h1
         while True:
-            ev = self.h11.next_event()
-            if ev is not h11.NEED_DATA:
+            ev = h1.next_event()
+            if ev is not CLIENT_NEED_DATA:
                 return ev
+            # A keep-alive client sends its next request only after our response: wait
+            # before reading (a first request or a body may well be there already).
+            wait_first = self.answered and h1.state == "idle" and not h1.buf
+            self.answered = False
             try:
-                data = await receive(self.stream)
+                data = await receive(self.stream, wait_first=wait_first)
             except BROKEN:
                 data = b""
-            self.h11.receive_data(data)
+            h1.receive_data(data)
 
     async def head(self, status: int, headers: list[tuple[bytes, bytes]], reason: bytes = b"",
                    *, flush: bool = False) -> None:
@@ -193,19 +211,16 @@ class Downstream:
 
     def next_cycle(self) -> bool:
         """Ready the connection for the client's next request; False: close it instead."""
-        if not (self.keep_alive and self.finished and self.h11.their_state is h11.DONE):
+        if not (self.keep_alive and self.finished and self.h1.state == "done"
+                and not self._switch_proposed):
             return False
-        pending, eof = self.h11.trailing_data  # pipelined bytes of the next request
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_header_bytes)
-        if pending:
-            self.h11.receive_data(pending)
-        if eof:
-            self.h11.receive_data(b"")
+        self.h1.start_next_cycle()  # pipelined bytes of the next request stay buffered
         self.begin(None)
+        self.answered = True
         return True
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class UpstreamRequest:
     """The request head as the backend gets it (the same for every attempt)."""
 
@@ -215,7 +230,7 @@ class UpstreamRequest:
     chunked: bool  # the body goes chunked (the client sent it chunked)
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     status: int | None  # None: failed before any response byte and before any body byte
     error: str = ""
@@ -225,13 +240,22 @@ class Exchange:
     """One request/response cycle with one upstream connection."""
 
     def __init__(self, pool: UpstreamPool, down: Downstream, conn: UpstreamConn, req: UpstreamRequest,
-                 info: RequestInfo, sel: Selection, has_body: bool, timeout: float, max_body_bytes: int) -> None:
+                 info: RequestInfo, sel: Selection, has_body: bool, timeout: float, max_body_bytes: int,
+                 timers: Timers) -> None:
         self.pool, self.down, self.conn, self.req = pool, down, conn, req
+        # The backend's silence is timed by a coarse Timer (ingress_timers: a cancel
+        # scope per read cost a sixth of the proxy's CPU); a stream without a socket
+        # falls back to a scope (`read_scope`).
+        self.timers = timers
+        self.timer = conn.timer
+        if self.timer is None and (sock := socket_of(conn.stream)) is not None:
+            self.timer = conn.timer = Timer(sock)
+        self.reading = False
         self.max_body_bytes = max_body_bytes
         self.info, self.sel, self.has_body, self.timeout = info, sel, has_body, timeout
         self.body_sent = 0
         self.body_error: BaseException | None = None
-        self.body_done = trio.Event()
+        self.body_done = False  # the body pump finished (a plain flag: nothing waits on it)
         self.read_scope: trio.CancelScope | None = None
 
     async def run(self) -> Outcome:
@@ -254,7 +278,7 @@ class Exchange:
                 result.append(await self._response())
             except (Retry, Closed) as e:
                 result.append(e)
-            if self.has_body and not self.body_done.is_set():
+            if self.has_body and not self.body_done:
                 cancel.cancel()  # the backend answered before taking the whole body
 
         if self.has_body:
@@ -294,24 +318,27 @@ class Exchange:
         try:
             while True:
                 ev = await self.down.next_event()
-                if isinstance(ev, h11.Data):
-                    self.body_sent += len(ev.data)
+                if ev.__class__ is bytes:
+                    self.body_sent += len(ev)  # type: ignore[arg-type]
                     if limit and self.body_sent > limit:
                         raise TooLarge
-                    if not await self._to_backend(self.conn.h1.body(bytes(ev.data))):
+                    if not await self._to_backend(self.conn.h1.body(ev)):  # type: ignore[arg-type]
                         return
-                elif isinstance(ev, h11.EndOfMessage):
+                elif ev is REQUEST_END:
                     await self._to_backend(self.conn.h1.end())
                     return
                 else:  # the client went away mid-body
                     raise Closed
-        except (TooLarge, Closed, h11.RemoteProtocolError) as e:
+        except (TooLarge, Closed, ProtocolError) as e:
             # The client's side failed: stop the whole exchange.
             self.body_error = e
             cancel.cancel()
         finally:
-            self.body_done.set()
-            if self.read_scope is not None:  # the backend's silence counts from now
+            self.body_done = True
+            # The backend's silence counts from now.
+            if self.timer is not None and self.reading:
+                self.timers.arm(self.timer, trio.current_time() + self.timeout)
+            if self.read_scope is not None:
                 self.read_scope.deadline = trio.current_time() + self.timeout
 
     async def _upstream_event(self) -> object:
@@ -319,11 +346,28 @@ class Exchange:
         The clock runs only once the request body is all sent (a slow upload is not a
         silent backend).  What was queued for the client goes out before waiting."""
         conn = self.conn
+        h1 = conn.h1
         while True:
-            ev = conn.h1.next_event()
+            ev = h1.next_event()
             if ev is not NEED_DATA:
                 return ev
             await self.down.flush()
+            timer = self.timer
+            if timer is not None:
+                self.timers.arm(timer, self._read_deadline())
+                self.reading = True
+                try:
+                    # Right after the request head went out nothing can be there yet.
+                    data = await receive(conn.stream, wait_first=not h1.buf and h1.state == "head")
+                except BROKEN:
+                    if timer.expired:
+                        raise trio.TooSlowError from None
+                    raise
+                finally:
+                    self.reading = False
+                    self.timers.disarm(timer)
+                conn.h1.receive_data(data)
+                continue
             # A bare CancelScope: fail_after's context-manager wrapper costs more per read.
             with trio.CancelScope(deadline=self._read_deadline()) as scope:
                 self.read_scope = scope
@@ -334,7 +378,7 @@ class Exchange:
             conn.h1.receive_data(data)
 
     def _read_deadline(self) -> float:
-        if self.has_body and not self.body_done.is_set():
+        if self.has_body and not self.body_done:
             return math.inf
         return trio.current_time() + self.timeout
 
@@ -406,7 +450,7 @@ class Exchange:
         conn, down = self.conn, self.down
         headers = downstream_response_headers(ev.headers, upgrade=True, flt=self.sel.route.response_headers)
         await down.head(101, headers, ev.reason, flush=True)
-        client_extra, _ = down.h11.trailing_data
+        client_extra, _ = down.h1.trailing_data
         backend_extra, _ = conn.h1.trailing_data
         try:
             if backend_extra:
@@ -438,18 +482,6 @@ async def pipe(src: trio.abc.Stream, dst: trio.abc.Stream, done: trio.CancelScop
         pass
     finally:
         done.cancel()
-
-
-def head_size(req: h11.Request) -> int:
-    """Bytes of a request line and headers as sent (give or take whitespace)."""
-    return len(req.method) + len(req.target) + 12 + sum(len(k) + len(v) + 4 for k, v in req.headers)
-
-
-def has_body_of(req: h11.Request) -> bool:
-    for name, value in req.headers:
-        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
-            return True
-    return False
 
 
 def why(e: BaseException) -> str:

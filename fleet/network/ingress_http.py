@@ -1,12 +1,13 @@
 """HTTP/1.1 pieces of the built-in ingress proxy: pure functions over requests and headers.
 
-The proxy (fleet.network.ingress_proxy) parses client requests with h11 and frames the
-rest itself (fleet.network.ingress_exchange, ingress_upstream.H1Client); what it
+The proxy (fleet.network.ingress_proxy) parses client requests with
+fleet.network.ingress_h1server and frames the rest itself (fleet.network.ingress_exchange,
+ingress_upstream.H1Client); what it
 does to a request between them is decided here, without I/O, so every rule is testable
 on its own:
 
 - `RequestInfo.parse` reads what route selection needs (host without port, decoded
-  path, first query values, lower-cased headers) from an h11 request;
+  path, first query values, lower-cased headers) from a parsed request;
 - `upstream_request_headers` / `downstream_response_headers` drop hop-by-hop headers
   (RFC 9110 §7.6.1, plus `Proxy-*` and anything `Connection` names), add
   X-Forwarded-* and RFC 7239 `Forwarded`, and apply a route's header filters;
@@ -16,6 +17,7 @@ on its own:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote
@@ -116,9 +118,12 @@ def forwarded_for_node(ip: str) -> str:
     return f'"[{ip}]"' if ":" in ip else ip
 
 
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
 def _quote_if_needed(value: str) -> str:
-    token_ok = value and all(c.isalnum() or c in "!#$%&'*+-.^_`|~" for c in value)
-    return value if token_ok else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    # A regex: a generator over the characters was a measurable share of each request.
+    return value if _TOKEN.fullmatch(value) else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _safe(name: str, value: str) -> bool:
@@ -222,7 +227,7 @@ def redirect_location(redirect: Redirect, info: RequestInfo, *, scheme: str, lis
 REASONS = {301: b"Moved Permanently", 302: b"Found", 303: b"See Other", 307: b"Temporary Redirect",
            308: b"Permanent Redirect", 400: b"Bad Request", 404: b"Not Found", 413: b"Content Too Large",
            431: b"Request Header Fields Too Large", 500: b"Internal Server Error", 502: b"Bad Gateway",
-           503: b"Service Unavailable", 504: b"Gateway Timeout"}
+           501: b"Not Implemented", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
 
 
 def error_response(status: int, text: str, extra: Sequence[tuple[bytes, bytes]] = ()) -> tuple[Headers, bytes]:

@@ -1,13 +1,14 @@
 """The built-in ingress engine ("builtin"): a Trio reverse proxy serving a RouteTable.
 
-    client ─TCP/TLS─→ listener (one per Listener.port) ─h11 parse─→ route (RouteTable.select)
+    client ─TCP/TLS─→ listener (one per Listener.port) ─H1Server parse─→ route (RouteTable.select)
           ─→ backend by weight, endpoint round-robin ─H1Client─→ pooled upstream connection
 
 What this module owns: listening ports opened and closed as tables change, one task
-per client connection (keep-alive, timeouts, 400/431), and per request the route,
+per client connection (keep-alive, timeouts, 400/431/501), and per request the route,
 redirect, error answers and the attempts over a backend's endpoints (retries).  The
 exchange with one backend connection — streamed both ways, never buffered whole, raw
-piping after a 101 — is fleet.network.ingress_exchange; decisions about headers,
+piping after a 101 — is fleet.network.ingress_exchange; parsing client requests is
+fleet.network.ingress_h1server; decisions about headers,
 redirects and error bodies are pure functions in fleet.network.ingress_http; the
 backend pick and the connection pool are fleet.network.ingress_upstream; SNI
 certificate choice is fleet.network.ingress_tls.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import h11
 import trio
 
 from fleet.network.ingress_exchange import (
@@ -31,18 +31,18 @@ from fleet.network.ingress_exchange import (
     Downstream,
     Exchange,
     UpstreamRequest,
-    has_body_of,
-    head_size,
     receive,
     respond,
     why,
 )
+from fleet.network.ingress_h1server import ProtocolError, Request
 from fleet.network.ingress_http import (
     IDEMPOTENT,
     RequestInfo,
     redirect_location,
     upstream_request_headers,
 )
+from fleet.network.ingress_timers import Timer, Timers, resolution_for, socket_of
 from fleet.network.ingress_tls import TlsContexts
 from fleet.network.ingress_upstream import EndpointCursor, UpstreamPool, pick_backend
 from fleet.network.routetable import (
@@ -77,6 +77,7 @@ class ProxyEngine:
         self._pool = UpstreamPool(connect_timeout=options.connect_timeout)
         self._cursor = EndpointCursor()
         self._tls = TlsContexts(lambda port: self._table.listener(port))
+        self._timers = Timers(resolution_for([options.keepalive_timeout, options.response_timeout]))
         self.open_connections = 0
 
     @property
@@ -92,6 +93,7 @@ class ProxyEngine:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._janitor)
+                nursery.start_soon(self._timers.run)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -125,6 +127,11 @@ class ProxyEngine:
                             who = f" from {src.kind} {src.namespace}/{src.name}" if src else ""
                             problems.append(f"port {lst.port}: certificate{who} does not load: {e}")
             self._table = table
+            opts = self.options
+            self._timers.resolution = resolution_for(
+                [opts.keepalive_timeout, opts.response_timeout,
+                 *(r.timeout for lst in table.listeners for vh in lst.hosts for r in vh.routes
+                   if r.timeout is not None)])
             self._tls.prune(table)
             self._cursor.prune(table)
             wanted = {lst.port for lst in table.listeners}
@@ -200,48 +207,69 @@ class ProxyEngine:
                     pass
 
     async def _serve_http(self, down: Downstream, port: int, scheme: str, client_ip: str) -> None:
+        sock = socket_of(down.stream)
+        await self._serve_requests(down, port, scheme, client_ip, Timer(sock) if sock is not None else None)
+
+    async def _next_request(self, down: Downstream, timer: Timer | None) -> object:
+        """The client's next request head (None: idle timeout or the client closed).
+        Idle wait and the head itself share one deadline: a client that never finishes
+        its headers (slowloris) is closed like an idle one.  Timed by a coarse Timer
+        (see ingress_timers), or a cancel scope for a stream without a socket."""
+        deadline = trio.current_time() + self.options.keepalive_timeout
+        if timer is None:
+            with trio.CancelScope(deadline=deadline):
+                return await down.next_event()
+            return None
+        self._timers.arm(timer, deadline)
+        try:
+            return await down.next_event()
+        except ProtocolError:
+            if timer.expired:  # the read broke because the timer fired: no 400
+                return None
+            raise
+        finally:
+            self._timers.disarm(timer)
+
+    async def _serve_requests(self, down: Downstream, port: int, scheme: str, client_ip: str,
+                              timer: Timer | None) -> None:
         while True:
-            # Idle wait and the head itself share one deadline: a client that never
-            # finishes its headers (slowloris) is closed like an idle one.
-            ev: object = None
-            with trio.CancelScope(deadline=trio.current_time() + self.options.keepalive_timeout):
-                try:
-                    ev = await down.next_event()
-                except h11.RemoteProtocolError as e:
-                    await self._client_error(down, e)
-                    return
-            if not isinstance(ev, h11.Request):
-                return  # idle timeout, the client closed, or a protocol state we do not serve
-            down.begin(ev)
-            if head_size(ev) > self.options.max_header_bytes:
-                # h11's own limit only catches a head still incomplete at that size.
-                await self._client_error(down, h11.RemoteProtocolError("head too large", 431))
-                return
-            if not has_body_of(ev):
-                down.h11.next_event()  # h11 has the EndOfMessage already: no body to stream
             try:
-                await self._request(down, ev, port, scheme, client_ip)
-            except (Closed, h11.LocalProtocolError):
+                ev = await self._next_request(down, timer)
+            except ProtocolError as e:
+                await self._client_error(down, e)
                 return
-            except h11.RemoteProtocolError as e:
+            if ev.__class__ is not Request:
+                return  # idle timeout or the client closed
+            down.begin(ev)  # type: ignore[arg-type]
+            try:
+                await self._request(down, ev, port, scheme, client_ip)  # type: ignore[arg-type]
+            except Closed:
+                return
+            except ProtocolError as e:
                 await self._client_error(down, e)
                 return
             if down.switched:
                 return
-            if down.h11.their_state is h11.SEND_BODY:
+            if down.h1.state == "body":
                 await self._drain(down)
                 return
             if not down.next_cycle():
                 return
 
-    async def _client_error(self, down: Downstream, e: h11.RemoteProtocolError) -> None:
-        """400 (malformed) or 431 (head too large) for this connection only, then close."""
-        status = e.error_status_hint if e.error_status_hint in (400, 431) else 400
-        text = "request header fields too large" if status == 431 else f"bad request: {e}"
+    async def _client_error(self, down: Downstream, e: ProtocolError) -> None:
+        """400 (malformed), 431 (head too large) or 501 (a transfer coding other than
+        chunked) for this connection only, then close."""
+        status = e.status
+        if status == 431:
+            text = "request header fields too large"
+        elif status == 501:
+            text = f"not implemented: {e}"
+        else:
+            text = f"bad request: {e}"
         if not down.started:
             try:
                 await respond(down, status, text, close=True)
-            except (Closed, h11.LocalProtocolError):
+            except Closed:
                 pass
         self._observe(None, status, 0.0)
 
@@ -266,7 +294,7 @@ class ProxyEngine:
 
     # ---- one request -----------------------------------------------------------
 
-    async def _request(self, down: Downstream, req: h11.Request, port: int, scheme: str,
+    async def _request(self, down: Downstream, req: Request, port: int, scheme: str,
                        client_ip: str) -> None:
         started = trio.current_time()
         table = self._table  # this request keeps this table, whatever apply does meanwhile
@@ -280,7 +308,7 @@ class ProxyEngine:
             # exchange broke before any response head went out.
             self._observe(source, down.status or 499, trio.current_time() - started)
 
-    async def _route(self, down: Downstream, req: h11.Request, info: RequestInfo,
+    async def _route(self, down: Downstream, req: Request, info: RequestInfo,
                      sel: Selection | None, port: int, scheme: str, client_ip: str) -> int:
         if sel is None:
             await respond(down, 404, f"no route for host {info.host or '(none)'} path {info.path}")
@@ -312,17 +340,17 @@ class ProxyEngine:
             return 413
         return await self._proxy(down, req, info, sel, backend, port, scheme, client_ip)
 
-    async def _proxy(self, down: Downstream, req: h11.Request, info: RequestInfo, sel: Selection,
+    async def _proxy(self, down: Downstream, req: Request, info: RequestInfo, sel: Selection,
                      backend: Backend, port: int, scheme: str, client_ip: str) -> int:
         route = sel.route
         timeout = route.timeout if route.timeout is not None else self.options.response_timeout
-        has_body = has_body_of(req)
+        has_body = req.has_body
         headers = upstream_request_headers(req.headers, info, client_ip=client_ip, scheme=scheme,
                                            port=port, flt=route.request_headers)
         chunked = "transfer-encoding" in info.headers
         if chunked:
             headers.append((b"transfer-encoding", b"chunked"))
-        # The method, target and headers came out of h11's parser; what the proxy adds
+        # The method, target and headers came out of H1Server's parser; what the proxy adds
         # is well-formed (filter names and values are checked in apply_filter).
         upstream_req = UpstreamRequest(req.method, req.target, headers, chunked)
         retryable = req.method in IDEMPOTENT
@@ -340,7 +368,7 @@ class ProxyEngine:
                         last_error = f"cannot connect to {endpoint.address}:{endpoint.port}: {why(e)}"
                         break  # nothing was sent: the next endpoint, whatever the method
                 outcome = await Exchange(self._pool, down, conn, upstream_req, info, sel, has_body, timeout,
-                                         self.options.max_body_bytes).run()
+                                         self.options.max_body_bytes, self._timers).run()
                 if outcome.status is not None:
                     return outcome.status
                 # Reset before any response byte, with no body byte sent.

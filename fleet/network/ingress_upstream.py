@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import h11
 import trio
 
+from fleet.network.ingress_timers import Timer
 from fleet.network.routetable import Backend, Endpoint, RouteTable
 
 
@@ -74,6 +75,7 @@ class UpstreamConn:
     h1: H1Client = field(default_factory=lambda: H1Client())
     reused: bool = False
     idle_since: float = 0.0
+    timer: Timer | None = None  # times waits for the backend's answer (made on first use)
 
     async def aclose(self) -> None:
         with trio.move_on_after(1) as scope:
@@ -156,19 +158,19 @@ def _close_nowait(conn: UpstreamConn) -> None:
 #
 # The backend side speaks through this small codec instead of h11: it is about half of
 # the proxy's per-request CPU with h11 on both sides, and the client side needs only
-# a subset (one request at a time, framing of responses).  Client input stays with h11.
+# a subset (one request at a time, framing of responses).  Client input has its own
+# codec, fleet.network.ingress_h1server.
 
 NEED_DATA = h11.NEED_DATA
 END = h11.EndOfMessage()  # the response ended (a sentinel; compared with `is`)
 
 #: Every header line of a head at once: a token name, a value without CR, LF or NUL.
 _HEADER_BLOCK = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n\0]*\r\n)*")
-# The end of a response head.  RFC 9112 §2.2: a recipient MAY take a bare LF for a line
-# end, and some servers mix them (busybox httpd's CGI heads end in "\n\n"): h11 does
-# too, so the earliest blank line ends the head whichever way its lines end.
-_HEAD_END = re.compile(rb"\r?\n\r?\n")
 _STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([1-9][0-9][0-9])(?: (.*))?")
 MAX_HEAD = 64 * 1024
+#: The end of a head: an empty line, after CRLF or a bare LF (RFC 9112 §2.2 lets a
+#: recipient accept LF alone; busybox httpd passes a CGI script's bare-LF headers on).
+_HEAD_END = re.compile(rb"\n\r?\n")
 
 
 class UpstreamError(Exception):
@@ -252,10 +254,13 @@ class H1Client:
             if self.eof:
                 raise UpstreamError("the backend closed the connection before answering")
             return NEED_DATA
-        raw = bytes(buf[: end.start()]) + b"\r\n"
+        raw = bytes(buf[: end.end()])
         del buf[: end.end()]
-        if b"\n" in raw.replace(b"\r\n", b""):
-            raw = raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")  # bare LFs: one form
+        if raw.count(b"\n") == raw.count(b"\r\n"):
+            raw = raw[:-2]  # every line ends in CRLF: drop the empty line
+        else:  # some bare LFs: every line to CRLF (one CR dropped per line, as h11 does)
+            lines = [ln[:-1] if ln.endswith(b"\r") else ln for ln in raw.split(b"\n")[:-2]]
+            raw = b"\r\n".join(lines) + b"\r\n"
         status_line, _, block = raw.partition(b"\r\n")
         m = _STATUS_LINE.fullmatch(status_line)
         if m is None:

@@ -134,3 +134,19 @@ def test_heads_whose_lines_end_in_a_bare_lf() -> None:
     c = fresh()
     evs = events(c, b"HTTP/1.1 200 OK\nContent-Length: 6\n\nab\r\n\r\n")
     assert b"".join(e for e in evs[1:-1]) == b"ab\r\n\r\n"  # type: ignore[misc]
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\n\n",  # busybox httpd + a CGI script's echo
+    b"HTTP/1.1 200 OK\nContent-Type: text/plain\nConnection: close\n\n",
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\n",
+])
+def test_bare_lf_line_ends_are_accepted(head: bytes) -> None:
+    c = fresh()
+    out = events(c, head + b"hello\n", b"")
+    assert isinstance(out[0], Head) and out[0].status_code == 200
+    assert out[0].headers[0] == (b"Content-Type", b"text/plain")
+    assert b"".join(e for e in out[1:-1]) == b"hello\n" and out[-1] is END  # type: ignore[misc]
+
+
+def test_a_bare_cr_is_refused() -> None:
+    with pytest.raises(UpstreamError):
+        events(fresh(), b"HTTP/1.1 200 OK\r\nX: a\rb\r\nContent-Length: 0\r\n\r\n")

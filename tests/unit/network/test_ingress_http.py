@@ -68,6 +68,16 @@ def test_forwarded_for_node_quotes_ipv6() -> None:
     assert forwarded_for_node("2001:db8::1") == '"[2001:db8::1]"'
 
 
+def test_forwarded_host_quoted_unless_a_token() -> None:
+    def host_of(host: bytes) -> bytes:
+        out = dict(upstream_request_headers([(b"host", host)], info(b"/", host), client_ip="10.0.0.1",
+                                            scheme="http", port=80, flt=None))
+        return out[b"forwarded"].split(b";")[1]
+    assert host_of(b"shop.example") == b"host=shop.example"  # RFC 7239: a token goes bare
+    assert host_of(b"shop.example:80") == b'host="shop.example:80"'  # ':' is no tchar
+    assert host_of("caf\xe9.example".encode("latin-1")) == 'host="caf\xe9.example"'.encode("latin-1")
+
+
 def test_upstream_headers_append_forwarding_and_keep_host() -> None:
     i = info(b"/", b"shop.example:8080", (b"X-Forwarded-For", b"1.2.3.4"),
              (b"Forwarded", b"for=1.2.3.4"), (b"X-Forwarded-Proto", b"spoofed"))
