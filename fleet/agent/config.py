@@ -53,6 +53,8 @@ class AgentConfig:
     # network: strict = a pod whose rules cannot be programmed gets no traffic at all
     # (fail closed) instead of keeping its previous rules (or none).
     network_policy_strict: bool = False
+    # Storage driver plugin modules (fleet.storage.registry.load_plugins).
+    storage_plugins: list[str] = field(default_factory=list)
     # Routes to other nodes' pod CIDRs (bridge driver): auto (host-gw for peers on a
     # directly connected subnet, VXLAN for the others), host-gw or vxlan.
     network_backend: str = "auto"

@@ -65,6 +65,7 @@ from fleet.client.informer import Informer
 from fleet.network.driver import PeerRouting
 from fleet.runtime.driver import select_driver
 from fleet.server.limits import ClientTimeouts
+from fleet.storage import registry as storage_registry
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ async def run(cfg: AgentConfig, *,
 
     cfg.data_dir = Path(cfg.data_dir)
     await trio.to_thread.run_sync(lambda: cfg.data_dir.mkdir(parents=True, exist_ok=True))
+    storage_registry.load_plugins(cfg.storage_plugins)
     bridge = (cfg.bridge_name or "fleet0") if cfg.network_driver == "bridge" else None
     proxy_table = (inventory.proxy_table_for(cfg.bridge_name)
                    if cfg.pod_networking and cfg.service_proxy else None)

@@ -126,6 +126,9 @@ def server(
              "interface's address).")] = "",
     no_ingress: Annotated[bool, cyclopts.Parameter(
         help="Do not run the ingress (Ingress and Gateway API).", negative=())] = False,
+    storage_plugin: Annotated[list[str] | None, cyclopts.Parameter(
+        help="Python module (or module:function) that registers a storage driver with "
+             "fleet.storage.registry (repeatable); also loaded by the built-in agent.")] = None,
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -136,7 +139,8 @@ def server(
     cfg = ServerConfig(data_dir=data_dir or default_data_dir(), port=port, metrics_port=metrics_port,
                        address=address, retention=retention, cluster_cidr=cluster_cidr,
                        agent=not no_agent, agent_port=agent_port, agent_driver=agent_driver,
-                       agent_bridge=agent_bridge, agent_network_policy_strict=network_policy_strict)
+                       agent_bridge=agent_bridge, agent_network_policy_strict=network_policy_strict,
+                       storage_plugins=list(storage_plugin or []))
     if agent_network is not None:
         cfg.agent_network = None if agent_network in ("none", "host", "") else agent_network
     if not no_agent:
@@ -316,6 +320,9 @@ def agent(
     cluster_domain: Annotated[str, cyclopts.Parameter(help="The cluster DNS domain.")] = "cluster.local",
     resolv_conf: Annotated[str, cyclopts.Parameter(
         help="The node's resolv.conf, for Default pods and the host search domains.")] = "/etc/resolv.conf",
+    storage_plugin: Annotated[list[str] | None, cyclopts.Parameter(
+        help="Python module (or module:function) that registers a storage driver with "
+             "fleet.storage.registry (repeatable).")] = None,
     log_level: str = "INFO",
 ) -> None:
     """Run a node agent: register the node and run the pods bound to it."""
@@ -338,7 +345,8 @@ def agent(
                       network_backend=network_backend,
                       insecure_registries=list(insecure_registry or []),
                       cluster_dns=[a.strip() for a in cluster_dns.split(",") if a.strip()],
-                      cluster_domain=cluster_domain, resolv_conf=resolv_conf)
+                      cluster_domain=cluster_domain, resolv_conf=resolv_conf,
+                      storage_plugins=list(storage_plugin or []))
     if not simulate:
         cfg.registries = _registries(registries, data_dir, disable_default_registry_endpoint,
                                      "fleet agent")

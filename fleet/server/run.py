@@ -51,6 +51,7 @@ from fleet.server.rest import ResourceAPI
 from fleet.server.svcalloc import ServiceAllocator
 from fleet.server.svcalloc_range import PortRange, ServiceIPRange
 from fleet.server.watch import WatchCounter
+from fleet.storage import registry as storage_registry
 from fleet.store import KeyExists, Store, open_store
 
 if TYPE_CHECKING:
@@ -96,6 +97,9 @@ class ServerConfig:
     agent_bridge: str | None = None  # bridge name (default: the driver's, fleet0)
     # NetworkPolicy fails closed on the built-in agent (fleet.agent.netpolicy).
     agent_network_policy_strict: bool = False
+    # Storage driver plugin modules (fleet.storage.registry.load_plugins), loaded by
+    # the server and passed to the built-in agent.
+    storage_plugins: list[str] = field(default_factory=list)
     # The built-in agent's registry mirrors / per-host auth and TLS (a parsed
     # registries.yaml, fleet.runtime.images.mirrors); None: none.
     agent_registries: RegistriesConfig | None = None
@@ -238,6 +242,9 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
               handle_signals: bool = False) -> None:
     data_dir = Path(cfg.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # Storage drivers (in-tree and --storage-plugin ones): a plugin that does not
+    # import stops the start, as any bad flag does.
+    storage_registry.load_plugins(cfg.storage_plugins)
     token = load_or_create_admin_token(data_dir)
     tls = ensure_serving_tls(data_dir, serving_names(cfg))
     async with open_store(data_dir / "fleet.db", retention=cfg.retention, sync=cfg.sync,
@@ -386,6 +393,7 @@ async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes, *,
                             driver=cfg.agent_driver, network_driver=cfg.agent_network,
                             bridge_name=cfg.agent_bridge, registries=cfg.agent_registries,
                             network_policy_strict=cfg.agent_network_policy_strict,
+                            storage_plugins=list(cfg.storage_plugins),
                             cluster_cidr=cfg.cluster_cidr, service_cidr=cfg.service_cidr,
                             cluster_dns=[cfg.dns.service_ip], cluster_domain=cfg.dns.domain,
                             resolv_conf=cfg.dns.resolv_conf,

@@ -1,0 +1,213 @@
+"""Claims and volumes: the names and the pure matching rules binder and scheduler share.
+
+The PersistentVolume controller (binding claims to volumes), the scheduler's
+VolumeBinding plugin (which volumes a pod could use on a node) and the agent all
+need the same answers — is this claim bound, which class does it ask for, which
+available volume fits it best, may this volume be used from that node — so they
+live here once, with Kubernetes' annotation names.
+
+`find_matching_volume` is kube-controller-manager's `FindMatchingVolume`: a volume
+pre-bound to the claim wins; otherwise the smallest Available volume of the
+claim's class whose capacity, access modes, volume mode, label selector and (when a
+node is given) node affinity fit.  With `delay_binding` and no node (a
+WaitForFirstConsumer claim seen by the PV controller) only pre-bound volumes
+match: the scheduler binds the rest once it knows the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from fleet.api.nodeaffinity import compile_term, term_matches
+from fleet.api.quantity import QuantityError, parse_quantity
+from fleet.api.selectors import selector_dict_matches
+
+# Claim and volume annotations (k8s.io/component-helpers/storage/volume, pv_controller.go).
+BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
+BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
+PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
+BETA_STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+BETA_DEFAULT_CLASS = "storageclass.beta.kubernetes.io/is-default-class"
+# Finalizers (StorageObjectInUseProtection).
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
+PV_PROTECTION = "kubernetes.io/pv-protection"
+# Binding modes.
+IMMEDIATE = "Immediate"
+WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+
+
+def _d(obj: Any, *path: str) -> dict[str, Any]:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, Mapping) else None
+    return obj if isinstance(obj, dict) else {}
+
+
+def quantity(value: Any) -> Decimal | None:
+    try:
+        return parse_quantity(value)
+    except (QuantityError, TypeError, ValueError):
+        return None
+
+
+def claim_class(claim: Mapping[str, Any]) -> str:
+    """GetPersistentVolumeClaimClass: the beta annotation wins over storageClassName."""
+    ann = _d(claim, "metadata", "annotations").get(BETA_STORAGE_CLASS)
+    if ann is not None:
+        return str(ann)
+    return str(_d(claim, "spec").get("storageClassName") or "")
+
+
+def volume_class(pv: Mapping[str, Any]) -> str:
+    """GetPersistentVolumeClass."""
+    ann = _d(pv, "metadata", "annotations").get(BETA_STORAGE_CLASS)
+    if ann is not None:
+        return str(ann)
+    return str(_d(pv, "spec").get("storageClassName") or "")
+
+
+def claim_request(claim: Mapping[str, Any]) -> Decimal | None:
+    return quantity(_d(claim, "spec", "resources", "requests").get("storage"))
+
+
+def volume_capacity(pv: Mapping[str, Any]) -> Decimal | None:
+    return quantity(_d(pv, "spec", "capacity").get("storage"))
+
+
+def is_claim_bound(claim: Mapping[str, Any]) -> bool:
+    """A claim counts as bound when it names its volume and is Bound or bind-completed."""
+    if not _d(claim, "spec").get("volumeName"):
+        return False
+    return (_d(claim, "status").get("phase") == "Bound"
+            or BIND_COMPLETED in _d(claim, "metadata", "annotations"))
+
+
+def is_default_class(sc: Mapping[str, Any]) -> bool:
+    ann = _d(sc, "metadata", "annotations")
+    return str(ann.get(DEFAULT_CLASS, ann.get(BETA_DEFAULT_CLASS, ""))).lower() == "true"
+
+
+def default_class(classes: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The default StorageClass; with several, the newest (then by name), as Kubernetes ≥1.26."""
+    defaults = [sc for sc in classes if is_default_class(sc)]
+    if not defaults:
+        return None
+    return max(defaults, key=lambda sc: (str(_d(sc, "metadata").get("creationTimestamp") or ""),
+                                         str(_d(sc, "metadata").get("name") or "")))
+
+
+def delays_binding(claim: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]]) -> bool:
+    """The claim's class binds WaitForFirstConsumer (an unknown or empty class binds at once)."""
+    name = claim_class(claim)
+    sc = classes.get(name) if name else None
+    return sc is not None and sc.get("volumeBindingMode") == WAIT_FOR_FIRST_CONSUMER
+
+
+def access_modes_contain(have: Iterable[str], want: Iterable[str]) -> bool:
+    """Every requested mode is offered; modes match literally, as CheckAccessModes does."""
+    offered = set(have)
+    return all(m in offered for m in want)
+
+
+def is_volume_bound_to_claim(pv: Mapping[str, Any], claim: Mapping[str, Any]) -> bool:
+    ref = _d(pv, "spec", "claimRef")
+    if not ref:
+        return False
+    md = _d(claim, "metadata")
+    if ref.get("name") != md.get("name") or ref.get("namespace") != md.get("namespace"):
+        return False
+    return not ref.get("uid") or ref.get("uid") == md.get("uid")
+
+
+def volume_node_affinity_matches(pv: Mapping[str, Any], node_labels: Mapping[str, str],
+                                 node_name: str = "") -> bool:
+    """CheckNodeAffinity: the volume's spec.nodeAffinity.required admits the node (no
+    affinity admits every node; a required selector with no usable term admits none)."""
+    required = _d(pv, "spec", "nodeAffinity", "required")
+    if not required:
+        return True
+    terms = [compile_term(t) for t in required.get("nodeSelectorTerms") or []]
+    return any(t is not None and term_matches(t, node_labels, node_name) for t in terms)
+
+
+def volume_node_name(pv: Mapping[str, Any]) -> str | None:
+    """The node a volume is pinned to by a single kubernetes.io/hostname `In` value, if so."""
+    terms = _d(pv, "spec", "nodeAffinity", "required").get("nodeSelectorTerms") or []
+    if len(terms) != 1 or not isinstance(terms[0], dict):
+        return None
+    for expr in terms[0].get("matchExpressions") or []:
+        if (isinstance(expr, dict) and expr.get("key") == "kubernetes.io/hostname"
+                and expr.get("operator") == "In" and len(expr.get("values") or []) == 1):
+            return str(expr["values"][0])
+    return None
+
+
+def volume_fits_claim(pv: Mapping[str, Any], claim: Mapping[str, Any]) -> bool:
+    """Mode, class, access modes, selector and size fit — everything but phase, claimRef
+    and node (`find_matching_volume` checks those)."""
+    spec, cspec = _d(pv, "spec"), _d(claim, "spec")
+    if (spec.get("volumeMode") or "Filesystem") != (cspec.get("volumeMode") or "Filesystem"):
+        return False
+    if volume_class(pv) != claim_class(claim):
+        return False
+    if not access_modes_contain(spec.get("accessModes") or [], cspec.get("accessModes") or []):
+        return False
+    want, have = claim_request(claim), volume_capacity(pv)
+    if want is None or have is None or have < want:
+        return False
+    selector = cspec.get("selector")
+    return not selector or selector_dict_matches(selector, _d(pv, "metadata", "labels"))
+
+
+def find_matching_volume(claim: Mapping[str, Any], volumes: Iterable[Mapping[str, Any]], *,
+                         node_labels: Mapping[str, str] | None = None, node_name: str = "",
+                         exclude: frozenset[str] | set[str] = frozenset(),
+                         delay_binding: bool = False) -> Mapping[str, Any] | None:
+    """The volume `claim` should bind to, or None (see the module docstring).
+
+    `node_labels` are the labels of the node the claim's pod goes to (scheduler);
+    `exclude` names volumes already promised in this cycle."""
+    wanted_name = _d(claim, "spec").get("volumeName")
+    best: Mapping[str, Any] | None = None
+    best_size: Decimal | None = None
+    for pv in volumes:
+        name = str(_d(pv, "metadata").get("name") or "")
+        if name in exclude or _d(pv, "metadata").get("deletionTimestamp"):
+            continue
+        if wanted_name and name != wanted_name:
+            continue
+        fits = volume_fits_claim(pv, claim)
+        if is_volume_bound_to_claim(pv, claim):
+            if fits or wanted_name:
+                return pv
+            continue
+        if not fits:
+            continue
+        if node_labels is None and delay_binding:
+            continue
+        if _d(pv, "status").get("phase") not in (None, "Available"):
+            continue
+        if _d(pv, "spec").get("claimRef"):
+            continue
+        if node_labels is not None and not volume_node_affinity_matches(pv, node_labels, node_name):
+            continue
+        size = volume_capacity(pv)
+        if best is None or (size is not None and best_size is not None and size < best_size):
+            best, best_size = pv, size
+    return best
+
+
+__all__ = [
+    "BETA_DEFAULT_CLASS", "BETA_STORAGE_CLASS", "BETA_STORAGE_PROVISIONER", "BIND_COMPLETED",
+    "BOUND_BY_CONTROLLER", "DEFAULT_CLASS", "IMMEDIATE", "PROVISIONED_BY", "PVC_PROTECTION",
+    "PV_PROTECTION", "SELECTED_NODE", "STORAGE_PROVISIONER", "WAIT_FOR_FIRST_CONSUMER",
+    "access_modes_contain", "claim_class", "claim_request", "default_class", "delays_binding",
+    "find_matching_volume", "is_claim_bound", "is_default_class", "is_volume_bound_to_claim",
+    "quantity", "volume_capacity", "volume_class", "volume_fits_claim",
+    "volume_node_affinity_matches", "volume_node_name",
+]
