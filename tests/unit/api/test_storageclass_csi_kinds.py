@@ -19,7 +19,11 @@ from fleet.api.kinds.csi import (
     validate_csi_storage_capacity,
     validate_volume_attachment,
 )
-from fleet.api.kinds.storageclass import STORAGE_CLASS, default_storage_class, validate_storage_class
+from fleet.api.kinds.storageclass import (
+    STORAGE_CLASS,
+    default_storage_class,
+    validate_storage_class,
+)
 from fleet.api.registry import default_registry
 
 REG = default_registry()
