@@ -12,8 +12,17 @@ from typing import Any
 import pytest
 import trio
 
-from fleet.admission.defaultstorageclass import DefaultStorageClass, StorageClassCache, claim_has_class
-from fleet.admission.pvcresize import NOT_BOUND, NOT_EXPANDABLE, PersistentVolumeClaimResize, resize_refusal
+from fleet.admission.defaultstorageclass import (
+    DefaultStorageClass,
+    StorageClassCache,
+    claim_has_class,
+)
+from fleet.admission.pvcresize import (
+    NOT_BOUND,
+    NOT_EXPANDABLE,
+    PersistentVolumeClaimResize,
+    resize_refusal,
+)
 from fleet.admission.storageprotection import StorageObjectInUseProtection
 from fleet.api import errors, meta
 from fleet.auth import ADMIN, Attributes
