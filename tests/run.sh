@@ -37,4 +37,4 @@ fi
 lint=(fleet tests)
 [ -d bench ] && lint+=(bench)
 "$VENV/bin/ruff" check "${lint[@]}"
-exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=40 "$@"
