@@ -437,9 +437,7 @@ def check_bindings(volumes: PodVolumes, node: str, written: dict[str, tuple[Any,
         before, after = written.get("pvc/" + pod_key(pvc), (None, None))
         if after is not None and _older((claim.get("metadata") or {}).get("resourceVersion"), before, after):
             return False, None
-        annotations = (claim.get("metadata") or {}).get("annotations")
-        if not annotations:
-            return False, f'selectedNode annotation reset for PVC "{name}"'
+        annotations = (claim.get("metadata") or {}).get("annotations") or {}
         if annotations.get(SELECTED_NODE) != node:
             # The provisioner removes selected-node when it cannot make the volume there.
             return False, f'provisioning failed for PVC "{name}"'
