@@ -1,21 +1,36 @@
 """The scheduler's I/O loop: informers in, bindings and events out.
 
-    informers (nodes, pods) ──> Snapshot + SchedulingQueue
+    informers (nodes, pods, ──> Snapshot + SchedulingQueue
+    claims, volumes, ...)
                                         │ pop()
                                         ▼
                            Framework.schedule(pod, snapshot)   (pure, synchronous)
                              │ node                    │ FitError
                              ▼                         ▼
                  assume in Snapshot,          post-filter (preemption): maybe
-                 POST pods/{p}/binding        nominate a node and delete victims;
-                 (in the background)          park as unschedulable,
-                                              FailedScheduling event,
-                                              PodScheduled=False condition
+                 reserve, [pre-bind:          nominate a node and delete victims;
+                 volumes], POST               park as unschedulable,
+                 pods/{p}/binding             FailedScheduling event,
+                 (in the background)          PodScheduled=False condition
 
 The pod is *assumed* on its node in the snapshot before the binding
 request is sent, so the next cycle already counts its requests and binds
 can run concurrently (kube-scheduler's assume/bind split).  A failed bind
 forgets the assumption and retries the pod after back-off.
+
+Volumes (VolumeBinding).  Besides nodes, namespaces, claims and pods the
+snapshot is fed PersistentVolumes, StorageClasses, CSINodes, CSIDrivers and
+CSIStorageCapacities — each informer started only when the server serves the
+kind (discovery), every change retrying parked pods.  After the pod is assumed,
+the framework's reserve point promises the chosen volumes in the snapshot; a pod
+whose volumes still need binding then runs the pre-bind point in its own task
+(no bind slot held while it waits): the chosen PersistentVolumes get their
+claimRef, claims to provision their selected-node, and the task waits —
+`SchedulerConfig.volume_bind_timeout`, looking every `volume_poll_interval` —
+until the informers show every claim bound.  Only then is the Binding posted.  A
+pre-bind failure (provisioning failed, timeout, conflict) takes the promises
+back, forgets the assumption, records FailedScheduling (PodScheduled=False,
+reason SchedulerError) and retries the pod after back-off.
 
 Pods with `spec.schedulerName` other than ours are never scheduled, but if
 bound they still count against their node.
