@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 import trio
 import trio.testing
@@ -329,3 +330,29 @@ async def test_scheduler_retries_a_pod_whose_provisioning_failed(autojump_clock:
     assert "default/p" in api.bound  # bound on the retry
     assert [o["metadata"]["annotations"].get(SELECTED) for plural, o in api.writes].count(None) == 0
     assert ("Normal", "Scheduled", f"Successfully assigned default/p to {api.bound['default/p']}") in recorded
+
+
+async def test_storage_informers_only_for_served_kinds() -> None:
+    from fleet.client.discovery import APIResource
+    from fleet.scheduler.run import STORAGE_RESOURCES
+
+    class Discovery:
+        def __init__(self, resources: list[APIResource] | None) -> None:
+            self.resources = resources
+
+        async def discover(self) -> list[APIResource]:
+            if self.resources is None:
+                raise httpx.ConnectError("down")
+            return self.resources
+
+    served = [APIResource("persistentvolumes", "persistentvolume", False, "PersistentVolume", "", "v1"),
+              APIResource("csinodes", "csinode", False, "CSINode", "storage.k8s.io", "v1"),
+              APIResource("csinodes", "csinode", False, "CSINode", "storage.k8s.io", "v1beta1"),
+              APIResource("pods", "pod", True, "Pod", "", "v1")]
+    sched = Scheduler(Discovery(served), SchedulerConfig())  # type: ignore[arg-type]
+    assert [(v, p) for v, p, _ in await sched._served(STORAGE_RESOURCES)] == [
+        ("v1", "persistentvolumes"), ("storage.k8s.io/v1", "csinodes")]
+    sched.client = Discovery(None)  # type: ignore[assignment]
+    assert await sched._served(STORAGE_RESOURCES) == []  # claims only, as without the kinds
+    # Every handler named there exists.
+    assert all(callable(getattr(sched, handler)) for _, _, handler in STORAGE_RESOURCES)
