@@ -168,6 +168,38 @@ def mounts_under(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: len(p.parts), reverse=True)
 
 
+def binds_of(path: Path, entries: Sequence[MountEntry] | None = None) -> list[MountEntry]:
+    """Mounts elsewhere that show `path` (or a directory below it): bind mounts of it.
+
+    A bind mount's mountinfo entry names the filesystem (major:minor) and the path
+    inside it that is mounted, so `path` is translated into that form through the
+    mount that contains it and compared; the containing mount itself is not counted."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return []
+    dev = (os.major(st.st_dev), os.minor(st.st_dev))
+    entries = read_mountinfo() if entries is None else entries
+    home = None
+    for e in entries:
+        if e.dev == dev and (real == e.mount_point or real.startswith(e.mount_point.rstrip("/") + "/")):
+            if home is None or len(e.mount_point) >= len(home.mount_point):
+                home = e
+    if home is None:
+        return []
+    return binds_in(entries, home, real)
+
+
+def binds_in(entries: Sequence[MountEntry], home: MountEntry, real: str) -> list[MountEntry]:
+    """Pure part of `binds_of`: `real` lies in mount `home`."""
+    below = os.path.relpath(real, home.mount_point)
+    rel = os.path.normpath(os.path.join(home.root, below)) if below != "." else home.root
+    return [e for e in entries
+            if e.dev == home.dev and e.mount_id != home.mount_id
+            and (e.root == rel or e.root.startswith(rel.rstrip("/") + "/"))]
+
+
 def same_file(a: Path, b: Path) -> bool:
     """`a` and `b` are one inode (a bind mount of `b` on `a` makes this true)."""
     try:
@@ -397,7 +429,7 @@ def allocated_bytes(path: Path) -> int:
 
 
 __all__ = ["MS_BIND", "MS_RDONLY", "MS_REMOUNT", "CommandError", "DirUsage", "FsStats", "Loop",
-           "MountEntry", "allocated_bytes", "bind_mount", "block_size", "device_of_mount",
+           "MountEntry", "allocated_bytes", "bind_mount", "binds_in", "binds_of", "block_size", "device_of_mount",
            "dir_usage", "fs_size", "fs_stats", "get_libc", "grow_ext4_offline", "grow_ext4_online",
            "grow_xfs", "is_block_device", "loop_attach", "loop_detach", "loop_refresh", "loops_of",
            "mkfs", "mount_at", "mount_fs", "mount_tmpfs", "mounts_under", "parse_losetup",
