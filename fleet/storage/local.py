@@ -13,9 +13,9 @@ mounted with quota support, which we cannot count on.
   the node's allocatable for this driver is the data dir filesystem's free space,
   minus what the sparse images may still grow into (their unwritten part), minus a
   reserve (10% of the filesystem by default, the kubelet's nodefs eviction threshold,
-  so volumes cannot starve the node); with a budget (`FLEET_LOCAL_CAPACITY`, a
-  quantity, or the `capacity_bytes` argument) also at most the budget minus the sizes
-  already provisioned.  `create_volume` refuses with RESOURCE_EXHAUSTED past it.
+  so volumes cannot starve the node; `FLEET_LOCAL_RESERVE` or `reserve_bytes`); with
+  a budget (`FLEET_LOCAL_CAPACITY`, a quantity, or the `capacity_bytes` argument)
+  also at most the budget minus the sizes already provisioned.  `create_volume` refuses with RESOURCE_EXHAUSTED past it.
 - **Node side**: `node_stage` attaches a loop device (reusing one already backed by
   the image: `losetup -j`, which is what survives a restart) and mounts it at the
   staging path; `node_publish` bind-mounts the staging path at the pod's target.
@@ -69,6 +69,7 @@ from fleet.storage.registry import register
 
 NAME = "local.fleet.dev"
 CAPACITY_ENV = "FLEET_LOCAL_CAPACITY"
+RESERVE_ENV = "FLEET_LOCAL_RESERVE"
 
 MiB = 1 << 20
 MIN_SIZE = {"ext4": MiB, "xfs": 300 * MiB, "": MiB}
@@ -122,15 +123,18 @@ def volume_size(capacity: int, limit: int | None, fs_type: str) -> int:
 
 
 def allocatable(fs_available: int, fs_total: int, images: Iterable[tuple[int, int]],
-                budget: int | None, reserve_fraction: float) -> int:
+                budget: int | None, reserve: int | None) -> int:
     """Bytes new volumes may still take on this node.
 
     `images` are (size, allocated) of the provisioned images: the space they have not
-    written yet is promised already, so it is not free; with a budget, the sizes of all
+    written yet is promised already, so it is not free.  `reserve` bytes of the
+    filesystem stay for the node (None: 10% of it).  With a budget, the sizes of all
     images count against it."""
     images = list(images)
     promised = sum(max(0, size - used) for size, used in images)
-    room = fs_available - promised - int(fs_total * reserve_fraction)
+    if reserve is None:
+        reserve = int(fs_total * DEFAULT_RESERVE_FRACTION)
+    room = fs_available - promised - reserve
     if budget is not None:
         room = min(room, budget - sum(size for size, _ in images))
     return max(0, room)
@@ -140,14 +144,15 @@ def needs_grow(fs_bytes: int, device_bytes: int) -> bool:
     return fs_bytes < device_bytes
 
 
-def capacity_from_env(environ: Mapping[str, str]) -> int | None:
-    raw = environ.get(CAPACITY_ENV, "").strip()
+def quantity_from_env(environ: Mapping[str, str], name: str) -> int | None:
+    """A byte quantity ("20Gi") from the environment; None when unset."""
+    raw = environ.get(name, "").strip()
     if not raw:
         return None
     try:
         return int_value(raw)
     except QuantityError as e:
-        raise ValueError(f"{CAPACITY_ENV}={raw!r}: {e}") from e
+        raise ValueError(f"{name}={raw!r}: {e}") from e
 
 
 # ---------------------------------------------------------------------------------------
@@ -158,11 +163,11 @@ class LocalDriver(NodeLocalBase):
     capabilities = CAPABILITIES
 
     def __init__(self, env: DriverEnv, *, capacity_bytes: int | None = None,
-                 reserve_fraction: float = DEFAULT_RESERVE_FRACTION) -> None:
+                 reserve_bytes: int | None = None) -> None:
         super().__init__(env)
         self.images = env.data_dir / "images"
         self.budget = capacity_bytes
-        self.reserve_fraction = reserve_fraction
+        self.reserve = reserve_bytes
 
     def image(self, volume_id: str) -> Path:
         return self.images / f"{check_volume_id(volume_id)}.img"
@@ -222,7 +227,7 @@ class LocalDriver(NodeLocalBase):
         images = [(r.capacity_bytes, mounts.allocated_bytes(self.images / f"{r.volume_id}.img"))
                   for r in self.records.all() if r.volume_id != exclude]
         return allocatable(fs.available_bytes, fs.capacity_bytes, images, self.budget,
-                           self.reserve_fraction)
+                           self.reserve)
 
     async def delete_volume(self, volume_id: str, context: Mapping[str, str]) -> None:
         image = self.image(volume_id)
@@ -230,10 +235,7 @@ class LocalDriver(NodeLocalBase):
             await trio.to_thread.run_sync(self._delete, volume_id, image)
 
     def _delete(self, volume_id: str, image: Path) -> None:
-        try:
-            loops = mounts.loops_of(image)
-        except mounts.CommandError as e:
-            raise os_error(f"look up loop devices of {image}", e) from e
+        loops = self._loops(image)
         if loops:
             raise DriverError(Code.FAILED_PRECONDITION,
                               f"volume {volume_id} is in use (attached as "
@@ -276,7 +278,7 @@ class LocalDriver(NodeLocalBase):
     def _loops(self, image: Path) -> list[mounts.Loop]:
         try:
             return mounts.loops_of(image)
-        except mounts.CommandError as e:
+        except (OSError, mounts.CommandError) as e:
             raise os_error(f"look up loop devices of {image}", e) from e
 
     def _rw_loop(self, volume_id: str, image: Path, *, attach: bool) -> str | None:
@@ -287,7 +289,7 @@ class LocalDriver(NodeLocalBase):
             return None
         try:
             return mounts.loop_attach(image)
-        except mounts.CommandError as e:
+        except (OSError, mounts.CommandError) as e:
             raise os_error(f"attach volume {volume_id}", e) from e
 
     async def node_stage(self, volume_id: str, staging_path: Path, context: Mapping[str, str],
@@ -350,7 +352,7 @@ class LocalDriver(NodeLocalBase):
         for lo in self._loops(image):
             try:
                 mounts.loop_detach(lo.device)
-            except mounts.CommandError as e:
+            except (OSError, mounts.CommandError) as e:
                 raise os_error(f"detach volume {volume_id} ({lo.device})", e) from e
 
     async def node_publish(self, volume_id: str, staging_path: Path, target_path: Path, *,
@@ -477,10 +479,11 @@ class LocalDriver(NodeLocalBase):
 
 
 def _factory(env: DriverEnv) -> LocalDriver:
-    return LocalDriver(env, capacity_bytes=capacity_from_env(os.environ))
+    return LocalDriver(env, capacity_bytes=quantity_from_env(os.environ, CAPACITY_ENV),
+                       reserve_bytes=quantity_from_env(os.environ, RESERVE_ENV))
 
 
 register(NAME, _factory)
 
-__all__ = ["CAPABILITIES", "CAPACITY_ENV", "NAME", "LocalDriver", "allocatable", "capacity_from_env",
-           "fs_type_of", "needs_grow", "volume_size"]
+__all__ = ["CAPABILITIES", "CAPACITY_ENV", "NAME", "RESERVE_ENV", "LocalDriver", "allocatable",
+           "fs_type_of", "needs_grow", "quantity_from_env", "volume_size"]

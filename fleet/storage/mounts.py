@@ -232,8 +232,11 @@ class CommandError(Exception):
 def run(argv: Sequence[str], *, ok: Sequence[int] = (0,), timeout: float = 120.0) -> str:
     """Run a tool; -> its stdout.  Raises CommandError (with stderr) on another exit code,
     FileNotFoundError when the tool is missing."""
-    p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
-                       stdin=subprocess.DEVNULL)
+    try:
+        p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                           check=False, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        raise CommandError(argv, -1, f"timed out after {timeout:g}s") from e
     if p.returncode not in ok:
         raise CommandError(argv, p.returncode, (p.stderr or p.stdout))
     return p.stdout
@@ -312,7 +315,7 @@ MKFS = {
 
 
 def mkfs(fstype: str, target: Path | str) -> None:
-    run([*MKFS[fstype], os.fspath(target)])
+    run([*MKFS[fstype], os.fspath(target)], timeout=600)
 
 
 _EXT_MAGIC = 0xEF53
@@ -345,16 +348,16 @@ def fs_size(device: Path | str) -> tuple[str, int] | None:
 def grow_ext4_offline(device: str) -> None:
     """Grow an unmounted ext4 filesystem to its device: resize2fs wants a fresh fsck."""
     # e2fsck: 0 clean, 1 errors corrected; 2+ need a human (or a reboot).
-    run(["e2fsck", "-f", "-y", device], ok=(0, 1))
-    run(["resize2fs", device])
+    run(["e2fsck", "-f", "-y", device], ok=(0, 1), timeout=3600)
+    run(["resize2fs", device], timeout=3600)
 
 
 def grow_ext4_online(device: str) -> None:
-    run(["resize2fs", device])
+    run(["resize2fs", device], timeout=3600)
 
 
 def grow_xfs(mount_point: Path) -> None:
-    run(["xfs_growfs", os.fspath(mount_point)])
+    run(["xfs_growfs", os.fspath(mount_point)], timeout=3600)
 
 
 # ---------------------------------------------------------------------------------------

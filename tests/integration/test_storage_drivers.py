@@ -503,6 +503,7 @@ async def test_block_volume(base: Path) -> None:
     ro = paths(base, vid, "reader")
     await stage_publish(d, v, p, mode="Block")
     try:
+        await stage_publish(d, v, p, mode="Block")  # both idempotent
         loops = mounts.loops_of(d.image(vid))  # type: ignore[attr-defined]
         assert [lo.read_only for lo in loops] == [False]
         assert mounts.mount_at(p.staging) is None  # Block stage only attaches
@@ -541,6 +542,7 @@ async def test_block_volume(base: Path) -> None:
         assert e2.value.code is Code.INVALID_ARGUMENT
     finally:
         await d.node_unpublish(vid, ro.target)
+        await teardown(d, vid, p)
         await teardown(d, vid, p)
     assert mounts.loops_of(d.image(vid)) == []  # type: ignore[attr-defined]
     assert not p.target.exists()

@@ -15,11 +15,12 @@ from fleet.storage.driver import Code, CreateVolumeRequest, Driver, DriverEnv, D
 from fleet.storage.hostpath import HostPathDriver, hostpath_stats
 from fleet.storage.local import (
     CAPACITY_ENV,
+    RESERVE_ENV,
     LocalDriver,
     allocatable,
-    capacity_from_env,
     fs_type_of,
     needs_grow,
+    quantity_from_env,
     volume_size,
 )
 from fleet.storage.nodelocal import check_parameters, check_volume_id
@@ -79,20 +80,21 @@ def test_volume_size_rounds_to_mib_and_minimums_within_the_limit() -> None:
 
 def test_allocatable_counts_promised_space_reserve_and_budget() -> None:
     # 100 free of 1000; a 50-byte image has 10 written: 40 promised; reserve 10%.
-    assert allocatable(100, 1000, [(50, 10)], None, 0.0) == 60
-    assert allocatable(100, 1000, [(50, 10)], None, 0.05) == 10
-    assert allocatable(100, 1000, [(50, 10)], None, 0.5) == 0
-    assert allocatable(10_000, 100_000, [(50, 10), (30, 30)], 200, 0.0) == 120
-    assert allocatable(10_000, 100_000, [], 200, 0.0) == 200
-    assert allocatable(10, 100, [(500, 0)], 100, 0.0) == 0
+    assert allocatable(100, 1000, [(50, 10)], None, 0) == 60
+    assert allocatable(100, 1000, [(50, 10)], None, 50) == 10
+    assert allocatable(100, 1000, [(50, 10)], None, None) == 0  # 10% of 1000 by default
+    assert allocatable(1000, 1000, [(50, 10)], None, None) == 860
+    assert allocatable(10_000, 100_000, [(50, 10), (30, 30)], 200, 0) == 120
+    assert allocatable(10_000, 100_000, [], 200, 0) == 200
+    assert allocatable(10, 100, [(500, 0)], 100, 0) == 0
 
 
-def test_needs_grow_and_capacity_from_env() -> None:
+def test_needs_grow_and_quantity_from_env() -> None:
     assert needs_grow(MiB, 2 * MiB) and not needs_grow(2 * MiB, 2 * MiB)
-    assert capacity_from_env({}) is None
-    assert capacity_from_env({CAPACITY_ENV: "2Gi"}) == 2 << 30
+    assert quantity_from_env({}, CAPACITY_ENV) is None
+    assert quantity_from_env({CAPACITY_ENV: "2Gi"}, CAPACITY_ENV) == 2 << 30
     with pytest.raises(ValueError, match=CAPACITY_ENV):
-        capacity_from_env({CAPACITY_ENV: "lots"})
+        quantity_from_env({CAPACITY_ENV: "lots"}, CAPACITY_ENV)
 
 
 def test_hostpath_stats_measures_against_the_nominal_size() -> None:
@@ -191,8 +193,9 @@ async def test_local_create_recovers_from_a_crash_half_way(tmp_path: Path) -> No
 def test_the_registry_builds_in_tree_drivers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     registry.load_plugins()
     monkeypatch.setenv(CAPACITY_ENV, "5Gi")
+    monkeypatch.setenv(RESERVE_ENV, "1Gi")
     d = registry.create("local.fleet.dev", DriverEnv(tmp_path, "n1"))
-    assert isinstance(d, LocalDriver) and d.budget == 5 << 30
+    assert isinstance(d, LocalDriver) and (d.budget, d.reserve) == (5 << 30, 1 << 30)
     assert d.capabilities.enforces_capacity and d.capabilities.capacity_tracking
     h = registry.create("hostpath.fleet.dev", DriverEnv(tmp_path, "n1"))
     assert isinstance(h, HostPathDriver) and not h.capabilities.enforces_capacity
