@@ -187,7 +187,9 @@ def binds_of(path: Path, entries: Sequence[MountEntry] | None = None) -> list[Mo
             if home is None or len(e.mount_point) >= len(home.mount_point):
                 home = e
     if home is None:
-        return []
+        # st_dev does not name the mount (btrfs subvolumes, overlayfs): compare inodes
+        # of the mount points instead — binds of `path` itself, not of directories below.
+        return [e for e in entries if e.mount_point != real and same_file(Path(e.mount_point), Path(real))]
     return binds_in(entries, home, real)
 
 
