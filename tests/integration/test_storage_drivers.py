@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import trio
 
 from fleet.storage import mounts, registry
 from fleet.storage.driver import (
@@ -554,3 +555,36 @@ def test_third_party_driver_is_found_by_name() -> None:
     assert {"hostpath.fleet.dev", "local.fleet.dev"} <= set(registry.names())
     made: Callable[[DriverEnv], Driver] = TmpDirDriver
     assert isinstance(made(DriverEnv(Path("/nonexistent"))), Driver)
+
+
+@pytest.mark.parametrize("case", CASES[:2], ids=[c.id for c in CASES[:2]])
+async def test_concurrent_volumes_do_not_collide(case: Case, base: Path) -> None:
+    d = make(case, base)
+    n = 6
+    vids = [f"tdrv-par-{case.id}-{i}" for i in range(n)]
+    vols: dict[str, Volume] = {}
+
+    async def up(vid: str) -> None:
+        vols[vid] = await d.create_volume(req(vid, 8 * MiB, case))
+        await stage_publish(d, vols[vid], paths(base, vid))
+        (paths(base, vid).target / "who").write_text(vid)
+
+    async def down(vid: str) -> None:
+        await teardown(d, vid, paths(base, vid))
+        await d.delete_volume(vid, {})
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for vid in vids:
+                nursery.start_soon(up, vid)
+        for vid in vids:
+            assert (paths(base, vid).target / "who").read_text() == vid
+        if case.driver == "local.fleet.dev":
+            devices = {lo.device for vid in vids
+                       for lo in mounts.loops_of(d.image(vid))}  # type: ignore[attr-defined]
+            assert len(devices) == n
+    finally:
+        async with trio.open_nursery() as nursery:
+            for vid in vids:
+                nursery.start_soon(down, vid)
+    assert not any(mounts.mounts_under(base))
