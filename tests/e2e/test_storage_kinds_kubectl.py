@@ -263,11 +263,14 @@ def test_csi_kinds_tables(fleet_server: FleetServer, namespace: str, uniq: str) 
     headers, rows = columns(kubectl(srv, "-n", ns, "get", "csistoragecapacities"))
     assert headers == ["NAME", "STORAGECLASSNAME", "CAPACITY"]
     assert rows == [{"NAME": "cap", "STORAGECLASSNAME": "fleet-local", "CAPACITY": "10Gi"}]
+    # An inline volume's attachment: the attach/detach controller, if one runs, manages only
+    # attachments of PersistentVolumes and would delete one no pod needs.
     apply(srv, {"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": va},
-                "spec": {"attacher": drv, "nodeName": node, "source": {"persistentVolumeName": "pvc-x"}}})
+                "spec": {"attacher": drv, "nodeName": node, "source": {"inlineVolumeSpec": {
+                    "accessModes": ["ReadWriteOnce"], "csi": {"driver": drv, "volumeHandle": "vol-1"}}}}})
     headers, rows = columns(kubectl(srv, "get", "volumeattachment", va))
     assert headers == ["NAME", "ATTACHER", "PV", "NODE", "ATTACHED", "AGE"]
-    assert [rows[0][h] for h in headers[:-1]] == [va, drv, "pvc-x", node, "false"]
+    assert [rows[0][h] for h in headers[:-1]] == [va, drv, "", node, "false"]
     # The attacher reports through /status; the spec is fixed.
     kubectl(srv, "patch", "volumeattachment", va, "--subresource=status", "--type=merge", "-p",
             '{"status": {"attached": true}}')
