@@ -62,8 +62,12 @@ _API_ERRORS = (ApiException, httpx.TransportError, OSError)
 
 
 def _mounted(path: Path) -> bool:
+    """A mount point (by mountinfo: os.path.ismount misses a bind mount within one
+    file system)."""
     from fleet.agent.volumes import mounts_under
 
+    if Path(path).is_symlink():
+        return False
     real = os.path.realpath(path)
     return any(str(m) == real for m in mounts_under(Path(path)))
 
@@ -310,7 +314,7 @@ class NodeVolumes:
         self._stats.pop(key, None)
 
         def remove() -> None:
-            if s.path.exists() and not os.path.ismount(s.path):
+            if s.path.exists() and not _mounted(s.path):
                 s.path.rmdir() if s.path.is_dir() else s.path.unlink()
             with contextlib.suppress(FileNotFoundError):
                 (s.path.parent / csiplan.VOL_DATA_NAME).unlink()
@@ -523,7 +527,7 @@ class NodeVolumes:
 
 def _remove_target(target: Path) -> None:
     """Remove an unpublished target (never through a mount point)."""
-    if os.path.ismount(target):
+    if _mounted(target):
         raise OSError(f"{target} is still mounted after node_unpublish")
     if target.is_symlink() or target.is_file():
         target.unlink()
