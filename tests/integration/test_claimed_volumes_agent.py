@@ -15,7 +15,9 @@ yet (they come from the storage kinds work); with them built in, nothing is adde
 from __future__ import annotations
 
 import json
+import re
 import os
+import shutil
 import socket
 import uuid
 from collections.abc import Iterator
@@ -196,6 +198,16 @@ async def test_pod_with_a_claim_gets_its_volume_keeps_it_across_restart_and_tear
             staging = csiplan.staging_path(tmp_path / "agent", DRIVER, "vol-1")
             if os.geteuid() == 0:
                 assert fakecsi.is_mount(target) and fakecsi.is_mount(staging)
+            if shutil.which("kubectl"):
+                # What `kubectl describe pod` shows: the claim from the spec, our events.
+                res = await trio.run_process(
+                    ["kubectl", "--kubeconfig", str(info.kubeconfig), "describe", "pod", "db",
+                     "-n", ns], capture_stdout=True, capture_stderr=True, check=False)
+                out = res.stdout.decode()
+                assert res.returncode == 0, res.stderr.decode()
+                assert "PersistentVolumeClaim (a reference to a PersistentVolumeClaim" in out
+                assert re.search(r"ClaimName:\s+data\n", out), out
+                assert "FailedMount" in out and "PVC is not bound" in out
 
             # Restart the agent: the mount stays, no driver call is made again.
             agent_scope.cancel()
