@@ -5,6 +5,7 @@ through the pod's VolumeManager."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -116,17 +117,35 @@ def add_claim(api: FakeAPI, name: str = "data", *, bound: bool = True, handle: s
                  "csi": {"driver": DRIVER, "volumeHandle": handle}, **pv_spec}})
 
 
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[tuple[FakeAPI, TmpDirDriver, Events, Path]]:
+@contextlib.contextmanager
+def _environment(tmp_path: Path, bind: bool) -> Iterator[tuple[FakeAPI, TmpDirDriver, Events,
+                                                               Path]]:
     api = FakeAPI()
     api.put("v1", "nodes", {"metadata": {"name": "n1", "uid": "node-uid"}})
-    drv = TmpDirDriver(DRIVER, tmp_path / "backing", bind_mounts=os.geteuid() == 0)
+    drv = TmpDirDriver(DRIVER, tmp_path / "backing", bind_mounts=bind)
     try:
         yield api, drv, Events(), tmp_path / "agent"
     finally:
         # Whatever a failed test left mounted under its own tmp dir goes (lazily).
         for m in mounts_under(tmp_path):
             fakecsi.umount_lazy(m)
+
+
+@pytest.fixture(params=["symlink", "bind"])
+def setup(request: pytest.FixtureRequest,
+          tmp_path: Path) -> Iterator[tuple[FakeAPI, TmpDirDriver, Events, Path]]:
+    """The fake API, the test driver (publishing by symlink, or — as root — by real
+    bind mounts), an event sink and the agent's data dir."""
+    if request.param == "bind" and os.geteuid() != 0:
+        pytest.skip("bind mounts need root")
+    with _environment(tmp_path, request.param == "bind") as env:
+        yield env
+
+
+@pytest.fixture
+def bind_setup(tmp_path: Path) -> Iterator[tuple[FakeAPI, TmpDirDriver, Events, Path]]:
+    with _environment(tmp_path, True) as env:
+        yield env
 
 
 def manager(setup: tuple[FakeAPI, TmpDirDriver, Events, Path], **kw: Any) -> NodeVolumes:
@@ -469,9 +488,9 @@ async def test_volume_manager_failed_mount_read_only_and_block(setup: Any) -> No
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (real bind mounts)")
-async def test_real_bind_mounts_read_only_and_teardown(setup: Any) -> None:
+async def test_real_bind_mounts_read_only_and_teardown(bind_setup: Any) -> None:
+    setup = bind_setup
     api, drv, events, data_dir = setup
-    assert drv.bind
     add_claim(api)
     nv = manager(setup)
     p = pod("p", "u1")
