@@ -101,6 +101,8 @@ class NodeVolumes:
         self._records: dict[str, PodRecord] = {}
         self._pod_dirs: dict[str, Path] = {}
         self._staged: dict[tuple[str, str], Staged] = {}
+        # Staged (node_stage returned) in this run of the agent.
+        self._stage_confirmed: set[tuple[str, str]] = set()
         self._locks: dict[tuple[str, str], trio.Lock] = {}
         # Volumes whose node_expand said FAILED_PRECONDITION: retried after next stage.
         self._expand_after_stage: set[tuple[str, str]] = set()
@@ -195,7 +197,10 @@ class NodeVolumes:
             publish_context: Mapping[str, str] = {}
             if drv.capabilities.attach_required:
                 publish_context = await self._wait_attached(pod, facts, drv)
-            if key not in self._staged:
+            if key not in self._stage_confirmed:
+                # Also for a staging an earlier run left (known from its vol_data.json):
+                # node_stage is idempotent, and it re-mounts what a `fleet killall` or a
+                # reboot took away.
                 await self._stage(facts, drv, staging, publish_context)
             rec.volumes[name] = Published(
                 volume=name, driver=facts.driver, handle=facts.handle, pv=facts.pv,
@@ -238,6 +243,7 @@ class NodeVolumes:
                              facts.mode, publish_context)  # type: ignore[arg-type]
         key = (facts.driver, facts.handle)
         self._staged[key] = Staged(facts.driver, facts.handle, staging)
+        self._stage_confirmed.add(key)
         # An expansion refused while mounted happened offline in this stage: retry it.
         self._expand_after_stage.discard(key)
         log.info("volume %s (%s) staged at %s", facts.pv, facts.handle, staging)
@@ -311,6 +317,7 @@ class NodeVolumes:
         await drv.node_unstage(s.handle, s.path)
         key = (s.driver, s.handle)
         self._staged.pop(key, None)
+        self._stage_confirmed.discard(key)
         self._stats.pop(key, None)
 
         def remove() -> None:
@@ -425,9 +432,9 @@ class NodeVolumes:
                     self._expand_after_stage.add(p.key)
                     log.info("volume %s: %s; growing at next stage", p.pv, e.message)
                     return
-                await self._event(pod, "Warning", "VolumeResizeFailed",
-                                  f"NodeExpandVolume.NodeExpandVolume failed for volume "
-                                  f'"{p.pv}" : {e.message}')
+                await self._event(pod, "Warning", "FileSystemResizeFailed",
+                                  f'MountVolume.NodeExpandVolume failed for volume "{p.pv}" : '
+                                  f"{e.message}")
                 return
         status = csiplan.expanded_claim_status(claim, step.capacity)
         try:
@@ -439,7 +446,7 @@ class NodeVolumes:
             return
         self._stats.pop(p.key, None)
         await self._event(pod, "Normal", "FileSystemResizeSuccessful",
-                          f"MountVolume.NodeExpandVolume succeeded for volume \"{p.volume}\" "
+                          f'MountVolume.NodeExpandVolume succeeded for volume "{p.pv}" '
                           f"{self.node_name}")
 
     # -- CSINode ---------------------------------------------------------------------

@@ -15,8 +15,8 @@ yet (they come from the storage kinds work); with them built in, nothing is adde
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import socket
 import uuid
@@ -198,6 +198,18 @@ async def test_pod_with_a_claim_gets_its_volume_keeps_it_across_restart_and_tear
             staging = csiplan.staging_path(tmp_path / "agent", DRIVER, "vol-1")
             if os.geteuid() == 0:
                 assert fakecsi.is_mount(target) and fakecsi.is_mount(staging)
+            # The agent API: /stats/summary volume entries, kubelet_volume_stats_* metrics.
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{acfg.port}",
+                                         headers={"Authorization": f"Bearer {info.token}"}) as h:
+                doc = (await h.get("/stats/summary")).json()
+                [entry] = [p for p in doc["pods"] if p["podRef"]["name"] == "db"]
+                [vol] = entry["volume"]
+                assert vol["name"] == "data" and vol["pvcRef"] == {"name": "data",
+                                                                    "namespace": ns}
+                assert vol["usedBytes"] == len("hello from the volume")
+                text = (await h.get("/metrics")).text
+                assert (f'kubelet_volume_stats_used_bytes{{namespace="{ns}",'
+                        f'persistentvolumeclaim="data"}} 21.0') in text
             if shutil.which("kubectl"):
                 # What `kubectl describe pod` shows: the claim from the spec, our events.
                 res = await trio.run_process(

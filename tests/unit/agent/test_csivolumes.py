@@ -252,6 +252,31 @@ async def test_restart_adopts_live_pods_and_tears_down_the_rest(setup: Any) -> N
     assert not mounts_under(data_dir)
 
 
+async def test_after_a_reboot_the_recorded_volume_is_staged_and_published_again(
+        setup: Any) -> None:
+    api, drv, events, data_dir = setup
+    add_claim(api)
+    p = pod("p", "u1")
+    first = manager(setup)
+    path, _ = await first.publish(p, p["spec"]["volumes"][0], data_dir / "pods" / "u1",
+                                  target(data_dir, "u1"))
+    (drv.backing("vol-1") / "f").write_text("data")
+    # A reboot (or `fleet killall`): every mount under the data dir is gone.
+    for m in mounts_under(data_dir):
+        fakecsi.umount(m)
+    if path.is_symlink():
+        path.unlink()
+    drv.calls.clear()
+    second = manager(setup)
+    await second.recover({"u1"})
+    assert drv.calls == []  # the pod is live: nothing torn down
+    path, _ = await second.publish(p, p["spec"]["volumes"][0], data_dir / "pods" / "u1",
+                                   target(data_dir, "u1"))
+    assert drv.calls == [("node_stage", "vol-1"), ("node_publish", "vol-1")]
+    assert (path / "f").read_text() == "data"
+    await cleanup(second, data_dir)
+
+
 async def test_record_written_before_publish_so_a_failed_publish_is_torn_down(setup: Any) -> None:
     api, drv, events, data_dir = setup
     add_claim(api)
