@@ -50,6 +50,22 @@ class MountProblem(Exception):
         self.message = message
 
 
+class DriverFailure(Exception):
+    """A driver call of set-up failed; `message` is the kubelet's FailedMount text."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def driver_failure(operation: str, pv: str, code: str, message: str) -> DriverFailure:
+    """The kubelet's words for a failed CSI call: `MountVolume.MountDevice failed for
+    volume "pv" : rpc error: code = Internal desc = ...` (MountDevice = node_stage,
+    SetUp = node_publish)."""
+    return DriverFailure(f'MountVolume.{operation} failed for volume "{pv}" : '
+                         f"rpc error: code = {code} desc = {message}")
+
+
 def _d(obj: Any, *path: str) -> dict[str, Any]:
     for key in path:
         obj = obj.get(key) if isinstance(obj, Mapping) else None
@@ -385,10 +401,10 @@ def metric_samples(stats: Iterable[tuple[str, str, VolumeStats]]) -> str:
 
 
 __all__ = [
-    "CSI_PLUGIN_DIR", "FS_RESIZE_PENDING", "METRICS", "NODE_ID_ANNOTATION", "RECORD_NAME",
+    "CSI_PLUGIN_DIR", "DriverFailure", "FS_RESIZE_PENDING", "METRICS", "NODE_ID_ANNOTATION", "RECORD_NAME",
     "VOL_DATA_NAME", "ExpandStep", "MountProblem", "PodRecord", "Published", "Staged",
     "VolumeFacts", "attachment_name", "check_claim", "check_volume", "claim_name",
-    "csinode_drivers", "expanded_claim_status", "expansion_step", "failed_mount_message",
+    "csinode_drivers", "driver_failure", "expanded_claim_status", "expansion_step", "failed_mount_message",
     "has_condition", "is_claim_volume", "load_record", "metric_samples", "node_id_annotation",
     "save_record", "staging_path", "summary_entry", "unused_stagings", "users", "volume_facts",
 ]

@@ -172,8 +172,8 @@ class NodeVolumes:
                       target_for: Callable[[VolumeFacts], Path]) -> tuple[Path, VolumeFacts]:
         """Make volume `vol` of `pod` appear at `target_for(facts)` (a directory for a
         Filesystem volume, a device file for Block); idempotent (an agent restart
-        finds the record and the mount and does nothing).  MountProblem / DriverError
-        when it cannot yet."""
+        finds the record and the mount and does nothing).  MountProblem when the claim
+        cannot be used yet, DriverFailure when a driver call failed."""
         md = pod.get("metadata") or {}
         uid = str(md.get("uid") or "")
         ns = md.get("namespace") or "default"
@@ -211,9 +211,13 @@ class NodeVolumes:
             # As the kubelet: the parent exists, the driver makes the target itself.
             await trio.to_thread.run_sync(
                 lambda: target.parent.mkdir(parents=True, exist_ok=True))
-            await drv.node_publish(facts.handle, staging, target, read_only=facts.read_only,
-                                   volume_mode=facts.mode,  # type: ignore[arg-type]
-                                   context=facts.attributes)
+            try:
+                await drv.node_publish(facts.handle, staging, target,
+                                       read_only=facts.read_only,
+                                       volume_mode=facts.mode,  # type: ignore[arg-type]
+                                       context=facts.attributes)
+            except DriverError as e:
+                raise csiplan.driver_failure("SetUp", facts.pv, e.code.value, e.message) from e
             rec.volumes[name].done = True
             await self._save(uid)
         log.info("pod %s/%s: volume %s (%s) published at %s", ns, md.get("name"), name,
@@ -239,10 +243,15 @@ class NodeVolumes:
                  "attachment": self._attached.get((facts.driver, facts.handle))}))
 
         await trio.to_thread.run_sync(prepare)
-        await drv.node_stage(facts.handle, staging, facts.attributes,
-                             facts.mode, publish_context)  # type: ignore[arg-type]
         key = (facts.driver, facts.handle)
+        # Known before the call: a stage that failed half-way is still unstaged (node_
+        # unstage is idempotent) when no pod wants the volume any more.
         self._staged[key] = Staged(facts.driver, facts.handle, staging)
+        try:
+            await drv.node_stage(facts.handle, staging, facts.attributes,
+                                 facts.mode, publish_context)  # type: ignore[arg-type]
+        except DriverError as e:
+            raise csiplan.driver_failure("MountDevice", facts.pv, e.code.value, e.message) from e
         self._stage_confirmed.add(key)
         # An expansion refused while mounted happened offline in this stage: retry it.
         self._expand_after_stage.discard(key)

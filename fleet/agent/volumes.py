@@ -344,7 +344,9 @@ class VolumeManager:
                            else self.volumes_dir / name))
         except csiplan.MountProblem as e:
             raise VolumeError(FAILED_MOUNT, csiplan.failed_mount_message(name, e.message)) from None
-        except DriverError as e:
+        except csiplan.DriverFailure as e:
+            raise VolumeError(FAILED_MOUNT, e.message) from None
+        except DriverError as e:  # a driver call outside stage/publish (a plugin's bug)
             raise _setup_failed(name, f"rpc error: code = {e.code.value} desc = {e.message}") from None
         if facts.read_only:
             self._read_only.add(name)

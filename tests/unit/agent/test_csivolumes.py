@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from fleet.agent import csiplan
-from fleet.agent.csiplan import MountProblem
+from fleet.agent.csiplan import DriverFailure, MountProblem
 from fleet.agent.csivolumes import NodeVolumes
 from fleet.agent.volumes import VolumeError, VolumeManager, mounts_under
 from fleet.client import ApiException
@@ -283,9 +283,11 @@ async def test_record_written_before_publish_so_a_failed_publish_is_torn_down(se
     nv = manager(setup)
     p = pod("p", "u1")
     drv.fail["node_publish"] = DriverError(Code.INTERNAL, "boom")
-    with pytest.raises(DriverError):
+    with pytest.raises(DriverFailure) as e:
         await nv.publish(p, p["spec"]["volumes"][0], data_dir / "pods" / "u1",
                          target(data_dir, "u1"))
+    assert e.value.message == ('MountVolume.SetUp failed for volume "pv-1" : rpc error: '
+                               "code = Internal desc = boom")
     rec = csiplan.load_record(data_dir / "pods" / "u1")
     assert rec is not None and not rec.volumes["data"].done
     # A restarted agent with the pod gone unpublishes (idempotent) and unstages.
@@ -478,6 +480,16 @@ async def test_volume_manager_failed_mount_read_only_and_block(setup: Any) -> No
                                       "volumes=[data], unattached volumes=[], failed to process "
                                       "volumes=[data]: error processing PVC ns/data: ")
     add_claim(api)
+    drv.fail["node_stage"] = DriverError(Code.UNAVAILABLE, "backend down")
+    with pytest.raises(VolumeError) as e:
+        await vm.setup(p)
+    assert (e.value.reason, e.value.message) == (
+        "FailedMount", 'MountVolume.MountDevice failed for volume "pv-1" : rpc error: '
+        "code = Unavailable desc = backend down")
+    # Nobody wants it (the pod could be deleted now): the half-made staging goes.
+    assert await nv.sweep() == []
+    assert drv.calls[-1] == ("node_unstage", "vol-1")
+    assert not csiplan.staging_path(data_dir, DRIVER, "vol-1").parent.exists()
     p["spec"]["volumes"][0]["persistentVolumeClaim"]["readOnly"] = True
     paths = await vm.setup(p)
     assert paths["data"] == data_dir / "pods" / "u1" / "volumes" / "data"
