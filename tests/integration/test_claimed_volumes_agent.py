@@ -7,6 +7,8 @@ the claim is bound to a PV of the test driver, the volume is staged and publishe
 into the pod's directory (real bind mounts as root, symlinks otherwise), the agent
 writes the CSINode object and serves the volume's stats; a restarted agent keeps the
 mount (no driver call at all) and, when the pod is deleted, unpublishes and unstages.
+As root with runc, the same with the oci driver: the container reads its claim (and a
+subPath of it) and gets a raw block volume at its devicePath.
 
 PersistentVolume and CSINode are registered here when the server does not have them
 yet (they come from the storage kinds work); with them built in, nothing is added.
