@@ -111,6 +111,7 @@ class NodeVolumes:
         self._attach_reported: set[tuple[str, str]] = set()
         self._stats: dict[tuple[str, str], tuple[float, VolumeStats]] = {}
         self._pods: dict[str, Mapping[str, Any]] = {}
+        self._no_csinode_kind = False
 
     # -- helpers ---------------------------------------------------------------------
     def _lock(self, key: tuple[str, str]) -> trio.Lock:
@@ -481,10 +482,18 @@ class NodeVolumes:
         owner = {"apiVersion": "v1", "kind": "Node", "name": self.node_name,
                  "uid": (node.get("metadata") or {}).get("uid", "")}
         if csinode is None:
-            await self.client.create("storage.k8s.io/v1", "csinodes", {
-                "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
-                "metadata": {"name": self.node_name, "ownerReferences": [owner]},
-                "spec": {"drivers": drivers}})
+            try:
+                await self.client.create("storage.k8s.io/v1", "csinodes", {
+                    "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+                    "metadata": {"name": self.node_name, "ownerReferences": [owner]},
+                    "spec": {"drivers": drivers}})
+            except ApiException as e:
+                if e.code != 404:
+                    raise
+                # A server without the storage.k8s.io kinds: say so once.
+                if not self._no_csinode_kind:
+                    log.info("the API server has no CSINode kind: not publishing one")
+                self._no_csinode_kind = True
         elif (csinode.get("spec") or {}).get("drivers") != drivers:
             csinode["spec"] = {"drivers": drivers}
             await self.client.replace("storage.k8s.io/v1", "csinodes", self.node_name, csinode)
