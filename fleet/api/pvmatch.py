@@ -202,12 +202,42 @@ def find_matching_volume(claim: Mapping[str, Any], volumes: Iterable[Mapping[str
     return best
 
 
+def ephemeral_claim_name(pod_name: str, volume_name: str) -> str:
+    """ephemeral.VolumeClaimName: a generic ephemeral volume's claim is `<pod>-<volume>`."""
+    return f"{pod_name}-{volume_name}"
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> list[str]:
+    """The claims (in the pod's namespace) the pod's volumes use: each
+    `persistentVolumeClaim.claimName`, and `<pod>-<volume>` for each `ephemeral` volume."""
+    pod_name = str(_d(pod, "metadata").get("name") or "")
+    out: list[str] = []
+    for vol in _d(pod, "spec").get("volumes") or []:
+        if not isinstance(vol, Mapping):
+            continue
+        pvc = vol.get("persistentVolumeClaim")
+        if isinstance(pvc, Mapping) and pvc.get("claimName"):
+            out.append(str(pvc["claimName"]))
+        elif isinstance(vol.get("ephemeral"), Mapping) and vol.get("name"):
+            out.append(ephemeral_claim_name(pod_name, str(vol["name"])))
+    return out
+
+
+def pod_is_terminated(pod: Mapping[str, Any]) -> bool:
+    """The pod's containers are done for good: Succeeded or Failed, or — podIsShutDown —
+    deleted with a zero grace period (the kubelet finished it, or it was force-deleted)."""
+    if _d(pod, "status").get("phase") in ("Succeeded", "Failed"):
+        return True
+    md = _d(pod, "metadata")
+    return bool(md.get("deletionTimestamp")) and md.get("deletionGracePeriodSeconds") == 0
+
+
 __all__ = [
     "BETA_DEFAULT_CLASS", "BETA_STORAGE_CLASS", "BETA_STORAGE_PROVISIONER", "BIND_COMPLETED",
     "BOUND_BY_CONTROLLER", "DEFAULT_CLASS", "IMMEDIATE", "PROVISIONED_BY", "PVC_PROTECTION",
     "PV_PROTECTION", "SELECTED_NODE", "STORAGE_PROVISIONER", "WAIT_FOR_FIRST_CONSUMER",
     "access_modes_contain", "claim_class", "claim_request", "default_class", "delays_binding",
-    "find_matching_volume", "is_claim_bound", "is_default_class", "is_volume_bound_to_claim",
-    "quantity", "volume_capacity", "volume_class", "volume_fits_claim",
+    "ephemeral_claim_name", "find_matching_volume", "is_claim_bound", "is_default_class", "is_volume_bound_to_claim",
+    "pod_claim_names", "pod_is_terminated", "quantity", "volume_capacity", "volume_class", "volume_fits_claim",
     "volume_node_affinity_matches", "volume_node_name",
 ]

@@ -55,7 +55,24 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
         EndpointSliceController(max_endpoints_per_slice), EndpointsController(),
         EndpointSliceMirroringController(),
         ServiceLBController(),
+        *storage_controllers(),
     ]
+
+
+def storage_controllers() -> list[Controller]:
+    """The storage controllers whose kinds the API serves (each names them in `requires`):
+    an informer on a resource the server does not have would never list, and hold up
+    every controller's start."""
+    from fleet.controllers.attachdetach import AttachDetachController
+    from fleet.controllers.ephemeral import EphemeralVolumeController
+    from fleet.controllers.persistentvolume import PersistentVolumeController
+    from fleet.controllers.volume_common import served
+    from fleet.controllers.volumeprotection import PVCProtectionController, PVProtectionController
+
+    candidates: list[Any] = [PersistentVolumeController(), PVCProtectionController(),
+                             PVProtectionController(), EphemeralVolumeController(),
+                             AttachDetachController()]
+    return [c for c in candidates if served(c.requires)]
 
 
 def select(controllers: list[Controller], spec: list[str] | None) -> list[Controller]:
