@@ -99,7 +99,7 @@ class PersistentVolumeController(QueueWorker):
         ref = (obj.get("spec") or {}).get("claimRef")
         if ref:
             self.queue.add(f"{CLAIM}{ref.get('namespace') or ''}/{ref.get('name') or ''}")
-        elif new is not None and etype != "DELETED":
+        elif new is not None and etype != "DELETED" and _became_free(old, new):
             # A volume free for anyone: the unbound claims of its class may fit it now.
             self._queue_unbound(lambda c: pm.claim_class(c) == pm.volume_class(new))
 
@@ -210,6 +210,15 @@ class PersistentVolumeController(QueueWorker):
         if sync.error:
             raise RuntimeError(sync.error)
         return sync.requeue
+
+
+def _became_free(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """A new volume, or one that lost its claimRef or changed phase (e.g. to Available)."""
+    if old is None:
+        return True
+    if (old.get("spec") or {}).get("claimRef"):
+        return True
+    return (old.get("status") or {}).get("phase") != (new.get("status") or {}).get("phase")
 
 
 __all__ = ["PersistentVolumeController"]
