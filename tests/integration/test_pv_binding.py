@@ -193,3 +193,15 @@ def test_pvc_protection_lets_an_unused_claim_go(api: API, namespace: str) -> Non
     path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/guarded"
     api.delete(path)
     wait_for("the finalizer to be removed and the claim to go", lambda: api.get(path) is None)
+
+
+@needs_storage_kinds
+def test_claim_without_class_gets_the_default_class(api: API, namespace: str) -> None:
+    body = pvc_body("data", "")
+    del body["spec"]["storageClassName"]
+    api.post(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", body)
+    path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/data"
+    # The DefaultStorageClass admission plugin sets it at creation when present; the
+    # PV controller's retroactive assignment otherwise.  Either way: local-path.
+    wait_for("the default class", lambda: ((api.get(path) or {}).get("spec") or {}).get("storageClassName")
+             == "local-path")
