@@ -205,3 +205,23 @@ def test_claim_without_class_gets_the_default_class(api: API, namespace: str) ->
     # PV controller's retroactive assignment otherwise.  Either way: local-path.
     wait_for("the default class", lambda: ((api.get(path) or {}).get("spec") or {}).get("storageClassName")
              == "local-path")
+
+
+def test_ephemeral_volume_claim_follows_its_pod(api: API, namespace: str) -> None:
+    pod = api.post(f"/api/v1/namespaces/{namespace}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                 "volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {
+                     "metadata": {"labels": {"app": "web"}},
+                     "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
+                              "resources": {"requests": {"storage": "1Gi"}}}}}}]}})
+    path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/web-scratch"
+    claim = wait_for("the ephemeral claim", lambda: api.get(path))
+    [ref] = claim["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["name"], ref["uid"], ref["controller"], ref["blockOwnerDeletion"]) == (
+        "Pod", "web", pod["metadata"]["uid"], True, True)
+    assert claim["metadata"]["labels"] == {"app": "web"}
+    assert claim["spec"]["storageClassName"] == "none"
+    # The pod goes (never scheduled: at once); the garbage collector takes its claim.
+    api.delete(f"/api/v1/namespaces/{namespace}/pods/web")
+    wait_for("the claim to be collected", lambda: api.get(path) is None)
