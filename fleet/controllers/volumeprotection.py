@@ -6,7 +6,8 @@ controller half; the admission plugin adds the finalizers on create).
   pod whose claim is being deleted, so an unscheduled pod cannot start using it),
   not terminated (Succeeded/Failed) and not shut down (deleted with a zero grace
   period), whose volumes name the claim (`persistentVolumeClaim.claimName`, or
-  `<pod>-<volume>` for an ephemeral volume).  The cache answers first; before the
+  `<pod>-<volume>` for an ephemeral volume whose claim the pod controls).  Kubernetes
+  also counts Succeeded/Failed pods that still exist; Fleet lets their claims go.  The cache answers first; before the
   finalizer goes, the pods of the namespace are listed from the API (the cache may
   not have the pod that was created a moment ago), as Kubernetes' askAPIServer.
 * **pv-protection**: a volume being deleted keeps `kubernetes.io/pv-protection`
@@ -23,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fleet.api import pvmatch as pm
+from fleet.api.owners import controller_of
 from fleet.client import ApiException
 from fleet.controllers import volume_common as vc
 from fleet.controllers.runtime import Context, QueueWorker, SharedInformer, key_of, split_key
@@ -37,12 +39,26 @@ def _md(obj: Obj) -> dict[str, Any]:
 
 
 def pod_uses_claim(pod: Obj, claim: Obj) -> bool:
-    """podUsesPVC, with terminated pods not counting."""
+    """podUsesPVC, with terminated pods not counting: a `persistentVolumeClaim` volume
+    naming the claim, or an ephemeral volume whose `<pod>-<volume>` claim it is and
+    which the pod controls (ephemeral.VolumeIsForPod)."""
     if _md(pod).get("namespace") != _md(claim).get("namespace"):
         return False
     if not (pod.get("spec") or {}).get("nodeName") or pm.pod_is_terminated(pod):
         return False
-    return str(_md(claim).get("name") or "") in pm.pod_claim_names(pod)
+    name = str(_md(claim).get("name") or "")
+    for vol in (pod.get("spec") or {}).get("volumes") or []:
+        if not isinstance(vol, Mapping):
+            continue
+        pvc = vol.get("persistentVolumeClaim")
+        if isinstance(pvc, Mapping) and pvc.get("claimName") == name:
+            return True
+        if (isinstance(vol.get("ephemeral"), Mapping)
+                and pm.ephemeral_claim_name(str(_md(pod).get("name")), str(vol.get("name"))) == name):
+            ref = controller_of(claim)  # type: ignore[arg-type]
+            if ref is not None and ref.get("uid") == _md(pod).get("uid"):
+                return True
+    return False
 
 
 def users(claim: Obj, pods: Iterable[Obj]) -> list[str]:

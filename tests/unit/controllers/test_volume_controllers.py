@@ -95,9 +95,13 @@ def test_pvc_finalizer_removable(pods: list[dict[str, Any]], removable: bool) ->
 
 
 def test_ephemeral_claim_is_protected_by_its_pod() -> None:
-    c = claim("web-scratch")
+    c = claim("web-scratch", owner={"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "uid-web",
+                                    "controller": True})
     assert not vp.claim_finalizer_removable(c, [pod("web", claims=(), ephemeral=("scratch",))])
     assert vp.users(c, [pod("web", claims=(), ephemeral=("scratch",))]) == ["web"]
+    # A claim of that name the pod does not control is not its ephemeral volume.
+    squatter = claim("web-scratch")
+    assert vp.claim_finalizer_removable(squatter, [pod("web", claims=(), ephemeral=("scratch",))])
 
 
 @pytest.mark.parametrize("c", [claim(deleting=False), claim(finalizers=()), claim(finalizers=("other",))])
