@@ -225,3 +225,43 @@ def test_ephemeral_volume_claim_follows_its_pod(api: API, namespace: str) -> Non
     # The pod goes (never scheduled: at once); the garbage collector takes its claim.
     api.delete(f"/api/v1/namespaces/{namespace}/pods/web")
     wait_for("the claim to be collected", lambda: api.get(path) is None)
+
+
+needs_csi_kinds = pytest.mark.skipif(
+    any(_REG.get("storage.k8s.io", "v1", p) is None for p in ("csinodes", "csidrivers", "csistoragecapacities")),
+    reason="needs the CSINode, CSIDriver and CSIStorageCapacity kinds (the storage kinds change)")
+
+
+@needs_storage_kinds
+@needs_csi_kinds
+def test_node_local_immediate_claim_gets_a_node(fleet_server_factory: Any) -> None:
+    """A plugin's node-local driver (registered with --storage-plugin): the server has its
+    CSIDriver, and an Immediate claim of its class is given the node with the most room."""
+    from tests.integration.pvctl_driver import NAME
+
+    srv = fleet_server_factory.start(extra_args=["--storage-plugin", "tests.integration.pvctl_driver"])
+    api = API(srv)
+    cd = wait_for("the plugin's CSIDriver", lambda: api.get(f"/apis/storage.k8s.io/v1/csidrivers/{NAME}"))
+    assert cd["spec"]["storageCapacity"] is True and cd["spec"]["attachRequired"] is False
+    api.post("/apis/storage.k8s.io/v1/storageclasses",
+             {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "fast"},
+              "provisioner": NAME, "volumeBindingMode": "Immediate"})
+    for node, room in (("small", "2Gi"), ("big", "50Gi"), ("none", None)):
+        api.post("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                   "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}},
+                                   "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+        api.post("/apis/storage.k8s.io/v1/csinodes",
+                 {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": node},
+                  "spec": {"drivers": [{"name": NAME, "nodeID": node,
+                                        "topologyKeys": ["kubernetes.io/hostname"]}]}})
+        if room:
+            api.post("/apis/storage.k8s.io/v1/namespaces/kube-system/csistoragecapacities",
+                     {"apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
+                      "metadata": {"name": f"cap-{node}"}, "storageClassName": "fast", "capacity": room,
+                      "nodeTopology": {"matchLabels": {"kubernetes.io/hostname": node}}})
+    api.post("/api/v1/namespaces/default/persistentvolumeclaims", pvc_body("db", "fast", size="5Gi"))
+    path = "/api/v1/namespaces/default/persistentvolumeclaims/db"
+    claim = wait_for("a selected node", lambda: (c := api.get(path))
+                     and pm.SELECTED_NODE in (c["metadata"].get("annotations") or {}) and c)
+    assert claim["metadata"]["annotations"][pm.SELECTED_NODE] == "big"
+    assert claim["metadata"]["annotations"][pm.STORAGE_PROVISIONER] == NAME
