@@ -63,6 +63,7 @@ def storage_controllers() -> list[Controller]:
     """The storage controllers whose kinds the API serves (each names them in `requires`):
     an informer on a resource the server does not have would never list, and hold up
     every controller's start."""
+    from fleet.api.registry import default_registry
     from fleet.controllers.attachdetach import AttachDetachController
     from fleet.controllers.ephemeral import EphemeralVolumeController
     from fleet.controllers.persistentvolume import PersistentVolumeController
@@ -72,7 +73,8 @@ def storage_controllers() -> list[Controller]:
     candidates: list[Any] = [PersistentVolumeController(), PVCProtectionController(),
                              PVProtectionController(), EphemeralVolumeController(),
                              AttachDetachController()]
-    return [c for c in candidates if served(c.requires)]
+    registry = default_registry()
+    return [c for c in candidates if served(c.requires, registry)]
 
 
 def select(controllers: list[Controller], spec: list[str] | None) -> list[Controller]:
