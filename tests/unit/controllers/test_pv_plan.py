@@ -9,6 +9,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fleet.api import pvmatch as pm
 from fleet.controllers import pv_plan as pp
@@ -581,3 +583,49 @@ def test_deleting_the_claim_releases_and_rebinding_after_claim_ref_removal() -> 
     del vs["v"]["spec"]["claimRef"]  # the administrator makes it available again
     cs, vs = converge([pvc("d")], list(vs.values()))
     assert vs["v"]["status"]["phase"] == "Bound" and cs["d"]["spec"]["volumeName"] == "v"
+
+
+# ---------------------------------------------------------------------------------------
+# Property: any mix of static volumes and claims converges to a consistent binding
+
+
+SIZES = st.sampled_from(["1Gi", "2Gi", "5Gi", "10Gi"])
+CLASSES = st.sampled_from(["", "fast"])
+MODES = st.sampled_from([("ReadWriteOnce",), ("ReadWriteMany",), ("ReadWriteOnce", "ReadOnlyMany")])
+
+
+@given(vols=st.lists(st.tuples(SIZES, CLASSES, MODES), max_size=6),
+       claims=st.lists(st.tuples(SIZES, CLASSES, MODES), max_size=6),
+       prebind=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=3))
+def test_binding_converges_consistently(vols: list[Any], claims: list[Any], prebind: list[Any]) -> None:
+    cl = [pvc(f"c{i}", size, cls=cls, modes=modes[:1]) for i, (size, cls, modes) in enumerate(claims)]
+    vs = [pv(f"v{i}", size, cls=cls, modes=modes, phase=None) for i, (size, cls, modes) in enumerate(vols)]
+    for v_i, c_i in prebind:  # some volumes are pre-bound by their creator
+        if v_i < len(vs) and c_i < len(cl) and "claimRef" not in vs[v_i]["spec"]:
+            vs[v_i]["spec"]["claimRef"] = ref_to(cl[c_i], uid=False)
+    cs, vv = converge(cl, vs, rounds=12)
+    holders: dict[str, str] = {}
+    for c in cs.values():
+        name = c["spec"].get("volumeName")
+        if c["status"]["phase"] == "Bound":
+            v = vv[name]
+            assert v["spec"]["claimRef"]["uid"] == c["metadata"]["uid"]
+            assert v["status"]["phase"] == "Bound"
+            assert pm.volume_capacity(v) >= pm.claim_request(c)
+            assert pm.volume_class(v) == pm.claim_class(c)
+            assert name not in holders
+            holders[name] = c["metadata"]["name"]
+        else:
+            assert c["status"]["phase"] == "Pending" and not name
+    for name, v in vv.items():
+        ref = v["spec"].get("claimRef")
+        if name in holders:
+            continue
+        # Free volumes are Available, pre-bound ones stay reserved for their claim.
+        assert v["status"]["phase"] == "Available"
+        assert not ref or not ref.get("uid")
+    # Nobody is left waiting while a free, fitting, unreserved volume exists.
+    for c in cs.values():
+        if c["status"]["phase"] != "Bound":
+            free = [v for n, v in vv.items() if n not in holders and not v["spec"].get("claimRef")]
+            assert pm.find_matching_volume(c, free) is None
