@@ -16,6 +16,7 @@ match: the scheduler binds the rest once it knows the node.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -202,6 +203,18 @@ def find_matching_volume(claim: Mapping[str, Any], volumes: Iterable[Mapping[str
     return best
 
 
+def attachment_name(volume_handle: str, driver: str, node: str) -> str:
+    """A VolumeAttachment's name: csi-<sha256(volumeHandle + driver + node)> in hex, as
+    Kubernetes' CSI attacher (`getAttachmentName(volName, csiDriverName, nodeName)`)
+    names it — the attach/detach controller creates it, the agent waits for it."""
+    return "csi-" + hashlib.sha256(f"{volume_handle}{driver}{node}".encode()).hexdigest()
+
+
+def unique_volume_name(driver: str, volume_handle: str) -> str:
+    """The kubelet's name for a CSI volume (node.status.volumesInUse / volumesAttached)."""
+    return f"kubernetes.io/csi/{driver}^{volume_handle}"
+
+
 def ephemeral_claim_name(pod_name: str, volume_name: str) -> str:
     """ephemeral.VolumeClaimName: a generic ephemeral volume's claim is `<pod>-<volume>`."""
     return f"{pod_name}-{volume_name}"
@@ -236,8 +249,8 @@ __all__ = [
     "BETA_DEFAULT_CLASS", "BETA_STORAGE_CLASS", "BETA_STORAGE_PROVISIONER", "BIND_COMPLETED",
     "BOUND_BY_CONTROLLER", "DEFAULT_CLASS", "IMMEDIATE", "PROVISIONED_BY", "PVC_PROTECTION",
     "PV_PROTECTION", "SELECTED_NODE", "STORAGE_PROVISIONER", "WAIT_FOR_FIRST_CONSUMER",
-    "access_modes_contain", "claim_class", "claim_request", "default_class", "delays_binding",
+    "access_modes_contain", "attachment_name", "claim_class", "claim_request", "default_class", "delays_binding",
     "ephemeral_claim_name", "find_matching_volume", "is_claim_bound", "is_default_class", "is_volume_bound_to_claim",
-    "pod_claim_names", "pod_is_terminated", "quantity", "volume_capacity", "volume_class", "volume_fits_claim",
+    "pod_claim_names", "pod_is_terminated", "quantity", "unique_volume_name", "volume_capacity", "volume_class", "volume_fits_claim",
     "volume_node_affinity_matches", "volume_node_name",
 ]

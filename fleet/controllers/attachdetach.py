@@ -13,7 +13,8 @@ staging.
   treated as not needing attachment.)
 * **Names**: `csi-<sha256(volumeHandle + driver + node)>` in hex — Kubernetes'
   `getAttachmentName(volName, csiDriverName, nodeName)`, so tools that look for
-  the attachment by name find it; `attachment_name` is the one place it is computed.
+  the attachment by name find it; `pvmatch.attachment_name` is the one place it is
+  computed (the agent uses it to find the attachment it waits for).
 * **Detach**: an attachment whose (volume, node) is no longer desired is deleted —
   once the node no longer reports the volume in `status.volumesInUse`
   (`kubernetes.io/csi/<driver>^<volumeHandle>`, the kubelet's unique volume name),
@@ -26,28 +27,18 @@ few and the computation is a pass over pods.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.api import pvmatch as pm
+from fleet.api.pvmatch import attachment_name, unique_volume_name
 from fleet.client import ApiException
 from fleet.controllers import volume_common as vc
 from fleet.controllers.runtime import Context, QueueWorker, SharedInformer
 
 Obj = Mapping[str, Any]
 KEY = "all"
-
-
-def attachment_name(volume_handle: str, driver: str, node: str) -> str:
-    """csi-<sha256(volumeHandle, driverName, nodeName)> as Kubernetes' CSI attacher names it."""
-    return "csi-" + hashlib.sha256(f"{volume_handle}{driver}{node}".encode()).hexdigest()
-
-
-def unique_volume_name(driver: str, volume_handle: str) -> str:
-    """The kubelet's name for a CSI volume in node.status.volumesInUse."""
-    return f"kubernetes.io/csi/{driver}^{volume_handle}"
 
 
 def _md(obj: Obj) -> dict[str, Any]:
