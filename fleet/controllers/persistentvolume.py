@@ -55,9 +55,18 @@ class PersistentVolumeController(QueueWorker):
     def __init__(self, capabilities: Callable[[str], Capabilities | None] | None = None,
                  now: Callable[[], str] = _now) -> None:
         super().__init__()
-        self.capabilities = capabilities or storage_registry.capabilities
+        self._capabilities = capabilities or storage_registry.capabilities
         self.now = now
         self.waiting_for_node: set[str] = set()
+
+    def capabilities(self, driver: str) -> Capabilities | None:
+        """The driver's capabilities; None when unknown or when the driver cannot say
+        (a plugin whose factory fails is treated as an external provisioner)."""
+        try:
+            return self._capabilities(driver)
+        except Exception:  # noqa: BLE001 - one broken plugin must not stop binding
+            log.warning("storage driver %s: capabilities unavailable", driver, exc_info=True)
+            return None
 
     def setup(self, ctx: Context) -> None:
         self.ctx = ctx
