@@ -388,3 +388,18 @@ async def test_attach_detach_follows_the_pods(autojump_clock: Any) -> None:
     api.remove("pods", "web", NS)
     await settle(api, ctl)
     assert api.get("volumeattachments", name) is None
+
+
+async def test_binder_survives_a_driver_whose_capabilities_fail(autojump_clock: Any) -> None:
+    def broken(name: str) -> Capabilities | None:
+        raise RuntimeError("plugin factory exploded")
+
+    ctl = PersistentVolumeController(capabilities=broken, now=lambda: "T")
+    api, events = start(ctl)
+    api.put("storageclasses", {"metadata": {"name": "odd"}, "provisioner": "odd.example"})
+    api.put("persistentvolumeclaims", pvc("x", storageClassName="odd"))
+    await settle(api, ctl)
+    x = api.get("persistentvolumeclaims", "x", NS)
+    assert x is not None and x["metadata"]["annotations"][pm.STORAGE_PROVISIONER] == "odd.example"
+    assert pm.SELECTED_NODE not in x["metadata"]["annotations"]
+    assert set(events.reasons()) == {"ExternalProvisioning"}
