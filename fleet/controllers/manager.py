@@ -3,7 +3,8 @@
 Each controller is a class following `fleet.controllers.runtime.Controller`; the
 list below is the whole set — node lifecycle (`nodelifecycle`), node IPAM
 (`nodeipam`) and namespace finalization (`namespace`) included: they share the
-manager's informers and are supervised by it like the others.  The manager is one task of the server; with several servers it is
+manager's informers and are supervised by it like the others.  The storage
+controllers (`storage_controllers`) join only when the API serves their kinds.  The manager is one task of the server; with several servers it is
 the part that will run only on the lease holder.
 """
 
