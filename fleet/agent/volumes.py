@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import ctypes
-import ctypes.util
 import logging
 import os
 import shutil
@@ -58,6 +56,9 @@ from fleet.agent.env import EnvError, Lookup, field_value, resource_value
 from fleet.api.expansion import expand_vars
 from fleet.api.quantity import QuantityError, int_value
 from fleet.runtime.driver import Mount, Propagation
+from fleet.storage.mounts import mount_tmpfs as _mount_tmpfs
+from fleet.storage.mounts import mounts_under
+from fleet.storage.mounts import umount as _umount
 
 log = logging.getLogger(__name__)
 
@@ -87,64 +88,8 @@ def _setup_failed(volume: str, detail: str) -> VolumeError:
 
 
 # ---------------------------------------------------------------------------------------
-# tmpfs via mount(2): no dependency on a mount binary, and errno tells us why it failed.
-
-_MNT_DETACH = 2
-_libc: ctypes.CDLL | None = None
-
-
-def _get_libc() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return _libc
-
-
-def _mount_tmpfs(path: Path, options: str) -> None:
-    rc = _get_libc().mount(b"tmpfs", os.fsencode(path), b"tmpfs", 0, options.encode())
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount tmpfs on {path}: {os.strerror(err)}")
-
-
-def _umount(path: Path) -> None:
-    libc = _get_libc()
-    if libc.umount2(os.fsencode(path), 0) != 0:
-        # Busy (a process still has a file open): detach it now, the kernel frees it later.
-        if libc.umount2(os.fsencode(path), _MNT_DETACH) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"umount {path}: {os.strerror(err)}")
-
-
-def _unescape_mountinfo(field: str) -> str:
-    # mountinfo escapes space, tab, newline and backslash as \ooo octal.
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit() and len(field[i + 1:i + 4]) == 3:
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def mounts_under(root: Path) -> list[Path]:
-    """Mount points at or below `root` in our mount namespace, deepest first."""
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return []
-    root_s = os.path.realpath(root)
-    found = []
-    for line in lines:
-        parts = line.split(" ")
-        if len(parts) < 5:
-            continue
-        mp = _unescape_mountinfo(parts[4])
-        if mp == root_s or mp.startswith(root_s.rstrip("/") + "/"):
-            found.append(Path(mp))
-    return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
+# tmpfs via mount(2) (fleet.storage.mounts): no dependency on a mount binary, and errno
+# tells us why it failed.
 
 
 def _may_mount() -> bool:

@@ -48,7 +48,6 @@ from decimal import Decimal
 from typing import Any
 
 from fleet.api import pvmatch as pm
-from fleet.api.selectors import selector_dict_matches
 from fleet.storage.driver import Capabilities
 
 Obj = Mapping[str, Any]
@@ -193,31 +192,6 @@ def with_claim_status(claim: Obj, phase: str, volume: Obj | None) -> dict[str, A
     return out
 
 
-def claim_ref(claim: Obj) -> dict[str, Any]:
-    """reference.GetReference of a claim."""
-    md = _md(claim)
-    ref = {"kind": "PersistentVolumeClaim", "namespace": md.get("namespace") or "",
-           "name": md.get("name") or "", "uid": md.get("uid") or "", "apiVersion": "v1"}
-    if md.get("resourceVersion"):
-        ref["resourceVersion"] = md["resourceVersion"]
-    return ref
-
-
-def bind_volume_to_claim(pv: Obj, claim: Obj) -> dict[str, Any]:
-    """getBindVolumeToClaim: claimRef to the claim (with its uid); bound-by-controller
-    when the volume was not already pointing at the claim."""
-    out = copy.deepcopy(dict(pv))
-    set_by_controller = not pm.is_volume_bound_to_claim(pv, claim)
-    ref = _spec(pv).get("claimRef") or {}
-    md = _md(claim)
-    if (ref.get("name") != md.get("name") or ref.get("namespace") != md.get("namespace")
-            or ref.get("uid") != md.get("uid")):
-        out.setdefault("spec", {})["claimRef"] = claim_ref(claim)
-    if set_by_controller and pm.BOUND_BY_CONTROLLER not in _ann(pv):
-        _set_ann(out, pm.BOUND_BY_CONTROLLER, "yes")
-    return out
-
-
 def bind_claim_to_volume(claim: Obj, pv: Obj) -> dict[str, Any]:
     """bindClaimToVolume: volumeName (bound-by-controller when we chose it), bind-completed."""
     out = copy.deepcopy(dict(claim))
@@ -237,7 +211,7 @@ def _changed(new: dict[str, Any], old: Obj) -> dict[str, Any] | None:
 def bind(pv: Obj, claim: Obj, now: str) -> Sync:
     """ctrl.bind: the volume points at the claim and is Bound; the claim names the
     volume, is bind-completed and Bound with the volume's modes and capacity."""
-    vol = with_volume_phase(bind_volume_to_claim(pv, claim), "Bound", now)
+    vol = with_volume_phase(pm.bind_volume_to_claim(pv, claim)[0], "Bound", now)
     clm = with_claim_status(bind_claim_to_volume(claim, vol), "Bound", vol)
     return Sync(volume=_changed(vol, pv), claim=_changed(clm, claim))
 
@@ -403,30 +377,18 @@ def node_ready(node: Obj) -> bool:
     return False
 
 
-def csinode_has_driver(csinode: Obj | None, driver: str) -> bool:
-    if csinode is None:
-        return False
-    return any(isinstance(d, Mapping) and d.get("name") == driver for d in _spec(csinode).get("drivers") or [])
-
-
 def node_capacity(node: Obj, class_name: str, capacities: Sequence[Obj]) -> Decimal | None:
-    """The room CSIStorageCapacity objects publish for `class_name` on `node` (the largest
-    matching one; maximumVolumeSize caps a single volume), None when none is published."""
+    """The biggest volume CSIStorageCapacity objects of `class_name` allow on `node`
+    (`pvmatch.capacity_limit`: maximumVolumeSize when set, else capacity), None when
+    none is published for it."""
     labels = _md(node).get("labels") or {}
     best: Decimal | None = None
     for cap in capacities:
-        if cap.get("storageClassName") != class_name:
+        if cap.get("storageClassName") != class_name or not pm.capacity_admits_node(cap, labels):
             continue
-        topo = cap.get("nodeTopology")
-        if not isinstance(topo, Mapping) or not selector_dict_matches(topo, labels):
-            continue
-        room = pm.quantity(cap.get("capacity"))
-        if room is None:
-            continue
-        biggest = pm.quantity(cap.get("maximumVolumeSize"))
-        if biggest is not None:
-            room = min(room, biggest)
-        best = room if best is None else max(best, room)
+        room = pm.capacity_limit(cap)
+        if room is not None:
+            best = room if best is None else max(best, room)
     return best
 
 
@@ -440,7 +402,7 @@ def select_node(driver: str, class_name: str, request: Decimal | None, nodes: Se
     ranked: list[tuple[int, Decimal, str]] = []
     for node in nodes:
         name = _name(node)
-        if not name or not node_ready(node) or not csinode_has_driver(csinodes.get(name), driver):
+        if not name or not node_ready(node) or not pm.csinode_has_driver(csinodes.get(name), driver):
             continue
         room = node_capacity(node, class_name, capacities)
         if room is None:
@@ -524,7 +486,6 @@ def _released(pv: Obj, now: str) -> Sync:
     return sync
 
 
-__all__ = ["RESYNC", "Sync", "World", "bind", "bind_claim_to_volume", "bind_volume_to_claim", "claim_key",
-           "claim_ref", "claimref_key", "mismatch", "node_capacity", "plan_claim", "plan_volume",
+__all__ = ["RESYNC", "Sync", "World", "bind", "bind_claim_to_volume", "claim_key", "claimref_key", "mismatch", "node_capacity", "plan_claim", "plan_volume",
            "provision", "retroactive_default_class", "select_node", "unbind_volume", "with_claim_status",
            "with_volume_phase"]
