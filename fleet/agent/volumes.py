@@ -14,6 +14,12 @@ Volume types:
 - hostPath — the host path, after the `type` check (DirectoryOrCreate creates it,
   Directory/File/Socket/CharDevice/BlockDevice must exist as that, FileOrCreate creates
   an empty file in an existing directory).
+- persistentVolumeClaim and ephemeral — claimed volumes, staged and published by the
+  node's CSI volume manager (`fleet.agent.csivolumes.NodeVolumes`, passed as `csi`):
+  a directory under `volumes/<name>`, or for `volumeMode: Block` a device file under
+  `volumeDevices/<name>` that `devices_for` hands the container at its devicePath.
+  Read-only when the pod's claim reference, the PV (ReadOnlyMany) or the mount says so.
+  Until the claim is bound, set-up raises FailedMount with the kubelet's words.
 - configMap, secret, downwardAPI, projected — files rendered from API objects.  Secret
   and projected volumes live on a tmpfs when we may mount, so credentials never reach
   the node's disk (as in Kubernetes).
@@ -52,10 +58,11 @@ from typing import Any
 
 import trio
 
+from fleet.agent import csiplan
 from fleet.agent.env import EnvError, Lookup, field_value, resource_value
 from fleet.api.expansion import expand_vars
 from fleet.api.quantity import QuantityError, int_value
-from fleet.runtime.driver import Mount, Propagation
+from fleet.runtime.driver import Device, Mount, Propagation
 from fleet.storage.mounts import mount_tmpfs as _mount_tmpfs
 from fleet.storage.mounts import mounts_under
 from fleet.storage.mounts import umount as _umount
@@ -218,8 +225,12 @@ class VolumeManager:
 
     def __init__(self, pod_dir: Path, lookup: Lookup,
                  node_allocatable: Mapping[str, Any] | None = None, *,
-                 token_source: TokenSource | None = None) -> None:
+                 token_source: TokenSource | None = None, csi: Any = None) -> None:
         self.pod_dir = Path(pod_dir)
+        # fleet.agent.csivolumes.NodeVolumes: claimed volumes; None = not supported here.
+        self._csi = csi
+        # Raw block volumes: volume name → the published device file.
+        self.devices: dict[str, Path] = {}
         self.volumes_dir = self.pod_dir / "volumes"
         self._lookup = lookup
         self._node_allocatable = dict(node_allocatable or {})
@@ -244,6 +255,8 @@ class VolumeManager:
 
     async def _setup_one(self, pod: Mapping[str, Any], name: str, vol: Mapping[str, Any]) -> Path:
         target = self.volumes_dir / name
+        if csiplan.is_claim_volume(vol):
+            return await self._setup_claimed(pod, name, vol)
         if "hostPath" in vol:
             return await trio.to_thread.run_sync(_check_host_path, name, vol["hostPath"] or {})
         if "emptyDir" in vol:
@@ -262,6 +275,29 @@ class VolumeManager:
                 await trio.to_thread.run_sync(write_atomic, target, payload)
                 return target
         raise _setup_failed(name, f"unsupported volume type: {sorted(k for k in vol if k != 'name')}")
+
+    async def _setup_claimed(self, pod: Mapping[str, Any], name: str,
+                             vol: Mapping[str, Any]) -> Path:
+        from fleet.storage.driver import DriverError
+
+        if self._csi is None:
+            raise _setup_failed(name, "claimed volumes are not supported on this node")
+        try:
+            path, facts = await self._csi.publish(
+                pod, vol, self.pod_dir,
+                lambda f: (self.pod_dir / "volumeDevices" / name if f.mode == "Block"
+                           else self.volumes_dir / name))
+        except csiplan.MountProblem as e:
+            raise VolumeError(FAILED_MOUNT, csiplan.failed_mount_message(name, e.message)) from None
+        except csiplan.DriverFailure as e:
+            raise VolumeError(FAILED_MOUNT, e.message) from None
+        except DriverError as e:  # a driver call outside stage/publish (a plugin's bug)
+            raise _setup_failed(name, f"rpc error: code = {e.code.value} desc = {e.message}") from None
+        if facts.read_only:
+            self._read_only.add(name)
+        if facts.mode == "Block":
+            self.devices[name] = path
+        return path
 
     async def _tmpfs_dir(self, name: str, target: Path, size: Any, *, mode: int,
                          quiet: bool = False) -> None:
@@ -418,6 +454,11 @@ class VolumeManager:
         Refuses to delete anything while a mount remains below the pod dir: deleting
         through a mount point would destroy whatever is mounted there."""
 
+        if self._csi is not None:
+            # Claimed volumes through their driver first (unpublish, and unstage when
+            # no other pod on the node uses them); raises if the driver fails.
+            await self._csi.unpublish_pod(self.pod_dir.name, self.pod_dir)
+
         def work() -> None:
             for mp in mounts_under(self.pod_dir):
                 _umount(mp)
@@ -429,14 +470,20 @@ class VolumeManager:
 
         await trio.to_thread.run_sync(work)
         self.paths = {}
+        self.devices = {}
 
     # -- mounts --------------------------------------------------------------------------
 
     def mounts_for(self, container: Mapping[str, Any], volume_paths: Mapping[str, Path] | None = None,
                    *, env: Mapping[str, str] | None = None) -> list[Mount]:
         """The runtime mounts of `container`'s volumeMounts (see module-level `mounts_for`)."""
-        return mounts_for(container, self.paths if volume_paths is None else volume_paths,
+        paths = self.paths if volume_paths is None else volume_paths
+        return mounts_for(container, {k: v for k, v in paths.items() if k not in self.devices},
                           read_only_volumes=self._read_only, env=env)
+
+    def devices_for(self, container: Mapping[str, Any]) -> list[Device]:
+        """The runtime devices of `container`'s volumeDevices (see `devices_for`)."""
+        return devices_for(container, self.devices, read_only_volumes=self._read_only)
 
 
 def _make_dir(path: Path, mode: int) -> None:
@@ -538,3 +585,30 @@ def mounts_for(container: Mapping[str, Any], volume_paths: Mapping[str, Path], *
                             read_only=bool(vm.get("readOnly")) or name in read_only_volumes,
                             propagation=_PROPAGATION[propagation]))
     return mounts
+
+
+def devices_for(container: Mapping[str, Any], devices: Mapping[str, Path], *,
+                read_only_volumes: set[str] | frozenset[str] = frozenset()) -> list[Device]:
+    """Translate `container`'s volumeDevices into runtime devices: the published device
+    file of each raw block volume, by its major:minor, at `devicePath`."""
+    out: list[Device] = []
+    for vd in container.get("volumeDevices") or []:
+        name = vd.get("name", "")
+        if name not in devices:
+            raise VolumeError(FAILED_MOUNT, f'volume "{name}" is not a block volume of this pod '
+                                            f'(volumeDevice {vd.get("devicePath", "")!r})')
+        try:
+            st = os.stat(devices[name])
+        except OSError as e:
+            raise VolumeError(FAILED_MOUNT, f"block volume {name}: {e}") from None
+        if stat.S_ISBLK(st.st_mode):
+            kind = "b"
+        elif stat.S_ISCHR(st.st_mode):
+            kind = "c"
+        else:
+            raise VolumeError(FAILED_MOUNT, f"block volume {name}: {devices[name]} is not a "
+                                            "device")
+        out.append(Device(host_path=Path(devices[name]), container_path=vd.get("devicePath", ""),
+                          major=os.major(st.st_rdev), minor=os.minor(st.st_rdev), kind=kind,
+                          read_only=name in read_only_volumes))
+    return out
