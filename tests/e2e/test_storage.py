@@ -31,6 +31,7 @@ the classes it creates are named after it and deleted at its end.
 * Bad input: a claim naming a missing class stays Pending with a ProvisioningFailed
   Event naming it; a claim larger than any node can give stays Pending and its pod
   unschedulable with "did not have enough free storage"; shrinking a claim is a 422.
+* The quick start's storage example, packaging/examples/counter.yaml, applied with kubectl.
 
 Needs root, runc, busybox-static, kubectl, ip/nsenter/nft (the multi-node fixture);
 the `local.fleet.dev` tests also mkfs.ext4 / mkfs.xfs / xfs_growfs and losetup.
@@ -50,8 +51,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from fleet.api.pvmatch import SELECTED_NODE, volume_node_name
+from tests.conftest import REPO_ROOT
 from tests.e2e import storage_plugin_tmpdir as plugin
 from tests.e2e.helpers import wait_until
 from tests.e2e.multinode import IMAGE, MultiNodeCluster, Node, multinode_cluster, problem
@@ -710,3 +713,31 @@ def test_shrinking_a_claim_is_refused(cluster: MultiNodeCluster, ns: str) -> Non
                for c in body["details"].get("causes") or []), body
     c = get(cluster, claim_path(ns, "fixed"))
     assert c["spec"]["resources"]["requests"]["storage"] == "16Mi", c["spec"]
+
+
+# ----------------------------------------------------------------------------- the README's example
+
+
+def test_readme_counter_example(cluster: MultiNodeCluster, ns: str) -> None:
+    """packaging/examples/counter.yaml (the quick start's storage example, its image
+    swapped for the test image): the claim from its template gets the default class, and
+    the start log outlives the pod."""
+    docs = list(yaml.safe_load_all((REPO_ROOT / "packaging" / "examples" / "counter.yaml").read_text()))
+    for d in docs:
+        for c in (d["spec"].get("template") or {}).get("spec", {}).get("containers", []):
+            assert c["image"] == "busybox:fleet", c
+            c["image"] = IMAGE
+    rc, out, err = cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
+    assert rc == 0 and "statefulset.apps/counter created" in out, (out, err)
+    first = wait_ready(cluster, ns, "counter-0")["metadata"]["uid"]
+    c = wait_bound(cluster, ns, "data-counter-0")
+    assert c["spec"]["storageClassName"] == DEFAULT_CLASS, c
+    rc, out, err = cluster.kubectl("get", "pvc", "-n", ns, "data-counter-0", "--no-headers")
+    assert rc == 0 and out.split()[1] == "Bound", (out, err)
+    assert len(sh_in(cluster, ns, "counter-0", "cat /data/starts").splitlines()) == 1
+    rc, out, err = cluster.kubectl("delete", "pod", "-n", ns, "counter-0", timeout=90)
+    assert rc == 0, err
+    wait_ready(cluster, ns, "counter-0", not_uid=first)
+    assert len(sh_in(cluster, ns, "counter-0", "cat /data/starts").splitlines()) == 2
+    served = sh_in(cluster, ns, "counter-0", "wget -qO- localhost:8080/starts")
+    assert len(served.splitlines()) == 2, served
