@@ -13,9 +13,13 @@ the classes it creates are named after it and deleted at its end.
   its uid; after every pod is deleted the new pods read their own files back (and only
   theirs); after both agents restart the running pods still read and write them, and
   pods deleted after the restart come back with their data again.
+* persistentVolumeClaimRetentionPolicy Delete/Delete: scaling down and deleting the set
+  remove the claims, volumes and directories; a generic ephemeral volume's claim is owned
+  by its pod and goes with it; one claim mounted whole, by subPath, subPathExpr, readOnly.
 * Reclaim: Delete removes the volume's directory on its node once the claim is gone
-  (also when the claim's class was deleted meanwhile); a class with reclaimPolicy
-  Retain keeps the directory and the PV goes Released.
+  (a claim deleted while its pod runs stays Terminating and usable until the pod goes —
+  pvc-protection; also when the claim's class was deleted meanwhile); a class with
+  reclaimPolicy Retain keeps the directory and the PV goes Released.
 * WaitForFirstConsumer on two nodes: the claim waits (Event WaitForFirstConsumer), the
   volume is made on the node the scheduler picked for the pod (selected-node
   annotation, PV nodeAffinity, the directory on that node only), and a pod that must
@@ -307,6 +311,79 @@ def test_statefulset_pods_get_their_own_volumes_back(cluster: MultiNodeCluster, 
         assert sh_in(cluster, ns, p, f"cat /data/after-restart-{ordinal}").strip() == p
 
 
+def test_statefulset_claim_retention_delete(cluster: MultiNodeCluster, ns: str) -> None:
+    """persistentVolumeClaimRetentionPolicy Delete/Delete with real volumes: scaling down
+    removes the scaled-away ordinal's claim, volume and directory; deleting the set
+    removes the rest."""
+    sts = _statefulset("tidy", 2)
+    sts["spec"]["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete",
+                                                           "whenScaled": "Delete"}
+    create(cluster, f"/apis/apps/v1/namespaces/{ns}/statefulsets", sts)
+    found: dict[str, tuple[str, Path]] = {}
+    for i in range(2):
+        pod = wait_ready(cluster, ns, f"tidy-{i}")
+        node = cluster.node(pod["spec"]["nodeName"])
+        dirs = volume_dirs(node, HOSTPATH, "starts")
+        mine = [d for d in dirs if (d / str(i)).is_file()
+                and (d / str(i)).read_text().strip() == f"tidy-{i}"]
+        assert len(mine) == 1, (i, dirs)
+        found[f"data-tidy-{i}"] = (pv_of(cluster, ns, f"data-tidy-{i}")["metadata"]["name"], mine[0])
+    code, body = merge_patch(cluster, f"/apis/apps/v1/namespaces/{ns}/statefulsets/tidy",
+                             {"spec": {"replicas": 1}})
+    assert code == 200, body
+    pv1, dir1 = found["data-tidy-1"]
+    wait_gone(cluster, claim_path(ns, "data-tidy-1"), timeout=90)
+    wait_gone(cluster, pv_path(pv1))
+    wait_until(lambda: not dir1.exists(), timeout=30, what=f"{dir1} removed")
+    assert get(cluster, claim_path(ns, "data-tidy-0")) is not None
+    delete(cluster, f"/apis/apps/v1/namespaces/{ns}/statefulsets/tidy")
+    pv0, dir0 = found["data-tidy-0"]
+    wait_gone(cluster, claim_path(ns, "data-tidy-0"), timeout=90)
+    wait_gone(cluster, pv_path(pv0))
+    wait_until(lambda: not dir0.exists(), timeout=30, what=f"{dir0} removed")
+
+
+def test_generic_ephemeral_volume(cluster: MultiNodeCluster, ns: str) -> None:
+    """ephemeral.volumeClaimTemplate: a claim `<pod>-<volume>` owned by the pod, a real
+    volume while it runs, gone (claim, PV, directory) with the pod."""
+    pod = pod_with_claim("eph", "unused", f"echo eph > /data/eph-{ns}")
+    pod["spec"]["volumes"] = [{"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "8Mi"}}}}}}]
+    create(cluster, f"/api/v1/namespaces/{ns}/pods", pod)
+    p = wait_ready(cluster, ns, "eph")
+    c = wait_bound(cluster, ns, "eph-data")
+    owners = c["metadata"].get("ownerReferences") or []
+    assert [(o["kind"], o["name"], o["uid"], o.get("controller")) for o in owners] == \
+        [("Pod", "eph", p["metadata"]["uid"], True)], owners
+    assert c["spec"]["storageClassName"] == DEFAULT_CLASS, c
+    pv = pv_of(cluster, ns, "eph-data")["metadata"]["name"]
+    dirs = volume_dirs(cluster.node(p["spec"]["nodeName"]), HOSTPATH, f"eph-{ns}")
+    assert len(dirs) == 1, dirs
+    delete(cluster, f"/api/v1/namespaces/{ns}/pods/eph")
+    wait_gone(cluster, claim_path(ns, "eph-data"), timeout=90)
+    wait_gone(cluster, pv_path(pv))
+    wait_until(lambda: not dirs[0].exists(), timeout=30, what=f"{dirs[0]} removed")
+
+
+def test_sub_path_and_read_only_mounts(cluster: MultiNodeCluster, ns: str) -> None:
+    """One claim mounted four ways in a container: whole, `subPath`, `subPathExpr` (from
+    the pod's name) and `readOnly`."""
+    create(cluster, claim_path(ns), claim("multi", "8Mi"))
+    pod = pod_with_claim("multi", "multi", "true")
+    ctr = pod["spec"]["containers"][0]
+    ctr["env"] = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    ctr["volumeMounts"] += [{"name": "data", "mountPath": "/sub", "subPath": "sub"},
+                            {"name": "data", "mountPath": "/mine", "subPathExpr": "$(POD_NAME)"},
+                            {"name": "data", "mountPath": "/ro", "readOnly": True}]
+    create(cluster, f"/api/v1/namespaces/{ns}/pods", pod)
+    wait_ready(cluster, ns, "multi")
+    out = sh_in(cluster, ns, "multi",
+                "echo s > /sub/f; echo m > /mine/f; cat /data/sub/f /data/multi/f /ro/sub/f; "
+                "echo x > /ro/nope && echo WROTE || echo REFUSED", check=False)
+    assert out.split()[:3] == ["s", "m", "s"], out
+    assert "REFUSED" in out and "WROTE" not in out, out
+
+
 # ----------------------------------------------------------------------------- reclaim
 
 
@@ -334,10 +411,24 @@ def _release(cluster: MultiNodeCluster, ns: str, name: str) -> None:
 
 
 def test_reclaim_delete_removes_the_directory(cluster: MultiNodeCluster, ns: str) -> None:
+    """Delete reclaim, and pvc-protection on the way: a claim deleted while its pod runs
+    stays (Terminating) and usable until the pod is gone."""
     pv, node, vol = _provision_and_mark(cluster, ns, "scratch", None, f"marker-{ns}")
     assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Delete", pv
     assert pv["spec"]["storageClassName"] == DEFAULT_CLASS, pv
-    _release(cluster, ns, "scratch")
+    assert "kubernetes.io/pv-protection" in pv["metadata"].get("finalizers", []), pv["metadata"]
+    delete(cluster, claim_path(ns, "scratch"))
+    time.sleep(2)
+    c = get(cluster, claim_path(ns, "scratch"))
+    assert c is not None and c["metadata"].get("deletionTimestamp"), c
+    assert c["metadata"]["finalizers"] == ["kubernetes.io/pvc-protection"], c["metadata"]
+    rc, out, err = cluster.kubectl("get", "pvc", "scratch", "-n", ns, "--no-headers")
+    assert rc == 0 and out.split()[1] == "Terminating", (out, err)
+    assert sh_in(cluster, ns, "scratch", "echo still > /data/still; cat /data/still").strip() == "still"
+    assert get(cluster, pv_path(pv["metadata"]["name"])) is not None
+    delete(cluster, f"/api/v1/namespaces/{ns}/pods/scratch")
+    wait_gone(cluster, f"/api/v1/namespaces/{ns}/pods/scratch")
+    wait_gone(cluster, claim_path(ns, "scratch"))
     wait_gone(cluster, pv_path(pv["metadata"]["name"]))
     wait_until(lambda: not vol.exists(), timeout=30, what=f"{vol} removed on {node.name}")
 
