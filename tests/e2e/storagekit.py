@@ -270,3 +270,17 @@ def describe_fields(out: str) -> list[tuple[str, str]]:
         if m:
             fields.append((m.group(1), (m.group(2) or "").strip()))
     return fields
+
+
+def volume_stats(metrics: str, ns: str, claim_name: str) -> dict[str, float]:
+    """The kubelet_volume_stats_* samples of one claim in a Prometheus text page, by the
+    metric's suffix (`used_bytes`, `capacity_bytes`, ...)."""
+    out = {}
+    for line in metrics.splitlines():
+        m = re.match(r"^kubelet_volume_stats_(\w+)\{([^}]*)\}\s+(\S+)", line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2)))
+        if labels.get("namespace") == ns and labels.get("persistentvolumeclaim") == claim_name:
+            out[m.group(1)] = float(m.group(3))
+    return out

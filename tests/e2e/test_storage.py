@@ -86,6 +86,7 @@ from tests.e2e.storagekit import (
     storage_class,
     table,
     volume_dirs,
+    volume_stats,
     wait_bound,
     wait_event,
     wait_gone,
@@ -630,6 +631,18 @@ def test_capacity_limit_stops_a_writer(cluster: MultiNodeCluster, ns: str) -> No
     written = int(re.search(r"^size=(\d+)", out, re.M).group(1))
     # The file system's own overhead (journal, inode tables) comes out of the claim.
     assert 0.8 * size <= written <= size, (written, size, out)
+
+    # The node reports it as the kubelet does: kubelet_volume_stats_* on its /metrics.
+    node = get(cluster, f"/api/v1/namespaces/{ns}/pods/full")["spec"]["nodeName"]
+
+    def stats() -> dict[str, float] | None:
+        rc, text, err = cluster.kubectl("get", "--raw", f"/api/v1/nodes/{node}/proxy/metrics")
+        assert rc == 0, err
+        got = volume_stats(text, ns, "full")
+        return got if got.get("used_bytes", 0) >= 0.95 * written else None
+    got = wait_until(stats, timeout=40, interval=2, what="kubelet_volume_stats_used_bytes of the claim")
+    assert 0.8 * size <= got["capacity_bytes"] <= size, got
+    assert got["available_bytes"] < 0.05 * size, got
 
 
 # ----------------------------------------------------------------------------- third-party driver
