@@ -59,7 +59,6 @@ import yaml
 
 from fleet.api.pvmatch import SELECTED_NODE, volume_node_name
 from tests.conftest import REPO_ROOT
-from tests.e2e import storage_plugin_tmpdir as plugin
 from tests.e2e.helpers import wait_until
 from tests.e2e.multinode import IMAGE, MultiNodeCluster, Node, multinode_cluster, problem
 from tests.e2e.storagekit import (
@@ -95,7 +94,13 @@ from tests.e2e.storagekit import (
 
 pytestmark = [pytest.mark.e2e]
 
+# The third-party driver (tests/e2e/storage_plugin_tmpdir.py), known here by its name as
+# any cluster user knows a driver.  The module is imported only by the `plugin` fixture
+# (and by the server and agents): importing it registers the driver in this process too.
 PLUGIN_MODULE = "tests.e2e.storage_plugin_tmpdir"
+PLUGIN_DRIVER = "tmpdir.e2e.fleet.test"
+PLUGIN_VOLUME_PREFIX = "tmpdir-"
+PLUGIN_JOURNAL = "calls.log"
 HOSTPATH = "hostpath.fleet.dev"
 LOCAL = "local.fleet.dev"
 DEFAULT_CLASS = "local-path"      # hostpath.fleet.dev, the default class
@@ -169,8 +174,25 @@ def ns(cluster: MultiNodeCluster) -> Iterator[str]:
 # ----------------------------------------------------------------------------- the plugin itself
 
 
+@pytest.fixture
+def plugin() -> Iterator[Any]:
+    """The plugin module, its driver registered in this process for the test only."""
+    import importlib
+
+    from fleet.storage import registry
+
+    mod = importlib.import_module(PLUGIN_MODULE)
+    mod.register_driver()
+    assert (mod.DRIVER_NAME, mod.VOLUME_PREFIX, mod.JOURNAL) == (
+        PLUGIN_DRIVER, PLUGIN_VOLUME_PREFIX, PLUGIN_JOURNAL)
+    try:
+        yield mod
+    finally:
+        registry.unregister(PLUGIN_DRIVER)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (bind mounts)")
-async def test_tmpdir_plugin_implements_the_driver_protocol(tmp_path: Path) -> None:
+async def test_tmpdir_plugin_implements_the_driver_protocol(plugin: Any, tmp_path: Path) -> None:
     """The test driver on its own: registered by import, a Driver by the protocol, and
     its calls make, mount, unmount and remove a directory (so a failure of the e2e test
     below is Fleet's, not the plugin's)."""
@@ -649,17 +671,17 @@ def test_capacity_limit_stops_a_writer(cluster: MultiNodeCluster, ns: str) -> No
 
 
 def test_third_party_driver_provisions_and_mounts(cluster: MultiNodeCluster, ns: str) -> None:
-    drv = get(cluster, f"{STORAGE_API}/csidrivers/{plugin.DRIVER_NAME}")
+    drv = get(cluster, f"{STORAGE_API}/csidrivers/{PLUGIN_DRIVER}")
     assert drv is not None, "no CSIDriver for the plugin's driver"
     assert drv["spec"].get("attachRequired") is False and drv["spec"].get("storageCapacity") is False, drv
     for node in cluster.nodes:
         csinode = get(cluster, f"{STORAGE_API}/csinodes/{node.name}")
         assert csinode is not None, node.name
         names = {d["name"] for d in csinode["spec"].get("drivers") or []}
-        assert {plugin.DRIVER_NAME, HOSTPATH, LOCAL} <= names, (node.name, names)
+        assert {PLUGIN_DRIVER, HOSTPATH, LOCAL} <= names, (node.name, names)
 
     cls = f"tmpdir-{ns}"
-    create(cluster, sc_path(), storage_class(cls, plugin.DRIVER_NAME, expand=False))
+    create(cluster, sc_path(), storage_class(cls, PLUGIN_DRIVER, expand=False))
     try:
         marker = f"marker-{ns}"
         create(cluster, claim_path(ns), claim("third", "4Mi", cls))
@@ -668,11 +690,11 @@ def test_third_party_driver_provisions_and_mounts(cluster: MultiNodeCluster, ns:
         node = cluster.node(wait_ready(cluster, ns, "third")["spec"]["nodeName"])
         pv = pv_of(cluster, ns, "third")
         vid = pv["spec"]["csi"]["volumeHandle"]
-        assert pv["spec"]["csi"]["driver"] == plugin.DRIVER_NAME, pv
-        assert vid == plugin.VOLUME_PREFIX + pv["metadata"]["name"], pv
-        assert pv["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"] == plugin.DRIVER_NAME
+        assert pv["spec"]["csi"]["driver"] == PLUGIN_DRIVER, pv
+        assert vid == PLUGIN_VOLUME_PREFIX + pv["metadata"]["name"], pv
+        assert pv["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"] == PLUGIN_DRIVER
         assert volume_node_name(pv) == node.name
-        driver_dir = node.data_dir / "storage" / plugin.DRIVER_NAME
+        driver_dir = node.data_dir / "storage" / PLUGIN_DRIVER
         vol = driver_dir / "volumes" / vid
         assert (vol / marker).read_text().strip() == marker
         assert sh_in(cluster, ns, "third", "echo from-pod > /data/back; cat /data/" + marker).strip() == marker
@@ -680,7 +702,7 @@ def test_third_party_driver_provisions_and_mounts(cluster: MultiNodeCluster, ns:
 
         def calls() -> list[str]:
             try:
-                lines = (driver_dir / plugin.JOURNAL).read_text().splitlines()
+                lines = (driver_dir / PLUGIN_JOURNAL).read_text().splitlines()
             except FileNotFoundError:
                 return []
             return [ln.split()[0] for ln in lines if ln.endswith(" " + vid)]
