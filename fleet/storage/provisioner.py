@@ -580,6 +580,7 @@ def drivers_for(place: Place, env_for: Callable[[str], DriverEnv]) -> dict[str, 
     node, the others in the server).  A driver whose factory fails is logged and left
     out: one broken plugin must not stop the others."""
     out: dict[str, Driver] = {}
+    driver: Driver | None
     for name in registry.names():
         env = env_for(name)
         made = not env.data_dir.exists()
@@ -588,12 +589,12 @@ def drivers_for(place: Place, env_for: Callable[[str], DriverEnv]) -> dict[str, 
             driver = registry.create(name, env)
         except Exception:  # noqa: BLE001 - isolate one plugin
             log.exception("storage driver %s could not be created", name)
-            continue
-        if place.serves(driver.capabilities):
+            driver = None
+        if driver is not None and place.serves(driver.capabilities):
             out[name] = driver
         elif made:
             with contextlib.suppress(OSError):
-                os.rmdir(env.data_dir)  # not ours to serve here: leave no empty directory
+                os.rmdir(env.data_dir)  # not served here: leave no empty directory
     return out
 
 
