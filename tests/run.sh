@@ -10,7 +10,8 @@ PY="${PYTHON:-python3}"
 # Debian tools the suite uses (kubectl 1.32 comes with these machines): the
 # OCI runtime, a static busybox for test images, nftables and iproute2 for pod
 # networking, util-linux for nsenter, a registry to pull images from, and nginx
-# (the ingress' nginx engine) with curl to reach it.
+# (the ingress' nginx engine) with curl to reach it; e2fsprogs, xfsprogs and
+# losetup (package mount) for the local.fleet.dev storage driver.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     need=()
     command -v sqlite3 >/dev/null || need+=(sqlite3)
@@ -22,6 +23,9 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     command -v docker-registry >/dev/null || need+=(docker-registry)
     command -v nginx >/dev/null || need+=(nginx)
     command -v curl >/dev/null || need+=(curl)
+    command -v mkfs.ext4 >/dev/null && command -v resize2fs >/dev/null || need+=(e2fsprogs)
+    command -v mkfs.xfs >/dev/null && command -v xfs_growfs >/dev/null || need+=(xfsprogs)
+    command -v losetup >/dev/null || need+=(mount)
     if [ "${#need[@]}" -gt 0 ]; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -37,4 +41,4 @@ fi
 lint=(fleet tests)
 [ -d bench ] && lint+=(bench)
 "$VENV/bin/ruff" check "${lint[@]}"
-exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=40 "$@"

@@ -14,7 +14,8 @@ So the paths are the kubelet's and need no translation on the way:
     GET /stats/summary                                     the kubelet's Summary API shape
     GET /metrics/resource                                  cpu/memory counters (Prometheus
                                                            text), scraped by the API server
-    GET /metrics                                           the agent's own counters (Prometheus
+    GET /metrics                                           the agent's own counters and
+                                                           kubelet_volume_stats_* (Prometheus
                                                            text): restarts, skipped objects,
                                                            clean-up failures
     GET /healthz                                           "ok", no authentication
@@ -590,12 +591,18 @@ async def stats_summary(locator: ContainerLocator, node_name: str,
             pod_mem += st.memory_usage_bytes or 0
             pod_ws += st.memory_working_set_bytes or 0
         keys.add(uid)
-        summary["pods"].append({
+        pod_entry: dict[str, Any] = {
             "podRef": {"name": pod, "namespace": namespace, "uid": uid},
             "containers": entries,
             "cpu": _cpu(ts, uid, now_ns, pod_cpu if entries else None, rates),
             "memory": _memory(ts, pod_mem if entries else None, pod_ws if entries else None),
-        })
+        }
+        volume_entries = getattr(locator, "volume_entries", None)
+        if volume_entries is not None:
+            volumes = await volume_entries(uid)
+            if volumes:
+                pod_entry["volume"] = volumes
+        summary["pods"].append(pod_entry)
     rates.forget_except(keys)
     return summary
 
@@ -752,7 +759,12 @@ def create_app(locator: ContainerLocator, *, token: str, node_name: str = "",
 
         from fleet._core.supervise import REGISTRY
 
-        return Response(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+        body = generate_latest(REGISTRY)
+        # kubelet_volume_stats_* of this node's claimed volumes (fleet.agent.csivolumes).
+        volume_metrics = getattr(locator, "volume_metrics", None)
+        if volume_metrics is not None:
+            body += (await volume_metrics()).encode()
+        return Response(body, content_type=CONTENT_TYPE_LATEST)
 
     for rule, handler in (extra_routes or {}).items():
         methods, path = split_rule(rule)

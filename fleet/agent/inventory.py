@@ -659,8 +659,16 @@ def remove(data_dir: Path, inv: Inventory, *, phase: str,
     for uid in sorted(inv.pod_uids):
         for d in (data_dir / "pods" / uid, _runtime_dir(data_dir) / "sandboxes" / uid):
             if d.exists():
-                _attempt(r, phase, "state", f"state {d}", shutil.rmtree, d)
+                _attempt(r, phase, "state", f"state {d}", _rmtree_unmounted, d)
     return r
+
+
+def _rmtree_unmounted(d: Path) -> None:
+    """rmtree, refused while anything is mounted below (a claimed volume's data)."""
+    left = mounts_under(d)
+    if left:
+        raise CleanupError(errno.EBUSY, f"still mounted: {', '.join(map(str, left))}")
+    shutil.rmtree(d)
 
 
 def remove_pod(data_dir: Path, uid: str, *, netns_dir: str | None, with_veth: bool,

@@ -11,7 +11,9 @@ Start-up order, each step `nursery.start`-ed so the next one can rely on it:
    (pods then share the node's network and report its address, like hostNetwork);
    a driver that routes to other nodes (`PeerRouting`) gets the Nodes from an
    informer (`fleet.agent.podnet`) for as long as the agent runs;
-4. start-time garbage collection (`fleet.agent.inventory.collect_garbage`): every
+4. start-time garbage collection: the claimed volumes of pods gone meanwhile are
+   unpublished and unstaged through their drivers (`fleet.agent.csivolumes`), then
+   (`fleet.agent.inventory.collect_garbage`) every
    container, shim, pod netns, veth, mount and cgroup of this agent that no pod
    bound to the node owns any more is removed (a pod deleted while the agent was
    down, a crash mid-teardown), so nothing leaks across restarts;
@@ -52,6 +54,7 @@ from fleet.agent import api, imagegc, inventory
 from fleet.agent import env as agent_env
 from fleet.agent import volumes as agent_volumes
 from fleet.agent.config import AgentConfig
+from fleet.agent.csivolumes import NodeVolumes
 from fleet.agent.dnsconfig import NodeDNS
 from fleet.agent.events import EventRecorder
 from fleet.agent.images import StoreImages
@@ -147,8 +150,13 @@ async def run(cfg: AgentConfig, *,
                         # No pod network, no way to the cluster DNS ClusterIP.
                         dns=NodeDNS(tuple(cfg.cluster_dns) if network is not None else (),
                                     cfg.cluster_domain, cfg.resolv_conf))
+        # Claimed volumes (persistentVolumeClaim / ephemeral) through the storage
+        # drivers registered above (fleet.agent.csivolumes).
+        env.csi = NodeVolumes(client, cfg.data_dir, cfg.node_name, events=events,
+                              node_labels=lambda: (node.node.get("metadata") or {}).get("labels")
+                              or {})
         sync = PodSync(cfg.node_name, env)
-        await collect_garbage(client, cfg, record)
+        await collect_garbage(client, cfg, record, csi=env.csi)
         async with trio.open_nursery() as n:
             # The driver's helpers (the warm shim launcher) and the event sender
             # before any pod starts.
@@ -159,6 +167,8 @@ async def run(cfg: AgentConfig, *,
             if isinstance(network, PeerRouting):
                 n.start_soon(PeerSync(client, cfg.node_name, network).run)
             n.start_soon(node.status_loop)
+            # CSINode, node-side expansion, stagings nobody uses.
+            n.start_soon(env.csi.run)
             # Pods start only once every Service has been read (as the kubelet's
             # serviceHasSynced gate): their service-link variables need them.
             await n.start(services.run)
@@ -202,7 +212,8 @@ async def run(cfg: AgentConfig, *,
                                           api_url=api_url, sync=sync))
 
 
-async def collect_garbage(client: Any, cfg: AgentConfig, record: inventory.AgentRecord) -> None:
+async def collect_garbage(client: Any, cfg: AgentConfig, record: inventory.AgentRecord, *,
+                          csi: NodeVolumes | None = None) -> None:
     """Remove what no pod bound to this node owns (see `fleet.agent.inventory`).
 
     Runs before pod sync, so no worker is creating anything meanwhile; a pod bound
@@ -219,6 +230,10 @@ async def collect_garbage(client: Any, cfg: AgentConfig, record: inventory.Agent
             backoff = min(backoff * 2, 10.0)
     live = {str((p.get("metadata") or {}).get("uid") or "") for p in res.get("items") or []
             if isinstance(p, dict)} - {""}
+    if csi is not None:
+        # Claimed volumes of pods gone meanwhile through their drivers first (unpublish,
+        # unstage), so the blind unmounting below finds nothing of them.
+        await csi.recover(live)
     report = await trio.to_thread.run_sync(
         lambda: inventory.collect_garbage(cfg.data_dir, live, record))
     if report.removed or report.errors:

@@ -24,7 +24,7 @@ from fleet.agent.dnsconfig import (
     parse_resolv_conf,
     pod_dns,
 )
-from fleet.runtime.driver import Mount, RuntimeDriverError, SandboxSpec
+from fleet.runtime.driver import Device, Mount, RuntimeDriverError, SandboxSpec
 
 log = logging.getLogger("fleet.agent.worker")
 
@@ -136,8 +136,10 @@ class PodSandbox:
         if self.env.volumes is not None:
             # fleet.agent.volumes: every volume type, configMap/secret kept up to date.
             if self._vm is None:
+                # Claimed volumes go through the node's CSI volume manager, if any.
+                extra = {"csi": self.env.csi} if getattr(self.env, "csi", None) is not None else {}
                 self._vm = self.env.volumes.VolumeManager(self.pod_dir, self._lookup,
-                                                          await self._allocatable())
+                                                          await self._allocatable(), **extra)
             try:
                 self._volume_paths = await self._vm.setup(self.pod)
             except self.env.volumes.VolumeError as e:
@@ -181,6 +183,13 @@ class PodSandbox:
                 continue
             if changed:
                 log.info("pod %s/%s: updated volumes %s", self.namespace, self.name, changed)
+
+    def _devices(self, container: Mapping[str, Any]) -> list[Device]:
+        """The container's volumeDevices (raw block volumes)."""
+        devices_for = getattr(self._vm, "devices_for", None)
+        if devices_for is None:
+            return []
+        return list(devices_for(container))
 
     def _mounts(self, container: Mapping[str, Any], env: Mapping[str, str]) -> list[Mount]:
         if self._vm is not None:

@@ -112,6 +112,16 @@ class PodSync:
                                               for c in w.containers()])
                 for w in list(self.workers.values())]
 
+    async def volume_entries(self, uid: str) -> list[dict[str, Any]]:
+        """/stats/summary `volume` entries of pod `uid` (its claimed volumes)."""
+        csi = getattr(self.env, "csi", None)
+        return await csi.summary_entries(uid) if csi is not None else []
+
+    async def volume_metrics(self) -> str:
+        """kubelet_volume_stats_* samples in Prometheus text format ("" without volumes)."""
+        csi = getattr(self.env, "csi", None)
+        return await csi.metrics_text() if csi is not None else ""
+
     def worker_for(self, namespace: str, pod: str) -> PodWorker | None:
         for w in self.workers.values():
             if w.namespace == namespace and w.name == pod:

@@ -137,6 +137,13 @@ class PodTeardown:
                 await self._vm.teardown()
             except Exception as e:  # noqa: BLE001 - reported, and the mounts are re-checked
                 failed("mount", "volume teardown", e)
+        elif getattr(self.env, "csi", None) is not None:
+            # Set-up never got as far as the volumes in this run (an agent restarted
+            # and the pod deleted at once): what an earlier run published is recorded.
+            try:
+                await self.env.csi.unpublish_pod(self.uid, self.pod_dir)
+            except Exception as e:  # noqa: BLE001 - reported, and the mounts are re-checked
+                failed("mount", "volume teardown", e)
         if self.netns_path is not None and self.env.network is not None:
             from fleet.network import PodRef, delete_pod_netns
             try:
@@ -149,8 +156,16 @@ class PodTeardown:
                 failed("netns", "deleting the netns", e)
 
         def rm_pod_dir() -> None:
-            if self.pod_dir.exists():
-                shutil.rmtree(self.pod_dir)
+            from fleet.agent.volumes import mounts_under
+
+            if not self.pod_dir.exists():
+                return
+            left = mounts_under(self.pod_dir)
+            if left:
+                # Never delete through a mount point: a claimed volume's data is there.
+                raise OSError(f"not removing {self.pod_dir}: still mounted: "
+                              f"{', '.join(map(str, left))}")
+            shutil.rmtree(self.pod_dir)
 
         try:
             await trio.to_thread.run_sync(rm_pod_dir)

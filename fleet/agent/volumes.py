@@ -14,6 +14,12 @@ Volume types:
 - hostPath — the host path, after the `type` check (DirectoryOrCreate creates it,
   Directory/File/Socket/CharDevice/BlockDevice must exist as that, FileOrCreate creates
   an empty file in an existing directory).
+- persistentVolumeClaim and ephemeral — claimed volumes, staged and published by the
+  node's CSI volume manager (`fleet.agent.csivolumes.NodeVolumes`, passed as `csi`):
+  a directory under `volumes/<name>`, or for `volumeMode: Block` a device file under
+  `volumeDevices/<name>` that `devices_for` hands the container at its devicePath.
+  Read-only when the pod's claim reference, the PV (ReadOnlyMany) or the mount says so.
+  Until the claim is bound, set-up raises FailedMount with the kubelet's words.
 - configMap, secret, downwardAPI, projected — files rendered from API objects.  Secret
   and projected volumes live on a tmpfs when we may mount, so credentials never reach
   the node's disk (as in Kubernetes).
@@ -39,8 +45,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import ctypes
-import ctypes.util
 import logging
 import os
 import shutil
@@ -54,10 +58,14 @@ from typing import Any
 
 import trio
 
+from fleet.agent import csiplan
 from fleet.agent.env import EnvError, Lookup, field_value, resource_value
 from fleet.api.expansion import expand_vars
 from fleet.api.quantity import QuantityError, int_value
-from fleet.runtime.driver import Mount, Propagation
+from fleet.runtime.driver import Device, Mount, Propagation
+from fleet.storage.mounts import mount_tmpfs as _mount_tmpfs
+from fleet.storage.mounts import mounts_under
+from fleet.storage.mounts import umount as _umount
 
 log = logging.getLogger(__name__)
 
@@ -87,64 +95,8 @@ def _setup_failed(volume: str, detail: str) -> VolumeError:
 
 
 # ---------------------------------------------------------------------------------------
-# tmpfs via mount(2): no dependency on a mount binary, and errno tells us why it failed.
-
-_MNT_DETACH = 2
-_libc: ctypes.CDLL | None = None
-
-
-def _get_libc() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return _libc
-
-
-def _mount_tmpfs(path: Path, options: str) -> None:
-    rc = _get_libc().mount(b"tmpfs", os.fsencode(path), b"tmpfs", 0, options.encode())
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount tmpfs on {path}: {os.strerror(err)}")
-
-
-def _umount(path: Path) -> None:
-    libc = _get_libc()
-    if libc.umount2(os.fsencode(path), 0) != 0:
-        # Busy (a process still has a file open): detach it now, the kernel frees it later.
-        if libc.umount2(os.fsencode(path), _MNT_DETACH) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"umount {path}: {os.strerror(err)}")
-
-
-def _unescape_mountinfo(field: str) -> str:
-    # mountinfo escapes space, tab, newline and backslash as \ooo octal.
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit() and len(field[i + 1:i + 4]) == 3:
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def mounts_under(root: Path) -> list[Path]:
-    """Mount points at or below `root` in our mount namespace, deepest first."""
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return []
-    root_s = os.path.realpath(root)
-    found = []
-    for line in lines:
-        parts = line.split(" ")
-        if len(parts) < 5:
-            continue
-        mp = _unescape_mountinfo(parts[4])
-        if mp == root_s or mp.startswith(root_s.rstrip("/") + "/"):
-            found.append(Path(mp))
-    return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
+# tmpfs via mount(2) (fleet.storage.mounts): no dependency on a mount binary, and errno
+# tells us why it failed.
 
 
 def _may_mount() -> bool:
@@ -273,8 +225,12 @@ class VolumeManager:
 
     def __init__(self, pod_dir: Path, lookup: Lookup,
                  node_allocatable: Mapping[str, Any] | None = None, *,
-                 token_source: TokenSource | None = None) -> None:
+                 token_source: TokenSource | None = None, csi: Any = None) -> None:
         self.pod_dir = Path(pod_dir)
+        # fleet.agent.csivolumes.NodeVolumes: claimed volumes; None = not supported here.
+        self._csi = csi
+        # Raw block volumes: volume name → the published device file.
+        self.devices: dict[str, Path] = {}
         self.volumes_dir = self.pod_dir / "volumes"
         self._lookup = lookup
         self._node_allocatable = dict(node_allocatable or {})
@@ -299,6 +255,8 @@ class VolumeManager:
 
     async def _setup_one(self, pod: Mapping[str, Any], name: str, vol: Mapping[str, Any]) -> Path:
         target = self.volumes_dir / name
+        if csiplan.is_claim_volume(vol):
+            return await self._setup_claimed(pod, name, vol)
         if "hostPath" in vol:
             return await trio.to_thread.run_sync(_check_host_path, name, vol["hostPath"] or {})
         if "emptyDir" in vol:
@@ -317,6 +275,29 @@ class VolumeManager:
                 await trio.to_thread.run_sync(write_atomic, target, payload)
                 return target
         raise _setup_failed(name, f"unsupported volume type: {sorted(k for k in vol if k != 'name')}")
+
+    async def _setup_claimed(self, pod: Mapping[str, Any], name: str,
+                             vol: Mapping[str, Any]) -> Path:
+        from fleet.storage.driver import DriverError
+
+        if self._csi is None:
+            raise _setup_failed(name, "claimed volumes are not supported on this node")
+        try:
+            path, facts = await self._csi.publish(
+                pod, vol, self.pod_dir,
+                lambda f: (self.pod_dir / "volumeDevices" / name if f.mode == "Block"
+                           else self.volumes_dir / name))
+        except csiplan.MountProblem as e:
+            raise VolumeError(FAILED_MOUNT, csiplan.failed_mount_message(name, e.message)) from None
+        except csiplan.DriverFailure as e:
+            raise VolumeError(FAILED_MOUNT, e.message) from None
+        except DriverError as e:  # a driver call outside stage/publish (a plugin's bug)
+            raise _setup_failed(name, f"rpc error: code = {e.code.value} desc = {e.message}") from None
+        if facts.read_only:
+            self._read_only.add(name)
+        if facts.mode == "Block":
+            self.devices[name] = path
+        return path
 
     async def _tmpfs_dir(self, name: str, target: Path, size: Any, *, mode: int,
                          quiet: bool = False) -> None:
@@ -473,6 +454,11 @@ class VolumeManager:
         Refuses to delete anything while a mount remains below the pod dir: deleting
         through a mount point would destroy whatever is mounted there."""
 
+        if self._csi is not None:
+            # Claimed volumes through their driver first (unpublish, and unstage when
+            # no other pod on the node uses them); raises if the driver fails.
+            await self._csi.unpublish_pod(self.pod_dir.name, self.pod_dir)
+
         def work() -> None:
             for mp in mounts_under(self.pod_dir):
                 _umount(mp)
@@ -484,14 +470,20 @@ class VolumeManager:
 
         await trio.to_thread.run_sync(work)
         self.paths = {}
+        self.devices = {}
 
     # -- mounts --------------------------------------------------------------------------
 
     def mounts_for(self, container: Mapping[str, Any], volume_paths: Mapping[str, Path] | None = None,
                    *, env: Mapping[str, str] | None = None) -> list[Mount]:
         """The runtime mounts of `container`'s volumeMounts (see module-level `mounts_for`)."""
-        return mounts_for(container, self.paths if volume_paths is None else volume_paths,
+        paths = self.paths if volume_paths is None else volume_paths
+        return mounts_for(container, {k: v for k, v in paths.items() if k not in self.devices},
                           read_only_volumes=self._read_only, env=env)
+
+    def devices_for(self, container: Mapping[str, Any]) -> list[Device]:
+        """The runtime devices of `container`'s volumeDevices (see `devices_for`)."""
+        return devices_for(container, self.devices, read_only_volumes=self._read_only)
 
 
 def _make_dir(path: Path, mode: int) -> None:
@@ -593,3 +585,30 @@ def mounts_for(container: Mapping[str, Any], volume_paths: Mapping[str, Path], *
                             read_only=bool(vm.get("readOnly")) or name in read_only_volumes,
                             propagation=_PROPAGATION[propagation]))
     return mounts
+
+
+def devices_for(container: Mapping[str, Any], devices: Mapping[str, Path], *,
+                read_only_volumes: set[str] | frozenset[str] = frozenset()) -> list[Device]:
+    """Translate `container`'s volumeDevices into runtime devices: the published device
+    file of each raw block volume, by its major:minor, at `devicePath`."""
+    out: list[Device] = []
+    for vd in container.get("volumeDevices") or []:
+        name = vd.get("name", "")
+        if name not in devices:
+            raise VolumeError(FAILED_MOUNT, f'volume "{name}" is not a block volume of this pod '
+                                            f'(volumeDevice {vd.get("devicePath", "")!r})')
+        try:
+            st = os.stat(devices[name])
+        except OSError as e:
+            raise VolumeError(FAILED_MOUNT, f"block volume {name}: {e}") from None
+        if stat.S_ISBLK(st.st_mode):
+            kind = "b"
+        elif stat.S_ISCHR(st.st_mode):
+            kind = "c"
+        else:
+            raise VolumeError(FAILED_MOUNT, f"block volume {name}: {devices[name]} is not a "
+                                            "device")
+        out.append(Device(host_path=Path(devices[name]), container_path=vd.get("devicePath", ""),
+                          major=os.major(st.st_rdev), minor=os.minor(st.st_rdev), kind=kind,
+                          read_only=name in read_only_volumes))
+    return out

@@ -153,6 +153,9 @@ class WorkerEnv:
     services: Callable[[], Iterable[Mapping[str, Any]]] | None = None
     # (pod, netns) after network set-up, before containers (fleet.agent.netpolicy).
     netns_ready: Callable[[Mapping[str, Any], str], Awaitable[None]] | None = None
+    # fleet.agent.csivolumes.NodeVolumes: persistentVolumeClaim / ephemeral volumes
+    # (staged and published through the storage drivers); None: not supported.
+    csi: Any = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -504,7 +507,8 @@ class PodWorker(PodSandbox, PodTeardown):
             capabilities_add=list(caps.get("add") or []),
             capabilities_drop=list(caps.get("drop") or []),
             read_only_root=bool(sc.get("readOnlyRootFilesystem")),
-            mounts=self._mounts(spec, env), resources=container_resources(spec),
+            mounts=self._mounts(spec, env), devices=self._devices(spec),
+            resources=container_resources(spec),
             tty=bool(spec.get("tty")), stdin=bool(spec.get("stdin")),
             stdin_once=bool(spec.get("stdinOnce")), attempt=attempt,
             labels={LABEL_POD_UID: self.uid, LABEL_POD_NAME: self.name,

@@ -12,10 +12,18 @@ claim's class whose capacity, access modes, volume mode, label selector and (whe
 node is given) node affinity fit.  With `delay_binding` and no node (a
 WaitForFirstConsumer claim seen by the PV controller) only pre-bound volumes
 match: the scheduler binds the rest once it knows the node.
+
+The scheduler's provisioning checks live here too (kube-scheduler's
+checkVolumeProvisions / hasEnoughCapacity): a class's `allowedTopologies`
+(`topology_allows`), a driver's CSIStorageCapacity objects (`has_enough_capacity`:
+capacity, or the more precise maximumVolumeSize, reachable from the node by
+nodeTopology), whether a node's CSINode lists the driver (`csinode_has_driver`), and
+the volume side of a binding (`bind_volume_to_claim`, GetBindVolumeToClaim).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -40,6 +48,8 @@ PV_PROTECTION = "kubernetes.io/pv-protection"
 # Binding modes.
 IMMEDIATE = "Immediate"
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+# A class whose volumes are made by hand: nothing to provision (volume.NotSupportedProvisioner).
+NO_PROVISIONER = "kubernetes.io/no-provisioner"
 
 
 def _d(obj: Any, *path: str) -> dict[str, Any]:
@@ -170,7 +180,8 @@ def find_matching_volume(claim: Mapping[str, Any], volumes: Iterable[Mapping[str
                          delay_binding: bool = False) -> Mapping[str, Any] | None:
     """The volume `claim` should bind to, or None (see the module docstring).
 
-    `node_labels` are the labels of the node the claim's pod goes to (scheduler);
+    `node_labels` are the labels of the node the claim's pod goes to (scheduler): a
+    volume pre-bound to the claim that the node cannot use means no match at all;
     `exclude` names volumes already promised in this cycle."""
     wanted_name = _d(claim, "spec").get("volumeName")
     best: Mapping[str, Any] | None = None
@@ -183,6 +194,8 @@ def find_matching_volume(claim: Mapping[str, Any], volumes: Iterable[Mapping[str
             continue
         fits = volume_fits_claim(pv, claim)
         if is_volume_bound_to_claim(pv, claim):
+            if node_labels is not None and not volume_node_affinity_matches(pv, node_labels, node_name):
+                return None  # pre-bound to a volume this node cannot use: no match here
             if fits or wanted_name:
                 return pv
             continue
@@ -202,12 +215,98 @@ def find_matching_volume(claim: Mapping[str, Any], volumes: Iterable[Mapping[str
     return best
 
 
+def bind_volume_to_claim(pv: Mapping[str, Any], claim: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """GetBindVolumeToClaim: a copy of `pv` whose spec.claimRef names `claim` (uid and
+    resourceVersion included), and whether anything changed.  A volume not yet bound to
+    the claim also gets `pv.kubernetes.io/bound-by-controller: "yes"` (the binding was
+    made by a controller or the scheduler, not pre-bound by the user)."""
+    new = copy.deepcopy(dict(pv))
+    spec = new["spec"] = new.get("spec") if isinstance(new.get("spec"), dict) else {}
+    md = _d(claim, "metadata")
+    ref = spec.get("claimRef") if isinstance(spec.get("claimRef"), dict) else None
+    already = is_volume_bound_to_claim(pv, claim)
+    dirty = False
+    if ref is None or ref.get("uid") != md.get("uid") or ref.get("name") != md.get("name") \
+            or ref.get("namespace") != md.get("namespace"):
+        spec["claimRef"] = {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
+                            "namespace": md.get("namespace"), "name": md.get("name"),
+                            "uid": md.get("uid"), "resourceVersion": md.get("resourceVersion")}
+        dirty = True
+    if not already:
+        meta = new.get("metadata") if isinstance(new.get("metadata"), dict) else {}
+        new["metadata"] = meta
+        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+        if BOUND_BY_CONTROLLER not in annotations:
+            meta["annotations"] = {**annotations, BOUND_BY_CONTROLLER: "yes"}
+            dirty = True
+    return new, dirty
+
+
+def topology_allows(allowed_topologies: Any, node_labels: Mapping[str, str]) -> bool:
+    """MatchTopologySelectorTerms: a class's `allowedTopologies` admit the node (no terms
+    admit every node; a term admits it when every expression's key has one of its values)."""
+    if not allowed_topologies:
+        return True
+    for term in allowed_topologies:
+        exprs = term.get("matchLabelExpressions") if isinstance(term, Mapping) else None
+        if not exprs:
+            continue
+        if all(isinstance(e, Mapping) and e.get("key") in node_labels
+               and node_labels[e["key"]] in (e.get("values") or []) for e in exprs):
+            return True
+    return False
+
+
+def capacity_limit(capacity: Mapping[str, Any]) -> Decimal | None:
+    """The biggest volume a CSIStorageCapacity allows: maximumVolumeSize when set (more
+    precise), else capacity."""
+    limit = capacity.get("maximumVolumeSize")
+    if limit is None:
+        limit = capacity.get("capacity")
+    return quantity(limit) if limit is not None else None
+
+
+def capacity_admits_node(capacity: Mapping[str, Any], node_labels: Mapping[str, str]) -> bool:
+    """nodeHasAccess: the capacity's nodeTopology selects the node (none: nobody)."""
+    topology = capacity.get("nodeTopology")
+    return topology is not None and selector_dict_matches(topology, node_labels)
+
+
+def has_enough_capacity(claim: Mapping[str, Any], class_name: str, driver: Mapping[str, Any] | None,
+                        capacities: Iterable[Mapping[str, Any]],
+                        node_labels: Mapping[str, str]) -> bool:
+    """hasEnoughCapacity: a new volume for `claim` fits what the class's provisioner
+    publishes for the node.  Only drivers whose CSIDriver says `storageCapacity: true` are
+    checked (no request, no CSIDriver object, or no opt-in: it fits); then some
+    CSIStorageCapacity of the class reachable from the node must allow the request."""
+    want = claim_request(claim)
+    if want is None or driver is None or _d(driver, "spec").get("storageCapacity") is not True:
+        return True
+    for cap in capacities:
+        if cap.get("storageClassName") != class_name:
+            continue
+        limit = capacity_limit(cap)
+        if limit is not None and limit >= want and capacity_admits_node(cap, node_labels):
+            return True
+    return False
+
+
+def csinode_has_driver(csinode: Mapping[str, Any] | None, driver: str) -> bool:
+    """The node's CSINode lists `driver` (its node plugin registered there)."""
+    for d in _d(csinode, "spec").get("drivers") or []:
+        if isinstance(d, Mapping) and d.get("name") == driver:
+            return True
+    return False
+
+
 __all__ = [
     "BETA_DEFAULT_CLASS", "BETA_STORAGE_CLASS", "BETA_STORAGE_PROVISIONER", "BIND_COMPLETED",
-    "BOUND_BY_CONTROLLER", "DEFAULT_CLASS", "IMMEDIATE", "PROVISIONED_BY", "PVC_PROTECTION",
-    "PV_PROTECTION", "SELECTED_NODE", "STORAGE_PROVISIONER", "WAIT_FOR_FIRST_CONSUMER",
-    "access_modes_contain", "claim_class", "claim_request", "default_class", "delays_binding",
-    "find_matching_volume", "is_claim_bound", "is_default_class", "is_volume_bound_to_claim",
-    "quantity", "volume_capacity", "volume_class", "volume_fits_claim",
-    "volume_node_affinity_matches", "volume_node_name",
+    "BOUND_BY_CONTROLLER", "DEFAULT_CLASS", "IMMEDIATE", "NO_PROVISIONER", "PROVISIONED_BY",
+    "PVC_PROTECTION", "PV_PROTECTION", "SELECTED_NODE", "STORAGE_PROVISIONER",
+    "WAIT_FOR_FIRST_CONSUMER", "access_modes_contain", "bind_volume_to_claim", "capacity_admits_node",
+    "capacity_limit", "claim_class", "claim_request", "csinode_has_driver", "default_class",
+    "delays_binding", "find_matching_volume", "has_enough_capacity", "is_claim_bound",
+    "is_default_class", "is_volume_bound_to_claim", "quantity", "topology_allows",
+    "volume_capacity", "volume_class", "volume_fits_claim", "volume_node_affinity_matches",
+    "volume_node_name",
 ]

@@ -478,7 +478,10 @@ def _leaves(group: BaseException) -> list[BaseException]:
 
 
 def main() -> None:
+    from fleet.cli.interrupt import restore_interrupt
     from fleet.cli.kfleet import app as kfleet_app
+
+    restore_interrupt()  # every command stops on SIGINT, even below a parent ignoring it
 
     app.command(kfleet_app, name="ctl")
     app()

@@ -37,6 +37,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from fleet.network.http1_body import END, NEED_DATA, BodyFramer, Marker
+
 _TOKEN = rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+"
 _VALUE = rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?"
 REQUEST_LINE = re.compile(rb"(" + _TOKEN + rb") ([\x21-\x7e]+) HTTP/([0-9]\.[0-9])")
@@ -45,7 +47,6 @@ HEADER_BLOCK = re.compile(rb"(?:" + _TOKEN + rb":[ \t]*" + _VALUE + rb"[ \t]*\r\
 _FIELD = re.compile(rb"(" + _TOKEN + rb"):[ \t]*(" + _VALUE + rb")[ \t]*\r\n")
 _BLANK_LINE = re.compile(rb"\n\r?\n")
 _CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;[^\r\n]*)?[ \t]*")
-MAX_CHUNK_LINE = 4096
 
 
 class ProtocolError(Exception):
@@ -56,17 +57,7 @@ class ProtocolError(Exception):
         self.status = status
 
 
-class _Marker:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-NEED_DATA = _Marker("NEED_DATA")  # read more and call receive_data
-END = _Marker("END")  # the request body ended
-CLOSED = _Marker("CLOSED")  # the client closed between requests
+CLOSED = Marker("CLOSED")  # the client closed between requests
 
 
 @dataclass(slots=True)
@@ -150,41 +141,33 @@ def parse_head(head: bytes) -> Request:
                    int(length) if length is not None and not chunked else 0, len(head), switch)
 
 
-class H1Server:
+class H1Server(BodyFramer):
     """The client side of one connection: `receive_data` (b"" for EOF), then
     `next_event` → Request, body bytes, END, CLOSED or NEED_DATA; ProtocolError on
     malformed input.  `start_next_cycle` after a finished exchange keeps pipelined bytes."""
 
+    error = ProtocolError
+
     def __init__(self, max_head: int) -> None:
+        super().__init__()
         self.max_head = max_head
-        self.buf = bytearray()
-        self.eof = False
         self._search_from = 0  # where the blank-line search resumes in an incomplete head
         self.start_next_cycle()
 
     def start_next_cycle(self) -> None:
         self.state = "idle"  # idle → body → done
-        self.left = 0  # body bytes left (length framing) or in this chunk
         self.chunked = False
-        self.chunk_state = "size"  # size → data → crlf → size …; trailer after the 0 chunk
-
-    def receive_data(self, data: bytes) -> None:
-        if data:
-            self.buf += data
-        else:
-            self.eof = True
-
-    @property
-    def trailing_data(self) -> tuple[bytes, bool]:
-        """Bytes received and not yet parsed (after a 101: the new protocol's first bytes)."""
-        return bytes(self.buf), self.eof
+        self._reset_body()
 
     def next_event(self) -> object:
         if self.state == "idle":
             return self._head()
         if self.state == "body":
-            return self._chunked() if self.chunked else self._length()
+            return self._chunked_body() if self.chunked else self._length_body()
         raise RuntimeError("next_event after the request ended (start_next_cycle first)")
+
+    def _body_done(self) -> None:
+        self.state = "done"
 
     def _head(self) -> object:
         buf = self.buf
@@ -217,63 +200,11 @@ class H1Server:
             self.state = "done"
         return req
 
-    def _length(self) -> object:
-        if self.left == 0:
-            self.state = "done"
-            return END
-        buf = self.buf
-        if buf:
-            n = min(self.left, len(buf))
-            data = bytes(buf[:n])
-            del buf[:n]
-            self.left -= n
-            return data
-        if self.eof:
-            raise ProtocolError("peer closed connection without sending complete message body")
-        return NEED_DATA
-
-    def _chunked(self) -> object:
-        buf = self.buf
-        while True:
-            if self.chunk_state == "data":
-                if not buf:
-                    break
-                n = min(self.left, len(buf))
-                data = bytes(buf[:n])
-                del buf[:n]
-                self.left -= n
-                if self.left == 0:
-                    self.chunk_state = "crlf"
-                return data
-            if self.chunk_state == "crlf":
-                if len(buf) < 2:
-                    if buf[:1] not in (b"", b"\r"):
-                        raise ProtocolError("malformed chunk footer")
-                    break
-                if buf[:2] != b"\r\n":
-                    raise ProtocolError("malformed chunk footer")
-                del buf[:2]
-                self.chunk_state = "size"
-                continue
-            if self.chunk_state == "trailer":
-                return self._trailer()
-            idx = buf.find(b"\r\n")
-            if idx < 0:
-                if len(buf) > MAX_CHUNK_LINE:
-                    raise ProtocolError("chunk line too long")
-                break
-            if idx > MAX_CHUNK_LINE:
-                raise ProtocolError("chunk line too long")
-            m = _CHUNK_LINE.fullmatch(buf, 0, idx)
-            if m is None:
-                raise ProtocolError(f"illegal chunk header: {bytes(buf[:min(idx, 40)])!r}")
-            self.left = int(m.group(1), 16)
-            del buf[: idx + 2]
-            self.chunk_state = "trailer" if self.left == 0 else "data"
-        if self.eof:
-            raise ProtocolError("peer closed connection without sending complete message body "
-                                "(incomplete chunked read)")
-        return NEED_DATA
+    def _chunk_size(self, idx: int) -> int:
+        m = _CHUNK_LINE.fullmatch(self.buf, 0, idx)
+        if m is None:
+            raise ProtocolError(f"illegal chunk header: {bytes(self.buf[:min(idx, 40)])!r}")
+        return int(m.group(1), 16)
 
     def _trailer(self) -> object:
         """Trailer fields after the last chunk: validated like headers, then dropped."""

@@ -19,9 +19,9 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import h11
 import trio
 
+from fleet.network.http1_body import END, NEED_DATA, BodyFramer
 from fleet.network.ingress_timers import Timer
 from fleet.network.routetable import Backend, Endpoint, RouteTable
 
@@ -161,9 +161,6 @@ def _close_nowait(conn: UpstreamConn) -> None:
 # a subset (one request at a time, framing of responses).  Client input has its own
 # codec, fleet.network.ingress_h1server.
 
-NEED_DATA = h11.NEED_DATA
-END = h11.EndOfMessage()  # the response ended (a sentinel; compared with `is`)
-
 #: Every header line of a head at once: a token name, a value without CR, LF or NUL.
 _HEADER_BLOCK = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n\0]*\r\n)*")
 _STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([1-9][0-9][0-9])(?: (.*))?")
@@ -186,13 +183,15 @@ class Head:
     headers: list[tuple[bytes, bytes]]
 
 
-class H1Client:
+class H1Client(BodyFramer):
     """Framing for one backend connection: `request`/`body`/`end` give the bytes to send;
     `receive_data` + `next_event` give Head, body bytes, END or NEED_DATA."""
 
+    error = UpstreamError
+    eof_message = "the backend closed the connection mid-body"
+
     def __init__(self) -> None:
-        self.buf = bytearray()
-        self.eof = False
+        super().__init__()
         self.start_next_cycle()
 
     def start_next_cycle(self) -> None:
@@ -201,8 +200,7 @@ class H1Client:
         self.sent_done = False
         self.state = "head"  # head → body → done; or switched after a 101
         self.framing = ""  # length | chunked | close | none
-        self.left = 0
-        self.chunk_state = "size"  # size → data → crlf → size …; trailer at the end
+        self._reset_body()
         self.keep_alive = True
 
     def request(self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], *,
@@ -222,16 +220,6 @@ class H1Client:
     def end(self) -> bytes:
         self.sent_done = True
         return b"0\r\n\r\n" if self.chunked_out else b""
-
-    def receive_data(self, data: bytes) -> None:
-        if data:
-            self.buf += data
-        else:
-            self.eof = True
-
-    @property
-    def trailing_data(self) -> tuple[bytes, bool]:
-        return bytes(self.buf), self.eof
 
     @property
     def reusable(self) -> bool:
@@ -304,23 +292,15 @@ class H1Client:
             self.framing, self.keep_alive = "close", False
         return head
 
+    def _body_done(self) -> None:
+        self.state = "done"
+
     def _body(self) -> object:
-        buf = self.buf
         framing = self.framing
         if framing == "length":
-            if self.left == 0:
-                self.state = "done"
-                return END
-            if buf:
-                n = min(self.left, len(buf))
-                data = bytes(buf[:n])
-                del buf[:n]
-                self.left -= n
-                return data
-            if self.eof:
-                raise UpstreamError("the backend closed the connection mid-body")
-            return NEED_DATA
+            return self._length_body()
         if framing == "close":
+            buf = self.buf
             if buf:
                 data = bytes(buf)
                 buf.clear()
@@ -332,48 +312,29 @@ class H1Client:
         if framing == "none":
             self.state = "done"
             return END
-        return self._chunked()
+        return self._chunked_body()
 
-    def _chunked(self) -> object:
+    def _chunk_size(self, idx: int) -> int:
+        # Backends get the tolerant reading: whitespace around the size and extensions.
+        size = bytes(self.buf[:idx]).split(b";", 1)[0].strip()
+        try:
+            return int(size, 16)
+        except ValueError:
+            raise UpstreamError(f"bad chunk size {size[:20]!r}") from None
+
+    def _trailer(self) -> object:
+        """Trailer fields are not passed on: skip lines up to the empty one."""
         buf = self.buf
         while True:
-            if self.chunk_state == "data":
-                if self.left == 0:
-                    self.chunk_state = "crlf"
-                    continue
-                if not buf:
-                    break
-                n = min(self.left, len(buf))
-                data = bytes(buf[:n])
-                del buf[:n]
-                self.left -= n
-                return data
-            if self.chunk_state == "crlf":
-                if len(buf) < 2:
-                    break
-                if buf[:2] != b"\r\n":
-                    raise UpstreamError("bad chunk end")
-                del buf[:2]
-                self.chunk_state = "size"
-                continue
             idx = buf.find(b"\r\n")
             if idx < 0:
-                if len(buf) > 4096:
-                    raise UpstreamError("chunk line too long")
-                break
+                if len(buf) > MAX_HEAD:
+                    raise UpstreamError("trailer too large")
+                if self.eof:
+                    raise UpstreamError(self.eof_message)
+                return NEED_DATA
             line = bytes(buf[:idx])
             del buf[: idx + 2]
-            if self.chunk_state == "trailer":
-                if not line:
-                    self.state = "done"
-                    return END
-                continue  # trailers are not passed on
-            size = line.split(b";", 1)[0].strip()
-            try:
-                self.left = int(size, 16)
-            except ValueError:
-                raise UpstreamError(f"bad chunk size {size[:20]!r}") from None
-            self.chunk_state = "trailer" if self.left == 0 else "data"
-        if self.eof:
-            raise UpstreamError("the backend closed the connection mid-body")
-        return NEED_DATA
+            if not line:
+                self.state = "done"
+                return END

@@ -97,6 +97,21 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class Device:
+    """A block or character device node made available in the container at
+    `container_path` (a pod's `volumeDevices`: a raw block volume).  `major`/`minor`
+    are the host device's numbers; `host_path` the node it was published at."""
+
+    host_path: Path
+    container_path: str
+    major: int
+    minor: int
+    kind: str = "b"          # "b" block, "c" character
+    read_only: bool = False
+    file_mode: int = 0o660
+
+
+@dataclass(frozen=True)
 class Resources:
     """Kubernetes-style container resources; None means "not set"."""
 
@@ -171,6 +186,7 @@ class ContainerSpec:
     capabilities_drop: list[str] = field(default_factory=list)
     read_only_root: bool = False
     mounts: list[Mount] = field(default_factory=list)
+    devices: list[Device] = field(default_factory=list)
     resources: Resources = field(default_factory=Resources)
     tty: bool = False
     stdin: bool = False

@@ -13,6 +13,8 @@ give a Kubernetes container, so manifests behave as they would there:
 - capabilities: Docker's default set, + add − drop ("ALL" allowed on both sides); a
   non-root user gets them only in the bounding set (moby's fix for CVE-2022-24769);
 - masked and read-only /proc and /sys paths exactly as moby's defaults;
+- devices: the pod's volumeDevices (raw block volumes) as linux.devices, each allowed
+  in the device cgroup by its major:minor (read-only ones without "w");
 - resources: cpu shares from the request, CFS quota from the limit, memory limit (and
   memory+swap = limit where swap accounting exists, like kubelet without swap), pids
   limit; runc maps these onto cgroup v1 or v2 files itself;
@@ -161,11 +163,27 @@ def _env(container: ContainerSpec, hostname: str) -> list[str]:
     return [f"{k}={v}" for k, v in env.items()]
 
 
+def _devices(container: ContainerSpec) -> list[dict[str, Any]]:
+    """linux.devices: the pod's volumeDevices, created in the container's /dev tree."""
+    out = []
+    for d in container.devices:
+        if not d.container_path.startswith("/"):
+            raise SpecError(f"devicePath {d.container_path!r} is not absolute")
+        if d.kind not in ("b", "c"):
+            raise SpecError(f"unknown device type {d.kind!r}")
+        out.append({"path": d.container_path, "type": d.kind, "major": d.major,
+                    "minor": d.minor, "fileMode": d.file_mode, "uid": 0, "gid": 0})
+    return out
+
+
 def _resources(container: ContainerSpec, *, swap_accounting: bool) -> dict[str, Any]:
     r = container.resources
     res: dict[str, Any] = {
-        # Deny all devices, then runc adds its default allow-list (null, zero, tty...).
-        "devices": [{"allow": False, "access": "rwm"}],
+        # Deny all devices, then runc adds its default allow-list (null, zero, tty...);
+        # the pod's volumeDevices are allowed by number ("rwm", "rm" when read-only).
+        "devices": [{"allow": False, "access": "rwm"}] + [
+            {"allow": True, "type": d.kind, "major": d.major, "minor": d.minor,
+             "access": "rm" if d.read_only else "rwm"} for d in container.devices],
         "cpu": {"shares": cpu_shares(r.cpu_request_millis)},
     }
     quota = cpu_quota(r.cpu_limit_millis)
@@ -220,6 +238,9 @@ def build_config(container: ContainerSpec, sandbox: Sandbox, *, rootfs: Path,
         "maskedPaths": list(MASKED_PATHS),
         "readonlyPaths": list(READONLY_PATHS),
     }
+    devices = _devices(container)
+    if devices:
+        linux["devices"] = devices
     prop = _root_propagation(container)
     if prop:
         linux["rootfsPropagation"] = prop

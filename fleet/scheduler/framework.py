@@ -24,6 +24,18 @@ needs, each one an optional method:
   make room (preemption, `fleet.scheduler.preemption`).  It only *proposes*;
   the I/O loop deletes the victims and records `nominatedNodeName`.
 
+After a node is chosen (the binding cycle, `fleet.scheduler.run`):
+
+- `reserve(state, pod, node) -> Status` / `unreserve(state, pod, node)` — still
+  synchronous, right after the pod is assumed on its node: record what this pod
+  takes (VolumeBinding promises its PersistentVolumes) so the next cycles do not
+  hand it to another pod; unreserve undoes it when binding fails;
+- `async pre_bind(state, pod, node, handle) -> Status` — the only awaiting point,
+  run before the Binding is posted: API writes the binding depends on, and waiting
+  for them (VolumeBinding binds volumes and waits for the claims to be bound).
+  `handle` (a `BindHandle`) carries the client, the live snapshot and the limits.
+  A failure fails the binding and the pod is retried.
+
 The queue-sort point is the scheduling queue's priority order.  The cycle's
 `Snapshot` is on `state.snapshot` for plugins that need cluster-wide data
 (InterPodAffinity, PodTopologySpread).  Pods nominated to a node (preemptors
@@ -37,7 +49,7 @@ import abc
 import enum
 import random
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -177,6 +189,32 @@ class NormalizeScorePlugin(Plugin, Protocol):
     def normalize_score(self, state: CycleState, pod: dict[str, Any], scores: dict[str, int]) -> None: ...
 
 
+@runtime_checkable
+class ReservePlugin(Plugin, Protocol):
+    def reserve(self, state: CycleState, pod: dict[str, Any], node: str) -> Status: ...
+
+    def unreserve(self, state: CycleState, pod: dict[str, Any], node: str) -> None: ...
+
+
+@dataclass
+class BindHandle:
+    """What a pre-bind plugin may use: the API client (`replace`, `patch`, ...), the
+    live snapshot the informers keep current, how long it may wait and how often it
+    looks, and `pod_exists()` (False once the pod was deleted meanwhile)."""
+
+    client: Any
+    snapshot: Snapshot
+    timeout: float = 60.0
+    poll_interval: float = 0.2
+    pod_exists: Callable[[], bool] = lambda: True
+
+
+@runtime_checkable
+class PreBindPlugin(Plugin, Protocol):
+    async def pre_bind(self, state: CycleState, pod: dict[str, Any], node: str,
+                       handle: BindHandle) -> Status: ...
+
+
 @dataclass(frozen=True)
 class Nomination:
     """A post-filter's proposal: run the pod on `node` once `victims` are gone."""
@@ -249,6 +287,8 @@ class ScheduleResult:
     node: str
     evaluated_nodes: int
     feasible_nodes: int
+    # The cycle's state, for the binding cycle's reserve and pre-bind points.
+    state: CycleState | None = field(default=None, compare=False, repr=False)
 
 
 # kube-scheduler's defaults for how many feasible nodes are enough to score.
@@ -298,6 +338,8 @@ class Framework:
         self.pre_scores = [p for p in self.plugins if isinstance(p, PreScorePlugin)]
         self.scorers = [p for p in self.plugins if isinstance(p, ScorePlugin)]
         self.post_filters = [p for p in self.plugins if isinstance(p, PostFilterPlugin)]
+        self.reservers = [p for p in self.plugins if isinstance(p, ReservePlugin)]
+        self.pre_binders = [p for p in self.plugins if isinstance(p, PreBindPlugin)]
         self.rng = rng or random.Random()
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
         self._next_start = 0  # where the next cycle's node search begins
@@ -354,7 +396,7 @@ class Framework:
         nominated_node = ((pod.get("status") or {}).get("nominatedNodeName") or "")
         if nominated_node and (info := snapshot.get(nominated_node)) is not None:
             if self.run_filters_with_nominated(state, pod, info).ok:
-                return ScheduleResult(info.name, 1, 1)
+                return ScheduleResult(info.name, 1, 1, state)
         start = self._next_start % len(nodes)
         examined = 0
         for i in range(len(nodes)):
@@ -375,7 +417,7 @@ class Framework:
         # returns early the same way); this is also the common case for pods
         # pinned by selectors.
         if len(feasible) == 1:
-            return ScheduleResult(feasible[0].name, examined, 1)
+            return ScheduleResult(feasible[0].name, examined, 1, state)
 
         # Stage 4 — pre-score, score, normalize, weight: each plugin scores
         # every feasible node 0..100, normalizes its own scores, and the
@@ -384,7 +426,46 @@ class Framework:
 
         # Stage 5 — select: the best total; ties are broken at random so equal
         # nodes share the load instead of the first one taking everything.
-        return ScheduleResult(select_host(totals, self.rng), examined, len(feasible))
+        return ScheduleResult(select_host(totals, self.rng), examined, len(feasible), state)
+
+    # -- the binding cycle -----------------------------------------------------------
+    def reserve(self, state: CycleState, pod: dict[str, Any], node: str) -> Status:
+        """Every reserve plugin that did not skip this pod; on a failure, the ones that
+        already reserved are unreserved (in reverse) and the failure returned."""
+        done: list[ReservePlugin] = []
+        for p in self.reservers:
+            if p.name in state.skip_filter:
+                continue
+            st = p.reserve(state, pod, node).with_plugin(p.name)
+            if not st.ok:
+                for q in reversed(done):
+                    q.unreserve(state, pod, node)
+                return st
+            done.append(p)
+        return _SUCCESS
+
+    def unreserve(self, state: CycleState, pod: dict[str, Any], node: str) -> None:
+        for p in reversed(self.reservers):
+            if p.name not in state.skip_filter:
+                p.unreserve(state, pod, node)
+
+    def pre_binders_for(self, state: CycleState | None) -> list[PreBindPlugin]:
+        """The pre-bind plugins with something to do for this cycle's pod (a plugin
+        whose pre-filter skipped the pod has none), so pods without any bind fast."""
+        if state is None:
+            return []
+        return [p for p in self.pre_binders if p.name not in state.skip_filter]
+
+    async def pre_bind(self, state: CycleState, pod: dict[str, Any], node: str,
+                       handle: BindHandle) -> Status:
+        """Run the pre-bind plugins in order; the first failure is returned with
+        kube-scheduler's wording, `running PreBind plugin "<name>": <reason>`."""
+        for p in self.pre_binders_for(state):
+            st = await p.pre_bind(state, pod, node, handle)
+            if not st.ok:
+                reason = "; ".join(st.reasons)
+                return Status(st.code, (f'running PreBind plugin "{p.name}": {reason}',), p.name)
+        return _SUCCESS
 
     def post_filter(self, pod: dict[str, Any], snapshot: Snapshot,
                     error: FitError) -> Nomination | None:

@@ -1,21 +1,36 @@
 """The scheduler's I/O loop: informers in, bindings and events out.
 
-    informers (nodes, pods) ──> Snapshot + SchedulingQueue
+    informers (nodes, pods, ──> Snapshot + SchedulingQueue
+    claims, volumes, ...)
                                         │ pop()
                                         ▼
                            Framework.schedule(pod, snapshot)   (pure, synchronous)
                              │ node                    │ FitError
                              ▼                         ▼
                  assume in Snapshot,          post-filter (preemption): maybe
-                 POST pods/{p}/binding        nominate a node and delete victims;
-                 (in the background)          park as unschedulable,
-                                              FailedScheduling event,
-                                              PodScheduled=False condition
+                 reserve, [pre-bind:          nominate a node and delete victims;
+                 volumes], POST               park as unschedulable,
+                 pods/{p}/binding             FailedScheduling event,
+                 (in the background)          PodScheduled=False condition
 
 The pod is *assumed* on its node in the snapshot before the binding
 request is sent, so the next cycle already counts its requests and binds
 can run concurrently (kube-scheduler's assume/bind split).  A failed bind
 forgets the assumption and retries the pod after back-off.
+
+Volumes (VolumeBinding).  Besides nodes, namespaces, claims and pods the
+snapshot is fed PersistentVolumes, StorageClasses, CSINodes, CSIDrivers and
+CSIStorageCapacities — each informer started only when the server serves the
+kind (discovery), every change retrying parked pods.  After the pod is assumed,
+the framework's reserve point promises the chosen volumes in the snapshot; a pod
+whose volumes still need binding then runs the pre-bind point in its own task
+(no bind slot held while it waits): the chosen PersistentVolumes get their
+claimRef, claims to provision their selected-node, and the task waits —
+`SchedulerConfig.volume_bind_timeout`, looking every `volume_poll_interval` —
+until the informers show every claim bound.  Only then is the Binding posted.  A
+pre-bind failure (provisioning failed, timeout, conflict) takes the promises
+back, forgets the assumption, records FailedScheduling (PodScheduled=False,
+reason SchedulerError) and retries the pod after back-off.
 
 Pods with `spec.schedulerName` other than ours are never scheduled, but if
 bound they still count against their node.
@@ -52,7 +67,15 @@ from fleet.client.events import EventRecorder
 from fleet.client.fast import FastConnection
 from fleet.client.informer import Informer
 from fleet.client.rest import ssl_context
-from fleet.scheduler.framework import FitError, Framework, Nomination, pod_priority
+from fleet.scheduler.framework import (
+    BindHandle,
+    CycleState,
+    FitError,
+    Framework,
+    Nomination,
+    Status,
+    pod_priority,
+)
 from fleet.scheduler.plugins import default_plugins, default_weights
 from fleet.scheduler.plugins.default_preemption import DefaultPreemption
 from fleet.scheduler.podinfo import is_terminated, pod_key
@@ -80,6 +103,21 @@ class SchedulerConfig:
     event_queue: int = 100_000
     event_senders: int = 4
     percentage_of_nodes_to_score: int = 0  # 0: Kubernetes' adaptive default
+    # VolumeBinding's pre-bind: how long to wait for a pod's claims to be bound
+    # (kube-scheduler's bindTimeoutSeconds, 600 there) and how often to look.
+    volume_bind_timeout: float = 60.0
+    volume_poll_interval: float = 0.2
+
+
+# What VolumeBinding reads besides claims: (apiVersion, plural, Scheduler handler).
+# Informers start only for the kinds the server serves (discovery).
+STORAGE_RESOURCES = (
+    ("v1", "persistentvolumes", "on_pv"),
+    ("storage.k8s.io/v1", "storageclasses", "on_storage_class"),
+    ("storage.k8s.io/v1", "csinodes", "on_csinode"),
+    ("storage.k8s.io/v1", "csidrivers", "on_csidriver"),
+    ("storage.k8s.io/v1", "csistoragecapacities", "on_capacity"),
+)
 
 
 def _node_fingerprint(node: dict[str, Any]) -> Any:
@@ -147,6 +185,33 @@ class Scheduler:
             self.snapshot.set_pvc(new)
         self.queue.move_all()
 
+    def _on_storage(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None,
+                    set_: Any, remove: Any, key: Any) -> None:
+        if etype == "DELETED":
+            assert old is not None
+            remove(key(old))
+        else:
+            assert new is not None
+            set_(new)
+        # A volume, class, driver or capacity appearing or changing can make a pod fit.
+        self.queue.move_all()
+
+    def on_pv(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        self._on_storage(etype, old, new, self.snapshot.set_pv, self.snapshot.remove_pv, _name)
+
+    def on_storage_class(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        self._on_storage(etype, old, new, self.snapshot.set_storage_class,
+                         self.snapshot.remove_storage_class, _name)
+
+    def on_csinode(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        self._on_storage(etype, old, new, self.snapshot.set_csinode, self.snapshot.remove_csinode, _name)
+
+    def on_csidriver(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        self._on_storage(etype, old, new, self.snapshot.set_csidriver, self.snapshot.remove_csidriver, _name)
+
+    def on_capacity(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        self._on_storage(etype, old, new, self.snapshot.set_capacity, self.snapshot.remove_capacity, pod_key)
+
     def on_pod(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         pod = new if new is not None else old
         assert pod is not None
@@ -196,12 +261,34 @@ class Scheduler:
             await nursery.start(Informer(self.client, "v1", "persistentvolumeclaims", self.on_pvc,
                                          component=me).run)
             self.snapshot.pvcs_synced = True  # VolumeBinding may judge claims from now on
+            for api_version, plural, handler in await self._served(STORAGE_RESOURCES):
+                await nursery.start(Informer(self.client, api_version, plural, getattr(self, handler),
+                                             component=me).run)
+                if plural == "persistentvolumes":
+                    self.snapshot.pvs_synced = True  # ... and match volumes to nodes
             await nursery.start(Informer(self.client, "v1", "pods", self.on_pod,
                                          field_selector=ACTIVE_PODS, component=me).run)
             await nursery.start(self.events.run)
             task_status.started()
             while True:
                 await self.schedule_one(nursery)
+
+    async def _served(self, wanted: tuple[tuple[str, str, str], ...]) -> list[tuple[str, str, str]]:
+        """The entries of `wanted` whose resource the server serves (discovery); none if
+        discovery fails — VolumeBinding then judges claims only, as without the kinds."""
+        try:
+            served = {(r.group, r.version, r.name) for r in await self.client.discover()}
+        except (ApiException, httpx.HTTPError, OSError, AttributeError) as e:
+            log.warning("discovery failed (%s): volume binding checks claims only", e)
+            return []
+        out = []
+        for api_version, plural, handler in wanted:
+            group, _, version = api_version.rpartition("/")
+            if (group, version, plural) in served:
+                out.append((api_version, plural, handler))
+            else:
+                log.info("the server does not serve %s/%s: VolumeBinding goes without it", api_version, plural)
+        return out
 
     async def schedule_one(self, nursery: trio.Nursery) -> None:
         key = await self.queue.pop()
@@ -241,12 +328,56 @@ class Scheduler:
         assumed = {**pod, "spec": {**pod["spec"], "nodeName": result.node}}
         self.snapshot.set_pod(assumed)
         self.assumed[key] = result.node
+        state = result.state
+        if state is not None and self.framework.reservers:
+            st = self.framework.reserve(state, pod, result.node)
+            if not st.ok:
+                self._forget_assumed(key, result.node)
+                self.queue.add_backoff(key)
+                await self.record_unschedulable(pod, "; ".join(st.reasons), reason="SchedulerError")
+                return
+        if self.framework.pre_binders_for(state):
+            # Waiting for volumes can take long: no bind slot is held meanwhile.
+            assert state is not None
+            nursery.start_soon(self._pre_bind_then_bind, key, pod, result.node, state)
+            return
         await self._bind_slots.acquire()
         client = self._bind_clients.pop() if self._bind_clients else self.client
         nursery.start_soon(self._bind, key, pod, result.node, client)
 
+    def _forget_assumed(self, key: str, node: str) -> None:
+        if self.assumed.get(key) == node:
+            self.assumed.pop(key, None)
+            self.snapshot.remove_pod(key)
+
+    async def _pre_bind_then_bind(self, key: str, pod: dict[str, Any], node: str,
+                                  state: CycleState) -> None:
+        """The pre-bind plugins (VolumeBinding: bind volumes, wait for the claims), then
+        the Binding.  A failure undoes the reservation and retries the pod after back-off,
+        with a FailedScheduling event saying why (kube-scheduler's handleBindingCycleError)."""
+        handle = BindHandle(self.client, self.snapshot, timeout=self.cfg.volume_bind_timeout,
+                            poll_interval=self.cfg.volume_poll_interval,
+                            pod_exists=lambda: key in self.pending)
+        try:
+            st = await self.framework.pre_bind(state, pod, node, handle)
+        except Exception as e:  # noqa: BLE001 - one pod's failure must not stop the scheduler
+            log.warning("pre-bind of %s on %s raised: %r", key, node, e)
+            st = Status.error(f"running PreBind plugins: {e}")
+        if not st.ok:
+            log.info("pre-binding %s to %s failed: %s", key, node, "; ".join(st.reasons))
+            self.framework.unreserve(state, pod, node)
+            self._forget_assumed(key, node)
+            if key in self.pending:
+                self.queue.add_backoff(key)
+                await self.record_unschedulable(pod, "; ".join(st.reasons), reason="SchedulerError")
+            return
+        await self._bind_slots.acquire()
+        client = self._bind_clients.pop() if self._bind_clients else self.client
+        await self._bind(key, pod, node, client, state)
+
     async def _bind(self, key: str, pod: dict[str, Any], node: str,
-                    client: Client | FastConnection | None = None) -> None:
+                    client: Client | FastConnection | None = None,
+                    state: CycleState | None = None) -> None:
         md = pod["metadata"]
         body = {"apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": md["name"], "namespace": md["namespace"], "uid": md.get("uid")},
@@ -261,9 +392,7 @@ class Scheduler:
                                subresource="binding")
         except (ApiException, httpx.HTTPError, OSError, trio.TooSlowError) as e:
             log.info("binding %s to %s failed: %s", key, node, e)
-            if self.assumed.get(key) == node:
-                self.assumed.pop(key, None)
-                self.snapshot.remove_pod(key)
+            self._forget_assumed(key, node)
             if isinstance(e, ApiException) and e.code in (404, 409):
                 # Gone, or bound by someone else: the informer brings the truth.
                 self.queue.delete(key)
@@ -274,6 +403,9 @@ class Scheduler:
             if c is not self.client:
                 self._bind_clients.append(c)
             self._bind_slots.release()
+            if state is not None:
+                # Bound or not, the promises end here: the informers show the truth.
+                self.framework.unreserve(state, pod, node)
         self.queue.done(key)
         self.pending.pop(key, None)
         self.events.record(pod, "Normal", "Scheduled",
@@ -307,8 +439,10 @@ class Scheduler:
         log.info("pod %s preempts %d pod(s) on %s", key, len(nomination.victims), nomination.node)
 
     # -- reporting -------------------------------------------------------------
-    async def record_unschedulable(self, pod: dict[str, Any], message: str) -> None:
-        """A FailedScheduling event (repeats counted on one event) and PodScheduled=False."""
+    async def record_unschedulable(self, pod: dict[str, Any], message: str,
+                                   reason: str = "Unschedulable") -> None:
+        """A FailedScheduling event (repeats counted on one event) and PodScheduled=False
+        (reason Unschedulable, or SchedulerError when binding failed)."""
         key = pod_key(pod)
         md = pod["metadata"]
         # The recorder correlates a repeat of the same message into one event's count.
@@ -316,7 +450,7 @@ class Scheduler:
         for c in (pod.get("status") or {}).get("conditions") or []:
             if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("message") == message:
                 return
-        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        condition = {"type": "PodScheduled", "status": "False", "reason": reason,
                      "message": message, "lastProbeTime": None,
                      "lastTransitionTime": meta.now_rfc3339()}
         try:
@@ -324,6 +458,10 @@ class Scheduler:
                                     STRATEGIC_MERGE_PATCH, md["namespace"], subresource="status")
         except (ApiException, httpx.HTTPError) as e:
             log.info("setting PodScheduled on %s failed: %s", key, e)
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
 
 
 def default_framework(cfg: SchedulerConfig) -> Framework:

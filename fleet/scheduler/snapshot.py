@@ -3,7 +3,7 @@
 `Snapshot` holds one `NodeInfo` per node: the Node object, its allocatable
 resources, the pods bound to it and the sum of their requests.  The I/O loop
 keeps one Snapshot up to date from its informers (`set_node`, `set_pod`,
-`set_namespace`, `set_pvc`, ...) and plugins only read it: a scheduling cycle
+`set_namespace`, `set_pvc`, `set_pv`, `set_csinode`, ...) and plugins only read it: a scheduling cycle
 is synchronous, so the snapshot cannot change while a cycle runs, and no copy
 is needed.  Tests build one with `Snapshot.build(nodes, pods)`.
 
@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleet.api.pvmatch import SELECTED_NODE, volume_class
 from fleet.api.selectors import DOUBLE_EQUALS, EQUALS, IN, LabelSelector
 from fleet.scheduler.affinity import TERM_KINDS, AffinityTerm, PodAffinity, pod_affinity
 from fleet.scheduler.podinfo import (
@@ -270,8 +271,11 @@ class Snapshot:
 
     Pods bound to a node the snapshot has not seen yet are remembered and
     counted as soon as the node appears (informers deliver the two kinds in
-    no particular order).  Namespaces (for namespaceSelector), claims and
-    storage classes (for VolumeBinding) are kept by name.
+    no particular order).  Namespaces (for namespaceSelector), and for
+    VolumeBinding claims, storage classes, PersistentVolumes (by class),
+    CSINodes, CSIDrivers and CSIStorageCapacities (by class) are kept by name,
+    with the volume decisions pods being bound have assumed (`promise_pv`,
+    `assume_selected_node`).
 
     Objects handed in are kept, not copied: a caller must not mutate a pod or
     node after passing it (informers deliver a fresh object per event; the
@@ -292,6 +296,22 @@ class Snapshot:
         # Set once the I/O loop's PVC informer has listed (Snapshot.build sets
         # it when given claims): before that a missing claim proves nothing.
         self.pvcs_synced = False
+        # PersistentVolumes by class then name (VolumeBinding matches within a class);
+        # `pvs_synced` as for claims: until then VolumeBinding checks claims only.
+        self._pvs: dict[str, dict[str, Any]] = {}
+        self._pvs_by_class: dict[str, dict[str, dict[str, Any]]] = {}
+        self.pvs_synced = False
+        self._csinodes: dict[str, dict[str, Any]] = {}  # node name -> CSINode
+        self._csidrivers: dict[str, dict[str, Any]] = {}  # driver name -> CSIDriver
+        # CSIStorageCapacity by class then "namespace/name".
+        self._capacities: dict[str, dict[str, dict[str, Any]]] = {}
+        self._capacity_class: dict[str, str] = {}  # "namespace/name" -> class
+        # Assumed volume decisions (kube-scheduler's assume cache): PVs promised to a
+        # claim ("namespace/name") and claims given a node to provision on, by pods
+        # between their scheduling cycle and the end of their pre-bind, so no other
+        # pod is promised the same volume meanwhile.
+        self._promised_pvs: dict[str, str] = {}
+        self._assumed_nodes: dict[str, str] = {}
         self._label_values: dict[str, dict[str, int]] = {}  # label key -> value -> nodes
         self._label_nodes: dict[str, int] = {}  # label key -> nodes carrying it
         self._image_nodes: dict[str, int] = {}  # normalized image -> nodes having it
@@ -307,7 +327,10 @@ class Snapshot:
     def build(cls, nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]] = (), *,
               namespaces: Iterable[dict[str, Any]] = (),
               pvcs: Iterable[dict[str, Any]] | None = None,
-              storage_classes: Iterable[dict[str, Any]] = ()) -> Snapshot:
+              storage_classes: Iterable[dict[str, Any]] = (),
+              pvs: Iterable[dict[str, Any]] | None = None,
+              csinodes: Iterable[dict[str, Any]] = (), csidrivers: Iterable[dict[str, Any]] = (),
+              capacities: Iterable[dict[str, Any]] = ()) -> Snapshot:
         snap = cls()
         for n in nodes:
             snap.set_node(n)
@@ -321,6 +344,16 @@ class Snapshot:
             for pvc in pvcs:
                 snap.set_pvc(pvc)
             snap.pvcs_synced = True
+        if pvs is not None:
+            for pv in pvs:
+                snap.set_pv(pv)
+            snap.pvs_synced = True
+        for obj in csinodes:
+            snap.set_csinode(obj)
+        for obj in csidrivers:
+            snap.set_csidriver(obj)
+        for obj in capacities:
+            snap.set_capacity(obj)
         return snap
 
     # -- nodes ---------------------------------------------------------------
@@ -569,3 +602,101 @@ class Snapshot:
 
     def storage_class(self, name: str) -> dict[str, Any] | None:
         return self._storage_classes.get(name)
+
+    def storage_classes(self) -> dict[str, dict[str, Any]]:
+        """name -> StorageClass (read-only)."""
+        return self._storage_classes
+
+    # -- persistent volumes, CSI objects ---------------------------------------
+    def set_pv(self, pv: dict[str, Any]) -> None:
+        name = str((pv.get("metadata") or {}).get("name") or "")
+        self.remove_pv(name)
+        self._pvs[name] = pv
+        self._pvs_by_class.setdefault(volume_class(pv), {})[name] = pv
+
+    def remove_pv(self, name: str) -> None:
+        old = self._pvs.pop(name, None)
+        if old is None:
+            return
+        cls = volume_class(old)
+        bucket = self._pvs_by_class.get(cls)
+        if bucket is not None:
+            bucket.pop(name, None)
+            if not bucket:
+                del self._pvs_by_class[cls]
+
+    def pv(self, name: str) -> dict[str, Any] | None:
+        return self._pvs.get(name)
+
+    def pvs_of_class(self, class_name: str) -> Iterable[dict[str, Any]]:
+        """The PersistentVolumes of one class ("" for volumes without a class)."""
+        return self._pvs_by_class.get(class_name, {}).values()
+
+    def set_csinode(self, csinode: dict[str, Any]) -> None:
+        self._csinodes[str((csinode.get("metadata") or {}).get("name") or "")] = csinode
+
+    def remove_csinode(self, name: str) -> None:
+        self._csinodes.pop(name, None)
+
+    def csinode(self, node: str) -> dict[str, Any] | None:
+        return self._csinodes.get(node)
+
+    def set_csidriver(self, driver: dict[str, Any]) -> None:
+        self._csidrivers[str((driver.get("metadata") or {}).get("name") or "")] = driver
+
+    def remove_csidriver(self, name: str) -> None:
+        self._csidrivers.pop(name, None)
+
+    def csidriver(self, name: str) -> dict[str, Any] | None:
+        return self._csidrivers.get(name)
+
+    def set_capacity(self, capacity: dict[str, Any]) -> None:
+        key = pod_key(capacity)
+        self.remove_capacity(key)
+        cls = str(capacity.get("storageClassName") or "")
+        self._capacities.setdefault(cls, {})[key] = capacity
+        self._capacity_class[key] = cls
+
+    def remove_capacity(self, key: str) -> None:
+        """Forget the CSIStorageCapacity `namespace/name`."""
+        cls = self._capacity_class.pop(key, None)
+        if cls is None:
+            return
+        bucket = self._capacities.get(cls)
+        if bucket is not None:
+            bucket.pop(key, None)
+            if not bucket:
+                del self._capacities[cls]
+
+    def capacities_of_class(self, class_name: str) -> Iterable[dict[str, Any]]:
+        return self._capacities.get(class_name, {}).values()
+
+    # -- assumed volume decisions ------------------------------------------------
+    def promise_pv(self, pv_name: str, claim_key: str) -> None:
+        """Keep `pv_name` for the claim `namespace/name` until `release_pv`."""
+        self._promised_pvs[pv_name] = claim_key
+
+    def release_pv(self, pv_name: str, claim_key: str) -> None:
+        if self._promised_pvs.get(pv_name) == claim_key:
+            del self._promised_pvs[pv_name]
+
+    def promised_pvs(self, except_claim: str = "") -> set[str]:
+        """PVs promised to claims other than `except_claim`."""
+        return {pv for pv, claim in self._promised_pvs.items() if claim != except_claim}
+
+    def assume_selected_node(self, claim_key: str, node: str) -> None:
+        """The claim is to be provisioned on `node` (its selected-node is being written)."""
+        self._assumed_nodes[claim_key] = node
+
+    def forget_selected_node(self, claim_key: str, node: str) -> None:
+        if self._assumed_nodes.get(claim_key) == node:
+            del self._assumed_nodes[claim_key]
+
+    def selected_node(self, claim: dict[str, Any]) -> str | None:
+        """Where the claim is to be provisioned: assumed by a pod being bound, else
+        its `volume.kubernetes.io/selected-node` annotation."""
+        assumed = self._assumed_nodes.get(pod_key(claim))
+        if assumed is not None:
+            return assumed
+        value = ((claim.get("metadata") or {}).get("annotations") or {}).get(SELECTED_NODE)
+        return str(value) if value is not None else None

@@ -287,15 +287,59 @@ def _read_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
     raise AssertionError(f"no line from kfleet within {timeout}s (got {buf!r})")
 
 
+# The SIGINT state kfleet starts with, set in a tiny exec wrapper, so what the test
+# checks does not depend on how pytest itself was started: a non-interactive shell
+# runs a background job (`bash .ci/run &`, many CI runners) with SIGINT ignored,
+# and every child inherits that through exec.
+_SIGINT_SETUP = {
+    "default": "signal.signal(signal.SIGINT, signal.SIG_DFL)",
+    "ignored": "signal.signal(signal.SIGINT, signal.SIG_IGN)",
+    "blocked": ("signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})"),
+}
+
+
+# The console scripts that reach kfleet: `kfleet ...` and `fleet ctl ...`.
+_ENTRY = {
+    "kfleet": ["-c", "from fleet.cli.kfleet import main; main()"],
+    "fleet ctl": ["-c", "from fleet.cli.main import main; main()", "ctl"],
+}
+
+
+def _start_kfleet(server: KfleetServer, *argv: str, sigint: str = "default",
+                  entry: str = "kfleet") -> subprocess.Popen[bytes]:
+    """kfleet's console script as a process, started with SIGINT as `sigint` says."""
+    wrapper = (f"import os, signal, sys; {_SIGINT_SETUP[sigint]}; "
+               "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+    return subprocess.Popen(
+        [sys.executable, "-c", wrapper, *_ENTRY[entry], *argv],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server.env(),
+        start_new_session=True,
+    )
+
+
+def _interrupt(proc: subprocess.Popen[bytes], timeout: float = 10) -> int | None:
+    """SIGINT like a user's Ctrl-C; the exit code, or None (then killed) if it did not end."""
+    os.kill(proc.pid, signal.SIGINT)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        return None
+
+
+def _stderr(proc: subprocess.Popen[bytes]) -> str:
+    assert proc.stderr is not None
+    if proc.poll() is None:
+        return "(still running)"
+    return proc.stderr.read().decode(errors="replace")[-2000:]
+
+
 def test_console_script_and_watch(kfleet_server: KfleetServer) -> None:
     ns = "kf-watch"
     kfleet_server.run("apply", "-f", "-", stdin=namespace_doc(ns) + configmap_doc("w0", ns))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from fleet.cli.kfleet import main; main()",
-         "get", "configmaps", "-n", ns, "-w"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=kfleet_server.env(),
-        start_new_session=True,
-    )
+    proc = _start_kfleet(kfleet_server, "get", "configmaps", "-n", ns, "-w")
     try:
         header = _read_line(proc, 20)
         assert header.split()[0] == "NAME"
@@ -313,15 +357,31 @@ def test_console_script_and_watch(kfleet_server: KfleetServer) -> None:
         assert rc == 0, err
         deleted_row = _read_line(proc, 10).split()
         assert deleted_row[0] == "w1" and len(deleted_row) == len(header.split())
+        assert proc.poll() is None, f"the watch ended on its own: {_stderr(proc)}"
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-    assert proc.returncode in (0, 130, -signal.SIGINT)
+        rc = _interrupt(proc) if proc.poll() is None else proc.returncode
+    assert rc == 130, f"kfleet get -w after Ctrl-C: exit {rc} (None: still running after 10s)"
+
+
+@pytest.mark.parametrize(("entry", "sigint"), [
+    ("kfleet", "ignored"), ("kfleet", "blocked"), ("fleet ctl", "ignored"),
+])
+def test_watch_ends_on_ctrl_c_when_the_parent_ignored_sigint(
+        kfleet_server: KfleetServer, entry: str, sigint: str) -> None:
+    """A parent that ignored (a non-interactive shell's background job) or blocked SIGINT
+    passes that on through exec; `kfleet get -w` must still stop on Ctrl-C with 130."""
+    ns = f"kf-watch-{sigint}-{entry.replace(' ', '-')}"
+    kfleet_server.run("apply", "-f", "-", stdin=namespace_doc(ns) + configmap_doc("s0", ns))
+    proc = _start_kfleet(kfleet_server, "get", "configmaps", "-n", ns, "-w", sigint=sigint,
+                         entry=entry)
+    try:
+        assert _read_line(proc, 20).split()[0] == "NAME"
+        while _read_line(proc, 10).split()[0] != "s0":
+            pass
+        assert proc.poll() is None, f"the watch ended on its own: {_stderr(proc)}"
+    finally:
+        rc = _interrupt(proc) if proc.poll() is None else proc.returncode
+    assert rc == 130, f"kfleet get -w after Ctrl-C: exit {rc} (None: still running after 10s)"
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")

@@ -25,6 +25,8 @@ import sys
 
 from cyclopts import CycloptsError
 
+from fleet.cli.interrupt import restore_interrupt
+
 # Importing the command modules registers their commands on `commands`.
 from fleet.cli.kfleet import apply, get, images, info, nodes, streams  # noqa: F401
 from fleet.cli.kfleet.base import app, commands
@@ -45,6 +47,7 @@ def run(argv: list[str]) -> int:
 
 def main() -> None:
     """The `kfleet` console script."""
+    restore_interrupt()  # Ctrl-C must end `get -w` even when the parent ignored SIGINT
     try:
         app()
     except KeyboardInterrupt:

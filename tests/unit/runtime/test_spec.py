@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from fleet.runtime.driver import ContainerSpec, Mount, Resources, Sandbox, SandboxSpec, User
+from fleet.runtime.driver import (
+    ContainerSpec,
+    Device,
+    Mount,
+    Resources,
+    Sandbox,
+    SandboxSpec,
+    User,
+)
 from fleet.runtime.spec import (
     ALL_CAPABILITIES,
     DEFAULT_CAPABILITIES,
@@ -172,3 +180,24 @@ def test_env_overrides_defaults() -> None:
     env = config(container(env={"PATH": "/opt/bin", "HOSTNAME": "custom"}))["process"]["env"]
     assert "PATH=/opt/bin" in env and "HOSTNAME=custom" in env
     assert sum(e.startswith("PATH=") for e in env) == 1
+
+
+def test_volume_devices_are_created_and_allowed_by_number() -> None:
+    cfg = config(container(devices=[
+        Device(host_path=Path("/pods/u/volumeDevices/raw"), container_path="/dev/xvda",
+               major=7, minor=3),
+        Device(host_path=Path("/pods/u/volumeDevices/ro"), container_path="/dev/xvdb",
+               major=7, minor=4, read_only=True)]))
+    linux = cfg["linux"]
+    assert linux["devices"] == [
+        {"path": "/dev/xvda", "type": "b", "major": 7, "minor": 3, "fileMode": 0o660,
+         "uid": 0, "gid": 0},
+        {"path": "/dev/xvdb", "type": "b", "major": 7, "minor": 4, "fileMode": 0o660,
+         "uid": 0, "gid": 0}]
+    assert linux["resources"]["devices"] == [
+        {"allow": False, "access": "rwm"},
+        {"allow": True, "type": "b", "major": 7, "minor": 3, "access": "rwm"},
+        {"allow": True, "type": "b", "major": 7, "minor": 4, "access": "rm"}]
+    assert "devices" not in config()["linux"]
+    with pytest.raises(SpecError, match="not absolute"):
+        config(container(devices=[Device(Path("/x"), "dev/x", 1, 1)]))
