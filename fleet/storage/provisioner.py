@@ -606,20 +606,48 @@ def server_provisioner(data_dir: Path, **kw: Any) -> Provisioner | None:
     return Provisioner(drivers, place, **kw) if drivers else None
 
 
+# What a provisioner reads: without these kinds there is nothing to provision for.
+REQUIRED_RESOURCES = (("", "persistentvolumes"), ("storage.k8s.io", "storageclasses"))
+
+
+async def wait_served(client: Client, *, period: float = 30.0) -> None:
+    """Return once the server serves PersistentVolumes and StorageClasses (an agent may
+    meet an older server: its informers would only log 404s)."""
+    told = False
+    while True:
+        try:
+            have = {(r.group, r.name) for r in await client.discover(refresh=True)}
+            if all(k in have for k in REQUIRED_RESOURCES):
+                return
+        except NET_ERRORS as e:
+            log.debug("storage provisioner: discovery failed: %r", e)
+        if not told:
+            log.info("storage provisioner: the server does not serve PersistentVolumes and "
+                     "StorageClasses (yet); checking every %.0fs", period)
+            told = True
+        await trio.sleep(period)
+
+
 async def run_node_provisioner(client: Client, *, node_name: str, node_labels: Mapping[str, str],
-                               data_dir: Path,
+                               data_dir: Path, drivers: Mapping[str, Driver] | None = None,
                                task_status: trio.TaskStatus[Provisioner | None] = trio.TASK_STATUS_IGNORED,
                                **kw: Any) -> None:
     """A node's instance over `client`, with informers of its own: the node_local
-    drivers, each with `DriverEnv(<agent data dir>/storage/<driver>, node, labels)`.
-    Returns at once (started with None) when no registered driver is node_local."""
+    drivers — of `drivers` (the agent's own instances, shared with its volume manager),
+    or else new instances with `DriverEnv(<agent data dir>/storage/<driver>, node,
+    labels)`.  Returns at once (started with None) when no driver is node_local."""
     place = Place(node_name, dict(node_labels))
-    drivers = drivers_for(place, lambda name: DriverEnv(
-        data_dir=Path(data_dir) / "storage" / name, node_name=node_name, node_labels=dict(node_labels)))
-    if not drivers:
+    if drivers is not None:
+        served = {n: d for n, d in drivers.items() if place.serves(d.capabilities)}
+    else:
+        served = drivers_for(place, lambda name: DriverEnv(
+            data_dir=Path(data_dir) / "storage" / name, node_name=node_name,
+            node_labels=dict(node_labels)))
+    if not served:
         task_status.started(None)
         return
-    prov = Provisioner(drivers, place, **kw)
+    await wait_served(client)
+    prov = Provisioner(served, place, **kw)
     ctx = Context(client=client, informers=InformerFactory(client, component="storage-provisioner"))
     prov.setup(ctx)
     async with trio.open_nursery() as n:
@@ -628,5 +656,5 @@ async def run_node_provisioner(client: Client, *, node_name: str, node_labels: M
         await prov.run(ctx)
 
 
-__all__ = ["CAPACITY_PERIOD", "Place", "Provisioner", "RetryLater", "drivers_for",
-           "run_node_provisioner", "server_provisioner"]
+__all__ = ["CAPACITY_PERIOD", "REQUIRED_RESOURCES", "Place", "Provisioner", "RetryLater", "drivers_for",
+           "run_node_provisioner", "server_provisioner", "wait_served"]

@@ -24,6 +24,7 @@ import trio
 from fleet.api.errors import Invalid
 from fleet.api.patch import json_merge_patch, json_patch
 from fleet.client import JSON_PATCH, ApiException
+from fleet.client.discovery import APIResource
 from fleet.controllers.runtime import Context, InformerFactory
 from fleet.storage.driver import (
     Capabilities,
@@ -65,6 +66,7 @@ class FakeAPI:
         self.calls: list[tuple[str, str, str]] = []
         self.fail: dict[tuple[str, str], list[Exception]] = {}
         self.events = Events()
+        self.served: list[APIResource] = []  # what discover() answers
 
     # -- informers --------------------------------------------------------------------------
     def start(self) -> None:
@@ -113,6 +115,22 @@ class FakeAPI:
             raise errs.pop(0)
 
     # -- the client surface ------------------------------------------------------------------
+    async def list_all(self, api_version: str, plural: str, namespace: str | None = None,
+                       **_: Any) -> dict[str, Any]:
+        """An informer's list; its watch then waits forever (changes are pushed by _publish)."""
+        await trio.lowlevel.checkpoint()
+        items = [copy.deepcopy(o) for k, o in sorted(self.bucket(api_version, plural).items())
+                 if namespace is None or k.startswith(f"{namespace}/")]
+        return {"items": items, "metadata": {"resourceVersion": "0"}}
+
+    async def watch(self, *_: Any, **__: Any) -> Any:
+        await trio.sleep_forever()
+        yield {}  # pragma: no cover - an async generator that never yields
+
+    async def discover(self, *, refresh: bool = False) -> list[APIResource]:
+        await trio.lowlevel.checkpoint()
+        return list(self.served)
+
     async def create(self, api_version: str, plural: str, body: dict[str, Any],
                      namespace: str | None = None, **_: Any) -> dict[str, Any]:
         await trio.lowlevel.checkpoint()

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
+from fleet.client.discovery import APIResource
 from fleet.storage import registry
 from fleet.storage.driver import Capabilities, DriverEnv
 from fleet.storage.provisioner import Place, drivers_for, run_node_provisioner, server_provisioner
@@ -15,6 +17,11 @@ from tests.unit.storage.fakes import FakeAPI, FakeDriver
 
 CENTRAL_CAPS = Capabilities()
 LOCAL_CAPS = Capabilities(node_local=True, topology_keys=("kubernetes.io/hostname",))
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
 
 
 @pytest.fixture
@@ -73,3 +80,28 @@ async def test_node_provisioner_without_node_local_drivers_returns(
         got = await n.start(lambda task_status: run_node_provisioner(
             api, node_name="n1", node_labels={}, data_dir=tmp_path, task_status=task_status))  # type: ignore[arg-type]
     assert got is None
+
+
+STORAGE_KINDS = [APIResource("persistentvolumes", "persistentvolume", False, "PersistentVolume", "", "v1"),
+                 APIResource("storageclasses", "storageclass", False, "StorageClass", "storage.k8s.io", "v1")]
+
+
+async def test_node_provisioner_shares_the_agents_drivers_once_the_kinds_are_served(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    """The agent hands its own driver instances (one per driver on a node); the loop
+    starts once the server serves PersistentVolumes and StorageClasses."""
+    local = FakeDriver("local.fleet.test", LOCAL_CAPS)
+    api = FakeAPI()
+    api.served = STORAGE_KINDS[:1]
+    async with trio.open_nursery() as n:
+        async def serve_later() -> None:
+            await trio.sleep(45)
+            api.served = STORAGE_KINDS
+
+        n.start_soon(serve_later)
+        prov = await n.start(lambda task_status: run_node_provisioner(
+            api, node_name="n1", node_labels={}, data_dir=tmp_path, task_status=task_status,  # type: ignore[arg-type]
+            drivers={"local.fleet.test": local, "central.fleet.test": FakeDriver("central.fleet.test")}))
+        assert trio.current_time() >= 45
+        assert prov is not None and prov.drivers == {"local.fleet.test": local}
+        n.cancel_scope.cancel()
