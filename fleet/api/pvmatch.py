@@ -24,6 +24,7 @@ the volume side of a binding (`bind_volume_to_claim`, GetBindVolumeToClaim).
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -299,14 +300,57 @@ def csinode_has_driver(csinode: Mapping[str, Any] | None, driver: str) -> bool:
     return False
 
 
+def attachment_name(volume_handle: str, driver: str, node: str) -> str:
+    """A VolumeAttachment's name: csi-<sha256(volumeHandle + driver + node)> in hex, as
+    Kubernetes' CSI attacher (`getAttachmentName(volName, csiDriverName, nodeName)`)
+    names it — the attach/detach controller creates it, the agent waits for it."""
+    return "csi-" + hashlib.sha256(f"{volume_handle}{driver}{node}".encode()).hexdigest()
+
+
+def unique_volume_name(driver: str, volume_handle: str) -> str:
+    """The kubelet's name for a CSI volume (node.status.volumesInUse / volumesAttached)."""
+    return f"kubernetes.io/csi/{driver}^{volume_handle}"
+
+
+def ephemeral_claim_name(pod_name: str, volume_name: str) -> str:
+    """ephemeral.VolumeClaimName: a generic ephemeral volume's claim is `<pod>-<volume>`."""
+    return f"{pod_name}-{volume_name}"
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> list[str]:
+    """The claims (in the pod's namespace) the pod's volumes use: each
+    `persistentVolumeClaim.claimName`, and `<pod>-<volume>` for each `ephemeral` volume."""
+    pod_name = str(_d(pod, "metadata").get("name") or "")
+    out: list[str] = []
+    for vol in _d(pod, "spec").get("volumes") or []:
+        if not isinstance(vol, Mapping):
+            continue
+        pvc = vol.get("persistentVolumeClaim")
+        if isinstance(pvc, Mapping) and pvc.get("claimName"):
+            out.append(str(pvc["claimName"]))
+        elif isinstance(vol.get("ephemeral"), Mapping) and vol.get("name"):
+            out.append(ephemeral_claim_name(pod_name, str(vol["name"])))
+    return out
+
+
+def pod_is_terminated(pod: Mapping[str, Any]) -> bool:
+    """The pod's containers are done for good: Succeeded or Failed, or — podIsShutDown —
+    deleted with a zero grace period (the kubelet finished it, or it was force-deleted)."""
+    if _d(pod, "status").get("phase") in ("Succeeded", "Failed"):
+        return True
+    md = _d(pod, "metadata")
+    return bool(md.get("deletionTimestamp")) and md.get("deletionGracePeriodSeconds") == 0
+
+
 __all__ = [
     "BETA_DEFAULT_CLASS", "BETA_STORAGE_CLASS", "BETA_STORAGE_PROVISIONER", "BIND_COMPLETED",
     "BOUND_BY_CONTROLLER", "DEFAULT_CLASS", "IMMEDIATE", "NO_PROVISIONER", "PROVISIONED_BY",
     "PVC_PROTECTION", "PV_PROTECTION", "SELECTED_NODE", "STORAGE_PROVISIONER",
-    "WAIT_FOR_FIRST_CONSUMER", "access_modes_contain", "bind_volume_to_claim", "capacity_admits_node",
-    "capacity_limit", "claim_class", "claim_request", "csinode_has_driver", "default_class",
-    "delays_binding", "find_matching_volume", "has_enough_capacity", "is_claim_bound",
-    "is_default_class", "is_volume_bound_to_claim", "quantity", "topology_allows",
+    "WAIT_FOR_FIRST_CONSUMER", "access_modes_contain", "attachment_name", "bind_volume_to_claim",
+    "capacity_admits_node", "capacity_limit", "claim_class", "claim_request", "csinode_has_driver",
+    "default_class", "delays_binding", "ephemeral_claim_name", "find_matching_volume",
+    "has_enough_capacity", "is_claim_bound", "is_default_class", "is_volume_bound_to_claim",
+    "pod_claim_names", "pod_is_terminated", "quantity", "topology_allows", "unique_volume_name",
     "volume_capacity", "volume_class", "volume_fits_claim", "volume_node_affinity_matches",
     "volume_node_name",
 ]

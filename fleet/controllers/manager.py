@@ -3,7 +3,8 @@
 Each controller is a class following `fleet.controllers.runtime.Controller`; the
 list below is the whole set — node lifecycle (`nodelifecycle`), node IPAM
 (`nodeipam`) and namespace finalization (`namespace`) included: they share the
-manager's informers and are supervised by it like the others.  The manager is one task of the server; with several servers it is
+manager's informers and are supervised by it like the others.  The storage
+controllers (`storage_controllers`) join only when the API serves their kinds.  The manager is one task of the server; with several servers it is
 the part that will run only on the lease holder.
 """
 
@@ -55,7 +56,26 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
         EndpointSliceController(max_endpoints_per_slice), EndpointsController(),
         EndpointSliceMirroringController(),
         ServiceLBController(),
+        *storage_controllers(),
     ]
+
+
+def storage_controllers() -> list[Controller]:
+    """The storage controllers whose kinds the API serves (each names them in `requires`):
+    an informer on a resource the server does not have would never list, and hold up
+    every controller's start."""
+    from fleet.api.registry import default_registry
+    from fleet.controllers.attachdetach import AttachDetachController
+    from fleet.controllers.ephemeral import EphemeralVolumeController
+    from fleet.controllers.persistentvolume import PersistentVolumeController
+    from fleet.controllers.volume_common import served
+    from fleet.controllers.volumeprotection import PVCProtectionController, PVProtectionController
+
+    candidates: list[Any] = [PersistentVolumeController(), PVCProtectionController(),
+                             PVProtectionController(), EphemeralVolumeController(),
+                             AttachDetachController()]
+    registry = default_registry()
+    return [c for c in candidates if served(c.requires, registry)]
 
 
 def select(controllers: list[Controller], spec: list[str] | None) -> list[Controller]:

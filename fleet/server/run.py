@@ -48,6 +48,7 @@ from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
 from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI
+from fleet.server.storagedefaults import ensure_default_storage
 from fleet.server.svcalloc import ServiceAllocator
 from fleet.server.svcalloc_range import PortRange, ServiceIPRange
 from fleet.server.watch import WatchCounter
@@ -253,6 +254,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
         registry = default_registry()
         await ensure_default_namespaces(store, registry)
         await ensure_system_priority_classes(store, registry)
+        await ensure_default_storage(store, registry)
         async with trio.open_nursery() as nursery:
             if handle_signals:
                 nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import importlib
 import logging
+import tempfile
 from collections.abc import Callable, Iterable
 from importlib import metadata
+from pathlib import Path
 
-from fleet.storage.driver import Driver, DriverEnv
+from fleet.storage.driver import Capabilities, Driver, DriverEnv
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +27,18 @@ ENTRY_POINT_GROUP = "fleet.storage.drivers"
 IN_TREE_MODULES = ("fleet.storage.hostpath", "fleet.storage.local")
 
 _factories: dict[str, Factory] = {}
+_capabilities: dict[str, Capabilities] = {}
 
 
 def register(name: str, factory: Factory) -> None:
     """Make driver `name` available; registering the same name again replaces it."""
     _factories[name] = factory
+    _capabilities.pop(name, None)
 
 
 def unregister(name: str) -> None:
     _factories.pop(name, None)
+    _capabilities.pop(name, None)
 
 
 def names() -> list[str]:
@@ -47,6 +52,27 @@ def known(name: str) -> bool:
 def create(name: str, env: DriverEnv) -> Driver:
     """A new instance of driver `name` for `env`; KeyError when unknown."""
     return _factories[name](env)
+
+
+def capabilities(name: str) -> Capabilities | None:
+    """What driver `name` declares (None when unknown) — what the server's controllers
+    read (node-local or not, attach required, capacity tracking) without running it.
+
+    Taken from the factory itself when it carries a `capabilities` attribute (a driver
+    class with class-level capabilities); otherwise from one instance made for the
+    server (`DriverEnv` with a data dir that is never created: a driver must not touch
+    it before a call), remembered until the name is registered again."""
+    factory = _factories.get(name)
+    if factory is None:
+        return None
+    caps = _capabilities.get(name)
+    if caps is None:
+        caps = getattr(factory, "capabilities", None)
+        if not isinstance(caps, Capabilities):
+            probe = Path(tempfile.gettempdir()) / "fleet-storage-capabilities" / name
+            caps = factory(DriverEnv(data_dir=probe)).capabilities
+        _capabilities[name] = caps
+    return caps
 
 
 def _load(spec: str) -> None:
@@ -76,5 +102,5 @@ def load_plugins(modules: Iterable[str] = ()) -> None:
             log.exception("storage plugin %s (%s) failed to load", ep.name, ep.value)
 
 
-__all__ = ["ENTRY_POINT_GROUP", "Factory", "create", "known", "load_plugins", "names",
+__all__ = ["ENTRY_POINT_GROUP", "Factory", "capabilities", "create", "known", "load_plugins", "names",
            "register", "unregister"]

@@ -154,6 +154,10 @@ def _validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
         old_spec["volumeName"] = new_spec.get("volumeName")
         if old_spec["volumeName"] is None:
             old_spec.pop("volumeName")
+    if (old_spec.get("storageClassName") is None and new_spec.get("storageClassName")
+            and BETA_STORAGE_CLASS_ANNOTATION not in d(old, "metadata", "annotations")):
+        # RetroactiveDefaultStorageClass: a claim created without a class may be given one.
+        old_spec["storageClassName"] = new_spec["storageClassName"]
     old_size, new_size = storage_request(d(old, "spec")), storage_request(d(obj, "spec"))
     if d(obj, "status").get("phase") == "Bound" and isinstance(new_spec.get("resources"), dict):
         # A bound claim may be resized: compare everything but the storage request.

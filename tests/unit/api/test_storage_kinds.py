@@ -95,6 +95,24 @@ def test_update_rules():
     assert fields(validate_pvc(other, bound(old)))[0][0] == "spec"
 
 
+def test_a_claim_without_class_may_be_given_one_once():
+    old = pvc()
+    assert "storageClassName" not in old["spec"]
+    given = copy.deepcopy(old)
+    given["spec"]["storageClassName"] = "local-path"
+    assert validate_pvc(given, old) == []  # the PV controller's retroactive default class
+    other = copy.deepcopy(given)
+    other["spec"]["storageClassName"] = "gold"
+    assert fields(validate_pvc(other, given))[0][0] == "spec"  # but never changed after
+    empty = pvc(storageClassName="")
+    assert fields(validate_pvc(given, empty))[0][0] == "spec"  # "" is a choice, not an absence
+    beta = copy.deepcopy(old)
+    beta["metadata"]["annotations"] = {"volume.beta.kubernetes.io/storage-class": "x"}
+    given_beta = copy.deepcopy(beta)
+    given_beta["spec"]["storageClassName"] = "local-path"
+    assert fields(validate_pvc(given_beta, beta))[0][0] == "spec"
+
+
 def cells(obj: dict[str, Any]) -> dict[str, Any]:
     obj["metadata"].setdefault("creationTimestamp", "2024-01-01T00:00:00Z")
     return {c.name: c.value(obj) for c in PERSISTENT_VOLUME_CLAIM.table_columns()}
