@@ -155,6 +155,7 @@ async def run(cfg: AgentConfig, *,
         env.csi = NodeVolumes(client, cfg.data_dir, cfg.node_name, events=events,
                               node_labels=lambda: (node.node.get("metadata") or {}).get("labels")
                               or {})
+        node.volumes_in_use = env.csi.volumes_in_use
         sync = PodSync(cfg.node_name, env)
         await collect_garbage(client, cfg, record, csi=env.csi)
         async with trio.open_nursery() as n:
