@@ -181,11 +181,6 @@ def staging_path(data_dir: Path, driver: str, handle: str) -> Path:
     return Path(data_dir) / CSI_PLUGIN_DIR / driver / digest / "globalmount"
 
 
-def attachment_name(handle: str, driver: str, node: str) -> str:
-    """The VolumeAttachment name Kubernetes uses: csi-<sha256(handle+driver+node)>."""
-    return "csi-" + hashlib.sha256(f"{handle}{driver}{node}".encode()).hexdigest()
-
-
 # ---------------------------------------------------------------------------------------
 # What a pod has published (persisted under the pod dir)
 
@@ -403,7 +398,7 @@ def metric_samples(stats: Iterable[tuple[str, str, VolumeStats]]) -> str:
 __all__ = [
     "CSI_PLUGIN_DIR", "DriverFailure", "FS_RESIZE_PENDING", "METRICS", "NODE_ID_ANNOTATION", "RECORD_NAME",
     "VOL_DATA_NAME", "ExpandStep", "MountProblem", "PodRecord", "Published", "Staged",
-    "VolumeFacts", "attachment_name", "check_claim", "check_volume", "claim_name",
+    "VolumeFacts", "check_claim", "check_volume", "claim_name",
     "csinode_drivers", "driver_failure", "expanded_claim_status", "expansion_step", "failed_mount_message",
     "has_condition", "is_claim_volume", "load_record", "metric_samples", "node_id_annotation",
     "save_record", "staging_path", "summary_entry", "unused_stagings", "users", "volume_facts",

@@ -48,6 +48,7 @@ import trio
 
 from fleet.agent import csiplan
 from fleet.agent.csiplan import MountProblem, PodRecord, Published, Staged, VolumeFacts
+from fleet.api.pvmatch import attachment_name, unique_volume_name
 from fleet.client import MERGE_PATCH, ApiException
 from fleet.storage import registry
 from fleet.storage.driver import Code, Driver, DriverEnv, DriverError, VolumeStats
@@ -103,7 +104,6 @@ class NodeVolumes:
         # Volumes whose node_expand said FAILED_PRECONDITION: retried after next stage.
         self._expand_after_stage: set[tuple[str, str]] = set()
         # Volumes this agent made a VolumeAttachment for: deleted at unstage.
-        self._attached: dict[tuple[str, str], str] = {}
         self._attach_reported: set[tuple[str, str]] = set()
         self._stats: dict[tuple[str, str], tuple[float, VolumeStats]] = {}
         self._pods: dict[str, Mapping[str, Any]] = {}
@@ -236,8 +236,7 @@ class NodeVolumes:
             staging.mkdir(parents=True, exist_ok=True)
             (staging.parent / csiplan.VOL_DATA_NAME).write_text(json.dumps(
                 {"driverName": facts.driver, "volumeHandle": facts.handle,
-                 "specVolID": facts.pv, "volumeMode": facts.mode,
-                 "attachment": self._attached.get((facts.driver, facts.handle))}))
+                 "specVolID": facts.pv, "volumeMode": facts.mode}))
 
         await trio.to_thread.run_sync(prepare)
         key = (facts.driver, facts.handle)
@@ -254,24 +253,18 @@ class NodeVolumes:
         self._expand_after_stage.discard(key)
         log.info("volume %s (%s) staged at %s", facts.pv, facts.handle, staging)
 
+    def volumes_in_use(self) -> list[str]:
+        """The staged volumes' unique names, for the Node's `status.volumesInUse`."""
+        return [unique_volume_name(d, h) for d, h in self._staged]
+
     async def _wait_attached(self, pod: Mapping[str, Any], facts: VolumeFacts,
                              drv: Driver) -> Mapping[str, str]:
         """The VolumeAttachment of (volume, node), created if missing; wait for
         status.attached and return its attachmentMetadata."""
-        name = csiplan.attachment_name(facts.handle, facts.driver, self.node_name)
-        va, err = await self._get("storage.k8s.io/v1", "volumeattachments", name)
-        if va is None and not err:
-            body = {"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
-                    "metadata": {"name": name},
-                    "spec": {"attacher": facts.driver, "nodeName": self.node_name,
-                             "source": {"persistentVolumeName": facts.pv}}}
-            try:
-                va = await self.client.create("storage.k8s.io/v1", "volumeattachments", body)
-            except ApiException as e:
-                if e.code != 409:
-                    raise MountProblem(f"AttachVolume.Attach failed for volume \"{facts.pv}\" : "
-                                       f"{e}") from None
-            self._attached[(facts.driver, facts.handle)] = name
+        name = attachment_name(facts.handle, facts.driver, self.node_name)
+        # The attach/detach controller creates the attachment once the pod is scheduled
+        # here; the driver's attacher marks it attached.
+        va, _ = await self._get("storage.k8s.io/v1", "volumeattachments", name)
         deadline = trio.current_time() + self.attach_timeout
         while True:
             status = (va or {}).get("status") or {}
@@ -337,13 +330,9 @@ class NodeVolumes:
         await trio.to_thread.run_sync(remove)
         log.info("volume %s unstaged from %s", s.handle, s.path)
         self._attach_reported.discard(key)
-        va = self._attached.pop(key, None)
-        if va is not None:
-            with contextlib.suppress(*_API_ERRORS):
-                await self.client.delete("storage.k8s.io/v1", "volumeattachments", va)
 
     # -- restart ---------------------------------------------------------------------
-    def _scan(self) -> tuple[dict[str, PodRecord], list[Staged], dict[tuple[str, str], str]]:
+    def _scan(self) -> tuple[dict[str, PodRecord], list[Staged]]:
         records: dict[str, PodRecord] = {}
         pods = self.data_dir / "pods"
         if pods.is_dir():
@@ -352,7 +341,6 @@ class NodeVolumes:
                 if rec is not None:
                     records[d.name] = rec
         staged: list[Staged] = []
-        attachments: dict[tuple[str, str], str] = {}
         root = self.data_dir / csiplan.CSI_PLUGIN_DIR
         if root.is_dir():
             for vol_data in root.glob(f"*/*/{csiplan.VOL_DATA_NAME}"):
@@ -363,15 +351,12 @@ class NodeVolumes:
                 s = Staged(str(doc.get("driverName") or vol_data.parent.parent.name),
                            str(doc.get("volumeHandle") or ""), vol_data.parent / "globalmount")
                 staged.append(s)
-                if doc.get("attachment"):
-                    attachments[(s.driver, s.handle)] = str(doc["attachment"])
-        return records, staged, attachments
+        return records, staged
 
     async def recover(self, live_uids: set[str]) -> list[str]:
         """After a restart: adopt the records of live pods, tear down those of pods
         gone meanwhile, unstage what nobody uses; the problems met (logged)."""
-        records, staged, attachments = await trio.to_thread.run_sync(self._scan)
-        self._attached.update(attachments)
+        records, staged = await trio.to_thread.run_sync(self._scan)
         problems: list[str] = []
         for s in staged:
             self._staged[(s.driver, s.handle)] = s

@@ -25,7 +25,7 @@ import platform
 import shutil
 import socket
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -255,11 +255,17 @@ class NodeAgent:
         # the Node is deleted and registered anew, so its pods keep their addresses and
         # peers' routes stay right (node IPAM takes a range a Node already names).
         self.pod_cidr_in_use: str | None = None
+        # The node's staged claimed volumes (`status.volumesInUse`, unique volume names):
+        # the attach/detach controller detaches none of them (set by the agent's run).
+        self.volumes_in_use: Callable[[], list[str]] | None = None
 
     async def _compute_status(self) -> dict[str, Any]:
         m = await trio.to_thread.run_sync(machine_stats, self.cfg.data_dir)
-        return build_node_status(self.cfg, m, address=self.address, runtime=self.runtime,
-                                 previous=self._status, now=now_rfc3339())
+        status = build_node_status(self.cfg, m, address=self.address, runtime=self.runtime,
+                                   previous=self._status, now=now_rfc3339())
+        if self.volumes_in_use is not None:
+            status["volumesInUse"] = sorted(self.volumes_in_use())
+        return status
 
     async def register(self) -> dict[str, Any]:
         """Create the Node (or take over an existing one) and post its status; retries."""
@@ -382,7 +388,8 @@ class NodeAgent:
                 status = await self._compute_status()
                 flipped = ({c["type"]: c["status"] for c in status["conditions"]}
                            != {c.get("type"): c.get("status")
-                               for c in self._status.get("conditions") or [] if isinstance(c, dict)})
+                               for c in self._status.get("conditions") or [] if isinstance(c, dict)}
+                           or status.get("volumesInUse") != self._status.get("volumesInUse"))
                 due = trio.current_time() - last_post >= self.cfg.status_interval
                 if flipped or due:
                     await self._post_status()

@@ -155,6 +155,7 @@ async def run(cfg: AgentConfig, *,
         env.csi = NodeVolumes(client, cfg.data_dir, cfg.node_name, events=events,
                               node_labels=lambda: (node.node.get("metadata") or {}).get("labels")
                               or {})
+        node.volumes_in_use = env.csi.volumes_in_use
         sync = PodSync(cfg.node_name, env)
         await collect_garbage(client, cfg, record, csi=env.csi)
         async with trio.open_nursery() as n:
@@ -179,6 +180,10 @@ async def run(cfg: AgentConfig, *,
                 # for: pods start meanwhile; the rules of a previous run stay live
                 # until the first sync replaces them in one transaction.
                 n.start_soon(_run_service_proxy, client, cfg, proxy_table, services, slices)
+            if storage_registry.names():
+                # Provisioning for the node_local storage drivers: claims whose selected
+                # node is this one, volumes pinned here (fleet.storage.provisioner).
+                n.start_soon(_run_storage_provisioner, client, cfg, node, env.csi.drivers)
             if policy is not None:
                 # NetworkPolicy in each local pod's netns (fleet.agent.netpolicy).  Not
                 # waited for either: a new pod's set-up waits for its own rules (bounded).
@@ -246,6 +251,18 @@ async def _run_service_proxy(client: Any, cfg: AgentConfig, table: str, services
                               service_cidr=cfg.service_cidr or None, table=table)
     await supervise("service-proxy", partial(run_service_proxy, client, pcfg, services=services,
                                              slices=slices))
+
+
+async def _run_storage_provisioner(client: Any, cfg: AgentConfig, node: NodeAgent,
+                                   drivers: Any) -> None:
+    from fleet._core.supervise import supervise
+    from fleet.storage.provisioner import run_node_provisioner
+
+    labels = dict((node.node.get("metadata") or {}).get("labels") or {})
+    labels.setdefault("kubernetes.io/hostname", cfg.node_name)
+    await supervise("storage-provisioner", partial(run_node_provisioner, client, node_name=cfg.node_name,
+                                                   node_labels=labels, data_dir=cfg.data_dir,
+                                                   drivers=drivers))
 
 
 def make_policy_enforcer(cfg: AgentConfig, driver: Any, network: Any, address: str,

@@ -54,6 +54,7 @@ from fleet.server.svcalloc import ServiceAllocator
 from fleet.server.svcalloc_range import PortRange, ServiceIPRange
 from fleet.server.watch import WatchCounter
 from fleet.storage import registry as storage_registry
+from fleet.storage.provisioner import server_provisioner
 from fleet.store import KeyExists, Store, open_store
 
 if TYPE_CHECKING:
@@ -374,6 +375,11 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
             secondary_eviction_rate=cfg.secondary_node_eviction_rate,
             unhealthy_zone_threshold=cfg.unhealthy_zone_threshold,
             large_cluster_size_threshold=cfg.large_cluster_size_threshold))
+    # The storage provisioner of the drivers that are not node_local (fleet.storage.provisioner):
+    # a controller of the manager, sharing its claim/volume informers, leader-only with it.
+    provisioner = server_provisioner(Path(cfg.data_dir))
+    if provisioner is not None and f"-{provisioner.name}" not in (cfg.controllers or []):
+        manager.controllers.append(provisioner)
     await manager.run(client_cfg, task_status=task_status)
 
 

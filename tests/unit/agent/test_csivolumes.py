@@ -20,6 +20,7 @@ from fleet.agent import csiplan
 from fleet.agent.csiplan import DriverFailure, MountProblem
 from fleet.agent.csivolumes import NodeVolumes
 from fleet.agent.volumes import VolumeError, VolumeManager, mounts_under
+from fleet.api.pvmatch import attachment_name, unique_volume_name
 from fleet.client import ApiException
 from fleet.storage.driver import Capabilities, Code, DriverError
 from tests.unit.agent import fakecsi
@@ -321,15 +322,20 @@ async def test_attach_required_waits_for_the_volume_attachment(setup: Any) -> No
     drv.capabilities = Capabilities(attach_required=True)
     nv = manager(setup, attach_timeout=5)
     p = pod("p", "u1")
-    va_name = csiplan.attachment_name("vol-1", DRIVER, "n1")
+    va_name = attachment_name("vol-1", DRIVER, "n1")
 
     async def attacher() -> None:
-        while api.obj("storage.k8s.io/v1", "volumeattachments", va_name) is None:
-            await trio.sleep(0.05)
-        va = api.obj("storage.k8s.io/v1", "volumeattachments", va_name)
-        assert va["spec"] == {"attacher": DRIVER, "nodeName": "n1",
-                              "source": {"persistentVolumeName": "pv-1"}}
-        va["status"] = {"attached": True, "attachmentMetadata": {"lun": "3"}}
+        # The attach/detach controller's attachment appears late; the attacher then
+        # marks it attached.
+        await trio.sleep(0.3)
+        await api.create("storage.k8s.io/v1", "volumeattachments", {
+            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+            "metadata": {"name": va_name},
+            "spec": {"attacher": DRIVER, "nodeName": "n1",
+                     "source": {"persistentVolumeName": "pv-1"}}})
+        await trio.sleep(0.2)
+        api.obj("storage.k8s.io/v1", "volumeattachments", va_name)["status"] = {
+            "attached": True, "attachmentMetadata": {"lun": "3"}}
 
     async with trio.open_nursery() as n:
         n.start_soon(attacher)
@@ -338,9 +344,10 @@ async def test_attach_required_waits_for_the_volume_attachment(setup: Any) -> No
     assert drv.publish_context == [{"lun": "3"}]
     assert ("Normal", "SuccessfulAttachVolume",
             'AttachVolume.Attach succeeded for volume "pv-1" ') in events.seen
+    assert nv.volumes_in_use() == [unique_volume_name(DRIVER, "vol-1")]
     await nv.unpublish_pod("u1", data_dir / "pods" / "u1")
-    # The attachment this agent made goes with the last user.
-    assert api.obj("storage.k8s.io/v1", "volumeattachments", va_name) is None
+    # Detaching is the attach/detach controller's (once volumesInUse drops it).
+    assert nv.volumes_in_use() == []
 
 
 async def test_attach_error_and_timeout(setup: Any) -> None:
@@ -353,9 +360,12 @@ async def test_attach_error_and_timeout(setup: Any) -> None:
                                            "CSI driver to attach volume vol-1"):
         await nv.publish(p, p["spec"]["volumes"][0], data_dir / "pods" / "u1",
                          target(data_dir, "u1"))
-    va_name = csiplan.attachment_name("vol-1", DRIVER, "n1")
-    api.obj("storage.k8s.io/v1", "volumeattachments", va_name)["status"] = {
-        "attached": False, "attachError": {"message": "disk busy"}}
+    va_name = attachment_name("vol-1", DRIVER, "n1")
+    await api.create("storage.k8s.io/v1", "volumeattachments", {
+        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": va_name},
+        "spec": {"attacher": DRIVER, "nodeName": "n1", "source": {"persistentVolumeName": "pv-1"}},
+        "status": {"attached": False, "attachError": {"message": "disk busy"}}})
     with pytest.raises(MountProblem, match='AttachVolume.Attach failed for volume "pv-1" : '
                                            "disk busy"):
         await nv.publish(p, p["spec"]["volumes"][0], data_dir / "pods" / "u1",
