@@ -38,6 +38,7 @@ ROOTS = {
     ("", "v1", "Event"): "CoreV1Event",
     ("", "v1", "Binding"): "V1Binding",
     ("", "v1", "PersistentVolumeClaim"): "V1PersistentVolumeClaim",
+    ("", "v1", "PersistentVolume"): "V1PersistentVolume",
     ("", "v1", "ResourceQuota"): "V1ResourceQuota",
     ("", "v1", "LimitRange"): "V1LimitRange",
     ("events.k8s.io", "v1", "Event"): "EventsV1Event",
@@ -61,6 +62,11 @@ ROOTS = {
     ("networking.k8s.io", "v1", "Ingress"): "V1Ingress",
     ("networking.k8s.io", "v1", "IngressClass"): "V1IngressClass",
     ("networking.k8s.io", "v1", "NetworkPolicy"): "V1NetworkPolicy",
+    ("storage.k8s.io", "v1", "StorageClass"): "V1StorageClass",
+    ("storage.k8s.io", "v1", "VolumeAttachment"): "V1VolumeAttachment",
+    ("storage.k8s.io", "v1", "CSIDriver"): "V1CSIDriver",
+    ("storage.k8s.io", "v1", "CSINode"): "V1CSINode",
+    ("storage.k8s.io", "v1", "CSIStorageCapacity"): "V1CSIStorageCapacity",
 }
 
 SCALARS = {"str": "string", "int": "integer", "bool": "boolean", "float": "number",

@@ -4,7 +4,8 @@ A plugin sees the request attributes, the new object and the old one (on
 update/delete).  Mutating plugins return the (possibly changed) object;
 validating plugins raise an `APIError` to refuse.  Built-in plugins live one
 per module beside this one (`priority.py`, `default_toleration_seconds.py`,
-`limitranger.py`, `resourcequota.py`, `defaultingressclass.py`); service accounts and webhooks join the
+`limitranger.py`, `resourcequota.py`, `defaultingressclass.py`, `defaultstorageclass.py`,
+`storageprotection.py`, `pvcresize.py`); service accounts and webhooks join the
 same chain later without changing the server.
 
 The server runs the two halves around the kind's validation, as
@@ -69,7 +70,8 @@ class AdmissionChain:
 
 def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_seconds: int = 300,
                   priority_cache: Any = None, limit_range_cache: Any = None,
-                  quota_cache: Any = None, ingress_class_cache: Any = None) -> AdmissionChain:
+                  quota_cache: Any = None, ingress_class_cache: Any = None,
+                  storage_class_cache: Any = None) -> AdmissionChain:
     """The chain `fleet server` runs, in kube-apiserver's recommended plugin order
     (LimitRanger, then Priority before DefaultTolerationSeconds; ResourceQuota last,
     so it charges exactly what the others let through).
@@ -81,19 +83,29 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
     `ingress_class_cache` is a running `defaultingressclass.IngressClassCache`
     (DefaultIngressClass, last of the mutating plugins as in kube's order);
     without one that plugin lists IngressClasses from the store.
+    `storage_class_cache` is a running `defaultstorageclass.StorageClassCache`, read by
+    DefaultStorageClass and PersistentVolumeClaimResize (kube's order puts them, with
+    StorageObjectInUseProtection, after DefaultTolerationSeconds); without one they list
+    StorageClasses from the store.
     """
     # Imported here: the plugins import the store and the kinds, which need not
     # load for code that only wants the chain's types.
     from fleet.admission.default_toleration_seconds import DefaultTolerationSeconds
     from fleet.admission.defaultingressclass import DefaultIngressClass
+    from fleet.admission.defaultstorageclass import DefaultStorageClass, StorageClassCache
     from fleet.admission.limitranger import LimitRanger
     from fleet.admission.priority import Priority
+    from fleet.admission.pvcresize import PersistentVolumeClaimResize
     from fleet.admission.resourcequota import ResourceQuota
+    from fleet.admission.storageprotection import StorageObjectInUseProtection
 
     priority = Priority(store, priority_cache)
     limit_ranger = LimitRanger(store, limit_range_cache)
+    storage_classes = storage_class_cache if storage_class_cache is not None else StorageClassCache()
     return AdmissionChain(
         mutating=[limit_ranger, priority, DefaultTolerationSeconds(not_ready_seconds, unreachable_seconds),
+                  DefaultStorageClass(store, storage_classes), StorageObjectInUseProtection(),
                   DefaultIngressClass(store, ingress_class_cache)],
-        validating=[limit_ranger, priority, ResourceQuota(store, quota_cache)],
+        validating=[limit_ranger, priority, PersistentVolumeClaimResize(store, storage_classes),
+                    ResourceQuota(store, quota_cache)],
     )

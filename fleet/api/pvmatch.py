@@ -99,17 +99,20 @@ def is_claim_bound(claim: Mapping[str, Any]) -> bool:
 
 
 def is_default_class(sc: Mapping[str, Any]) -> bool:
+    """storageutil.IsDefaultAnnotation: either annotation is exactly "true"."""
     ann = _d(sc, "metadata", "annotations")
-    return str(ann.get(DEFAULT_CLASS, ann.get(BETA_DEFAULT_CLASS, ""))).lower() == "true"
+    return ann.get(DEFAULT_CLASS) == "true" or ann.get(BETA_DEFAULT_CLASS) == "true"
 
 
 def default_class(classes: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The default StorageClass; with several, the newest (then by name), as Kubernetes ≥1.26."""
-    defaults = [sc for sc in classes if is_default_class(sc)]
+    """The default StorageClass; with several, the newest, ties to the smaller name
+    (storageutil.GetDefaultClass, Kubernetes ≥1.26)."""
+    defaults = sorted((sc for sc in classes if is_default_class(sc)),
+                      key=lambda sc: str(_d(sc, "metadata").get("name") or ""))
     if not defaults:
         return None
-    return max(defaults, key=lambda sc: (str(_d(sc, "metadata").get("creationTimestamp") or ""),
-                                         str(_d(sc, "metadata").get("name") or "")))
+    # max() keeps the first of equals: the smallest name among the newest.
+    return max(defaults, key=lambda sc: str(_d(sc, "metadata").get("creationTimestamp") or ""))
 
 
 def delays_binding(claim: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]]) -> bool:

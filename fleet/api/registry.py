@@ -113,6 +113,10 @@ class KindInfo:
     # (a Service keeps its allocated ClusterIP and NodePorts when the client leaves
     # them out, and drops the fields its new type no longer has).
     prepare_update: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    # Strategy: the status strategy's PrepareForUpdate — `prepare_status_update(new, old)`
+    # runs on `/status` writes at the same point (a PersistentVolume restamps
+    # status.lastPhaseTransitionTime when its phase changes).
+    prepare_status_update: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
 
     @property
     def api_version(self) -> str:

@@ -115,6 +115,7 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
     "Namespace": _with_meta(**_STATUS_WITH_CONDITIONS),
     "PersistentVolumeClaim": _with_meta(**_STATUS_WITH_CONDITIONS),
     "HorizontalPodAutoscaler": _with_meta(**_STATUS_WITH_CONDITIONS),
+    "CSINode": _with_meta(spec={"drivers": keyed("name")}),
 }
 
 # Everything else (ConfigMap, Secret, Endpoints, Lease, ...) only has tagged

@@ -56,6 +56,8 @@ QUANTITY_FIELDS = frozenset({
     ("V1NodeAllocatableMappedResources", "quantity"),
     ("V1NodeStatus", "allocatable"), ("V1NodeStatus", "capacity"),
     ("V1PersistentVolumeClaimStatus", "allocatedResources"), ("V1PersistentVolumeClaimStatus", "capacity"),
+    ("V1PersistentVolumeSpec", "capacity"), ("V1CSIStorageCapacity", "capacity"),
+    ("V1CSIStorageCapacity", "maximumVolumeSize"),
     ("V1PodSpec", "overhead"), ("V1PodStatus", "allocatedResources"), ("V1ResourceFieldSelector", "divisor"),
     ("V1ResourceQuotaSpec", "hard"), ("V1ResourceQuotaStatus", "hard"), ("V1ResourceQuotaStatus", "used"),
     ("V1ResourceRequirements", "limits"), ("V1ResourceRequirements", "requests"),

@@ -232,6 +232,8 @@ class WriteVerbs(ResourceBase):
                 info.default(new)
             if info.prepare_update is not None and route.subresource != "status":
                 info.prepare_update(new, old)
+            if info.prepare_status_update is not None and route.subresource == "status":
+                info.prepare_status_update(new, old)
             attrs = Attributes(verb, info.group, info.version, info.plural, route.subresource,
                                route.namespace or "", route.name, is_dry_run(req))
             new = await self.admission.mutate(attrs, user, new, old)

@@ -29,6 +29,7 @@ from fleet._core import memory
 from fleet._core.supervise import supervise
 from fleet.admission import builtin_chain, limitranger, resourcequota
 from fleet.admission.defaultingressclass import IngressClassCache
+from fleet.admission.defaultstorageclass import StorageClassCache
 from fleet.admission.objcache import NamespacedCache
 from fleet.admission.priority import ClassCache
 from fleet.api import meta
@@ -276,11 +277,14 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             await nursery.start(_supervised("resource-quota-cache", quotas.run, store))
             ingress_classes = IngressClassCache()  # DefaultIngressClass admission
             await nursery.start(_supervised("ingress-class-cache", ingress_classes.run, store))
+            storage_classes = StorageClassCache()  # DefaultStorageClass, PersistentVolumeClaimResize
+            await nursery.start(_supervised("storage-class-cache", storage_classes.run, store))
             # One chain for both: ResourceAPI runs it on every write; APIServer keeps
             # it for the pipeline stages it runs itself.
             admission = builtin_chain(store, priority_cache=priority_classes,
                                       limit_range_cache=limit_ranges, quota_cache=quotas,
                                       ingress_class_cache=ingress_classes,
+                                      storage_class_cache=storage_classes,
                                       not_ready_seconds=cfg.default_not_ready_toleration_seconds,
                                       unreachable_seconds=cfg.default_unreachable_toleration_seconds)
             rest = ResourceAPI(store, registry, admission, namespaces)

@@ -179,11 +179,13 @@ class PodWatch:
 class ClaimBinder:
     """Plays the storage provisioner for a namespace: binds every new PersistentVolumeClaim.
 
-    Fleet has no provisioner yet (the storage issue), and the scheduler — like
-    kube-scheduler — will not place a pod whose immediate-binding claim is
-    unbound.  The binder does what the PV controller would: fills `volumeName`
-    (allowed once), marks the claim bind-completed and sets status Bound with the
-    requested capacity."""
+    Simulated nodes run no storage driver, and the scheduler — like kube-scheduler —
+    will not place a pod whose claim is unbound.  The binder makes what a provisioner
+    would: a PersistentVolume `pv-<claim uid>` of the claim's class and size (a
+    hostPath nobody mounts), pre-bound to the claim through claimRef, so that the
+    server's PV controller, when it runs, sees a consistent pair; and it does the
+    binder's part itself too: fills `volumeName` (allowed once), marks the claim
+    bind-completed and sets status Bound with the requested capacity."""
 
     def __init__(self, srv: FleetServer, namespace: str) -> None:
         self.srv, self.namespace = srv, namespace
@@ -212,11 +214,21 @@ class ClaimBinder:
                         md, spec = claim["metadata"], claim.get("spec") or {}
                         if md.get("deletionTimestamp") or (claim.get("status") or {}).get("phase") == "Bound":
                             continue
+                        storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+                        pv_name = spec.get("volumeName") or f"pv-{md['uid']}"
+                        c.post("/api/v1/persistentvolumes", json={
+                            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
+                            "spec": {"capacity": {"storage": storage},
+                                     "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                                     "storageClassName": spec.get("storageClassName") or "",
+                                     "hostPath": {"path": f"/tmp/fleet-sim-volumes/{pv_name}"},
+                                     "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                                  "namespace": self.namespace, "name": md["name"],
+                                                  "uid": md["uid"]}}})  # 409 once it exists
                         if not spec.get("volumeName"):
                             c.patch(f"{base}/{md['name']}", headers=merge, json={
                                 "metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
-                                "spec": {"volumeName": f"pv-{md['uid'][:8]}"}})
-                        storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+                                "spec": {"volumeName": pv_name}})
                         r2 = c.patch(f"{base}/{md['name']}/status", headers=merge, json={"status": {
                             "phase": "Bound", "capacity": {"storage": storage},
                             "accessModes": spec.get("accessModes") or []}})

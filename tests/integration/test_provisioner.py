@@ -84,6 +84,10 @@ class Drivers:
 
 @pytest.fixture
 def drivers(monkeypatch: pytest.MonkeyPatch) -> Drivers:
+    # The in-tree drivers register when first imported: import them into the real
+    # table now, or the server started below would register them into the copy only,
+    # and later tests in this process would find no hostpath.fleet.dev.
+    registry.load_plugins()
     monkeypatch.setattr(registry, "_factories", dict(registry._factories))
     d = Drivers()
     registry.register(CENTRAL, d.factory(CENTRAL, Capabilities(expansion="online"), node_expansion=False))

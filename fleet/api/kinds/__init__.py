@@ -15,6 +15,7 @@ from fleet.api.kinds import (
     controllerrevision,
     coordination,
     core,
+    csi,
     discovery,
     events,
     gateway,
@@ -22,10 +23,12 @@ from fleet.api.kinds import (
     metrics,
     networking,
     networkpolicy,
+    persistentvolume,
     policy,
     quota,
     scheduling,
     storage,
+    storageclass,
 )
 from fleet.api.registry import KindInfo, Registry
 
@@ -33,6 +36,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *core.KINDS,
     *quota.KINDS,
     *storage.KINDS,
+    *persistentvolume.KINDS,
     events.CORE_EVENT,
     *apps.KINDS,
     *controllerrevision.KINDS,
@@ -45,6 +49,8 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *gateway.KINDS,
     *scheduling.KINDS,
     *policy.KINDS,
+    *storageclass.KINDS,
+    *csi.KINDS,
     *autoscaling.KINDS,
     *metrics.KINDS,
     events.EVENTS_EVENT,

@@ -1,19 +1,24 @@
-"""The core (`v1`) storage kinds: PersistentVolumeClaim.
+"""The core (`v1`) PersistentVolumeClaim, and the access-mode helpers volumes share.
 
-A claim is a request for storage ("10Gi, ReadWriteOnce, class fast").  Fleet
-keeps claims as API objects now — StatefulSets create one per ordinal from
-their `volumeClaimTemplates` and the scheduler's VolumeBinding plugin reads
-them — while provisioning and binding them to volumes come with the storage
-issue.  Until then a claim stays `Pending`, exactly what Kubernetes shows for
-a claim no provisioner serves.
+A claim is a request for storage ("10Gi, ReadWriteOnce, class fast"):
+StatefulSets create one per ordinal from their `volumeClaimTemplates`, pods
+name them, the PV controller binds them to PersistentVolumes
+(fleet/api/kinds/persistentvolume.py) and writes their status (phase,
+capacity, access modes, resize conditions and allocated resources) through
+`/status`.
 
-Validation follows kube-apiserver (`ValidatePersistentVolumeClaim` and
-`...Update`): at least one supported access mode, `ReadWriteOncePod` alone, a
-positive `resources.requests.storage`, and a spec that is immutable after
-creation — because quota and limit ranges were charged for what the claim
-asked at creation — except that the binder may fill `volumeName` once and a
-*bound* claim may grow `resources.requests.storage` (volume expansion), never
-shrink below what was provisioned.
+Validation follows kube-apiserver 1.32 (`ValidatePersistentVolumeClaim`,
+`...Update` and `...StatusUpdate`): at least one supported access mode,
+`ReadWriteOncePod` alone, a positive `resources.requests.storage`, and a spec
+that is immutable after creation — because quota and limit ranges were charged
+for what the claim asked at creation — except that the binder may fill
+`volumeName` once, a claim without `storageClassName` may be given one later
+(the retroactive default class), and a *bound* claim may grow
+`resources.requests.storage` (volume expansion) but never go down to what was
+provisioned (RecoverVolumeExpansionFailure, on in 1.32, allows a retreat above
+`status.capacity` only).  Whether a claim may grow at all is the
+PersistentVolumeClaimResize admission plugin's call (its class must allow
+expansion).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 from fleet.api import validation as v
 from fleet.api.kinds._common import col, d, lst, set_default, table
 from fleet.api.quantity import QuantityError, parse_quantity
+from fleet.api.quota import canonical, format_of
 from fleet.api.registry import KindInfo
 
 Cause = dict[str, str]
@@ -37,7 +43,11 @@ VOLUME_MODES = ("Block", "Filesystem")
 PHASES = ("Bound", "Lost", "Pending")
 # The pre-storageClassName way of naming a class; still honoured by kubectl's printer.
 BETA_STORAGE_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
-IMMUTABLE_SPEC = "spec is immutable after creation except resources.requests for bound claims"
+IMMUTABLE_SPEC = ("spec is immutable after creation except resources.requests and volumeAttributesClassName "
+                  "for bound claims")
+# status.allocatedResourceStatuses values (resizeStatusSet, sorted).
+RESIZE_STATUSES = ("ControllerResizeFailed", "ControllerResizeInProgress", "NodeResizeFailed",
+                   "NodeResizeInProgress", "NodeResizePending")
 
 
 def default_pvc(obj: dict[str, Any]) -> None:
@@ -132,6 +142,14 @@ def validate_pvc_spec(spec: Any, path: str = "spec") -> list[Cause]:
     return out
 
 
+def canonical_quantity(raw: Any) -> str:
+    """Quantity.String(): `1024Mi` -> `1Gi`; a value that does not parse comes back as it is."""
+    try:
+        return canonical(parse_quantity(raw), format_of(raw))
+    except (QuantityError, TypeError, ValueError):
+        return str(raw)
+
+
 def validate_pvc(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
     out = v.validate_object_meta(obj.get("metadata"), namespaced=True)
     spec = obj.get("spec")
@@ -141,7 +159,62 @@ def validate_pvc(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]
         out.append(v.not_supported("status.phase", phase, PHASES))
     if old is not None and isinstance(spec, dict):
         out += _validate_update(obj, old)
+    # On create the status was dropped and on a main-resource update it is the stored
+    # one, so this judges what a /status write brings (ValidatePersistentVolumeClaimStatusUpdate).
+    out += validate_pvc_status(d(obj, "status"))
     return out
+
+
+def _resource_key_errors(key: str, path: str) -> list[Cause]:
+    """validatePersistentVolumeClaimResourceKey: a qualified name; a native one must be `storage`."""
+    out = [v.invalid(path, key, msg) for msg in v.is_qualified_name(key)]
+    if out:
+        return out
+    native = "/" not in key or key.startswith("kubernetes.io/")
+    if native and key != "storage":
+        out.append(v.not_supported(path, key, ("storage",)))
+    return out
+
+
+def validate_pvc_status(status: dict[str, Any]) -> list[Cause]:
+    """The status fields the PV controller and the resizers write: capacity and allocated
+    resources are quantities, allocatedResourceStatuses one of the resize states."""
+    out: list[Cause] = []
+    for name, raw in d(status, "capacity").items():
+        q = _quantity(raw)
+        if q is not None and q < 0:
+            out.append(v.invalid(f"status.capacity[{name}]", int(q), "must be a valid resource quantity"))
+    for key, state in d(status, "allocatedResourceStatuses").items():
+        path = "status.allocatedResourceStatus"
+        out += _resource_key_errors(key, path)
+        if state not in RESIZE_STATUSES:
+            # Kubernetes names the key, not the bad value, in this message.
+            out.append(v.not_supported(path, key, RESIZE_STATUSES))
+    for key, raw in d(status, "allocatedResources").items():
+        errs = _resource_key_errors(key, "status.allocatedResources")
+        if errs:
+            out += errs
+            continue
+        q = _quantity(raw)
+        if q is not None and q < 0:
+            out.append(v.invalid(f"status.allocatedResources[{key}]", int(q), "must be a valid resource quantity"))
+    return out
+
+
+def _class_upgrades(old: dict[str, Any], new: dict[str, Any]) -> tuple[bool, bool]:
+    """(from annotation, from nil): validateStorageClassUpgradeFromAnnotation / ...FromNil.
+    A claim whose storageClassName was never set may get one — the value of its beta
+    annotation, or any class when it has none (the retroactive default class)."""
+    old_ann = d(old, "metadata", "annotations")
+    new_ann = d(new, "metadata", "annotations")
+    old_name, new_name = d(old, "spec").get("storageClassName"), d(new, "spec").get("storageClassName")
+    if old_name is not None or new_name is None:
+        return False, False
+    if BETA_STORAGE_CLASS_ANNOTATION not in old_ann:
+        return False, True
+    old_cls = old_ann[BETA_STORAGE_CLASS_ANNOTATION]
+    from_ann = new_name == old_cls and new_ann.get(BETA_STORAGE_CLASS_ANNOTATION, old_cls) == old_cls
+    return from_ann, new_name == old_cls
 
 
 def _validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
@@ -154,10 +227,9 @@ def _validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
         old_spec["volumeName"] = new_spec.get("volumeName")
         if old_spec["volumeName"] is None:
             old_spec.pop("volumeName")
-    if (old_spec.get("storageClassName") is None and new_spec.get("storageClassName")
-            and BETA_STORAGE_CLASS_ANNOTATION not in d(old, "metadata", "annotations")):
-        # RetroactiveDefaultStorageClass: a claim created without a class may be given one.
-        old_spec["storageClassName"] = new_spec["storageClassName"]
+    from_annotation, from_nil = _class_upgrades(old, obj)
+    if from_annotation or from_nil:
+        new_spec.pop("storageClassName", None)
     old_size, new_size = storage_request(d(old, "spec")), storage_request(d(obj, "spec"))
     if d(obj, "status").get("phase") == "Bound" and isinstance(new_spec.get("resources"), dict):
         # A bound claim may be resized: compare everything but the storage request.
@@ -167,20 +239,27 @@ def _validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
                 requests.pop("storage", None)
             else:
                 requests["storage"] = old_size
+    # volumeAttributesClassName is compared by its own rule below.
+    new_spec.pop("volumeAttributesClassName", None)
+    old_spec.pop("volumeAttributesClassName", None)
     if new_spec != old_spec:
         out.append(v.forbidden("spec", IMMUTABLE_SPEC))
     new_q, old_q = _quantity(new_size), _quantity(old_size)
     if new_q is not None and old_q is not None and new_q < old_q:
         capacity = _quantity(d(old, "status", "capacity").get("storage"))
-        if capacity is None or new_q <= capacity:
+        if new_q <= (capacity if capacity is not None else 0):
             out.append(v.forbidden("spec.resources.requests.storage",
-                                   "field can not be less than status.capacity" if capacity is not None
-                                   else "field can not be less than previous value"))
+                                   "field can not be less than status.capacity"))
+    out += v.immutable(d(obj, "spec").get("volumeMode"), d(old, "spec").get("volumeMode"), "volumeMode")
     old_class = d(old, "metadata", "annotations").get(BETA_STORAGE_CLASS_ANNOTATION)
     new_class = d(obj, "metadata", "annotations").get(BETA_STORAGE_CLASS_ANNOTATION)
-    if old_class != new_class:
-        out.append(v.invalid(f"metadata.annotations[{BETA_STORAGE_CLASS_ANNOTATION}]", new_class,
+    if old_class != new_class and not from_annotation:
+        out.append(v.invalid(f"metadata.annotations.{BETA_STORAGE_CLASS_ANNOTATION}", new_class or "",
                              "field is immutable"))
+    if d(obj, "spec").get("volumeAttributesClassName") != d(old, "spec").get("volumeAttributesClassName"):
+        # The VolumeAttributesClass feature gate is off in Kubernetes 1.32.
+        out.append(v.forbidden("spec.volumeAttributesClassName",
+                               "update is forbidden when the VolumeAttributesClass feature gate is disabled"))
     return out
 
 
@@ -234,4 +313,5 @@ PERSISTENT_VOLUME_CLAIM = KindInfo(
 
 KINDS = (PERSISTENT_VOLUME_CLAIM,)
 
-__all__ = ["KINDS", "PERSISTENT_VOLUME_CLAIM", "access_modes_string", "claim_class", "validate_pvc_spec"]
+__all__ = ["ACCESS_MODES", "BETA_STORAGE_CLASS_ANNOTATION", "KINDS", "PERSISTENT_VOLUME_CLAIM", "VOLUME_MODES",
+           "access_modes_string", "canonical_quantity", "claim_class", "validate_pvc_spec", "validate_pvc_status"]

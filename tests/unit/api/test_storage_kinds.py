@@ -79,7 +79,8 @@ def test_update_rules():
     assert validate_pvc(bound(old), old) == []
     # Growing a pending claim is a spec change; growing a bound one is an expansion.
     assert fields(validate_pvc(with_storage(old, "2Gi"), old)) == [
-        ("spec", "Forbidden: spec is immutable after creation except resources.requests for bound claims")]
+        ("spec", "Forbidden: spec is immutable after creation except resources.requests and "
+                 "volumeAttributesClassName for bound claims")]
     assert validate_pvc(with_storage(bound(old), "2Gi"), bound(old)) == []
     # Never below what was provisioned.
     grown = with_storage(bound(old, "2Gi"), "2Gi")

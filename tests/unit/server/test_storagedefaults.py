@@ -56,8 +56,11 @@ async def test_defaults_created_once_and_never_overwritten(tmp_path: Path) -> No
         assert fl["provisioner"] == "local.fleet.dev" and "annotations" not in fl["metadata"]
         cds = await stored(store, reg, "csidrivers")
         assert cds["blk.example"]["spec"]["attachRequired"] is True
+        # What the server sets, plus the rest of SetDefaults_CSIDriver.
         assert cds["local.fleet.dev"]["spec"] == {"attachRequired": False, "storageCapacity": True,
-                                                  "podInfoOnMount": False, "volumeLifecycleModes": ["Persistent"]}
+                                                  "podInfoOnMount": False, "volumeLifecycleModes": ["Persistent"],
+                                                  "fsGroupPolicy": "ReadWriteOnceWithFSType",
+                                                  "requiresRepublish": False, "seLinuxMount": False}
         assert cds["local.fleet.dev"]["metadata"]["annotations"]["storage.fleet.dev/enforces-capacity"] == "true"
         assert cds["hostpath.fleet.dev"]["metadata"]["annotations"]["storage.fleet.dev/enforces-capacity"] == "false"
         # A second start creates nothing.
