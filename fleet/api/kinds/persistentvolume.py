@@ -40,11 +40,11 @@ from fleet.api.errors import cause
 from fleet.api.kinds._common import col, d, set_default, table
 from fleet.api.kinds.pod_validation import validate_node_selector
 from fleet.api.kinds.storage import (
-    ACCESS_MODES,
     BETA_STORAGE_CLASS_ANNOTATION,
     VOLUME_MODES,
     access_modes_string,
     canonical_quantity,
+    validate_access_modes,
 )
 from fleet.api.quantity import QuantityError, parse_quantity
 from fleet.api.registry import KindInfo
@@ -244,19 +244,7 @@ def validate_pv_spec(spec: Any, path: str = "spec", *, inline: bool = False) -> 
         if spec.get("csi") is None:
             out.append(v.required(f"{path}.csi", "has to be specified in the context of inline volumes"))
     modes = spec.get("accessModes")
-    modes = modes if isinstance(modes, list) else []
-    if not modes:
-        out.append(v.required(f"{path}.accessModes"))
-    rwop = other = False
-    for mode in modes:
-        if mode not in ACCESS_MODES:
-            out.append(v.not_supported(f"{path}.accessModes", mode, ACCESS_MODES))
-        elif mode == "ReadWriteOncePod":
-            rwop = True
-        else:
-            other = True
-    if rwop and other:
-        out.append(v.forbidden(f"{path}.accessModes", "may not use ReadWriteOncePod with other access modes"))
+    out += validate_access_modes(modes if isinstance(modes, list) else [], f"{path}.accessModes")
     if not inline:
         out += _capacity_errors(spec.get("capacity"), f"{path}.capacity")
     policy = spec.get("persistentVolumeReclaimPolicy")

@@ -24,11 +24,11 @@ expansion).
 from __future__ import annotations
 
 import copy
-from decimal import Decimal
 from typing import Any
 
 from fleet.api import validation as v
 from fleet.api.kinds._common import col, d, lst, set_default, table
+from fleet.api.pvmatch import claim_class, quantity
 from fleet.api.quantity import QuantityError, parse_quantity
 from fleet.api.quota import canonical, format_of
 from fleet.api.registry import KindInfo
@@ -68,11 +68,22 @@ def storage_request(spec: Any) -> Any:
     return d(spec, "resources", "requests").get("storage")
 
 
-def _quantity(value: Any) -> Decimal | None:
-    try:
-        return parse_quantity(value)
-    except (QuantityError, TypeError, ValueError):
-        return None
+def validate_access_modes(modes: list[Any], path: str, required_detail: str = "") -> list[Cause]:
+    """At least one known access mode, and ReadWriteOncePod alone (claims and volumes)."""
+    out: list[Cause] = []
+    if not modes:
+        out.append(v.required(path, required_detail) if required_detail else v.required(path))
+    rwop = other = False
+    for mode in modes:
+        if mode not in ACCESS_MODES:
+            out.append(v.not_supported(path, mode, ACCESS_MODES))
+        elif mode == "ReadWriteOncePod":
+            rwop = True
+        else:
+            other = True
+    if rwop and other:
+        out.append(v.forbidden(path, "may not use ReadWriteOncePod with other access modes"))
+    return out
 
 
 def validate_pvc_spec(spec: Any, path: str = "spec") -> list[Cause]:
@@ -84,19 +95,8 @@ def validate_pvc_spec(spec: Any, path: str = "spec") -> list[Cause]:
     if modes is not None and not isinstance(modes, list):
         out.append(v.type_invalid(f"{path}.accessModes", modes, "array"))
         modes = []
-    modes = modes or []
-    if not modes:
-        out.append(v.required(f"{path}.accessModes", "at least 1 access mode is required"))
-    rwop = other = False
-    for mode in modes:
-        if mode not in ACCESS_MODES:
-            out.append(v.not_supported(f"{path}.accessModes", mode, ACCESS_MODES))
-        elif mode == "ReadWriteOncePod":
-            rwop = True
-        else:
-            other = True
-    if rwop and other:
-        out.append(v.forbidden(f"{path}.accessModes", "may not use ReadWriteOncePod with other access modes"))
+    out += validate_access_modes(modes or [], f"{path}.accessModes",
+                                 "at least 1 access mode is required")
     sel = spec.get("selector")
     if sel is not None:
         out.extend(v.validate_label_selector(sel, f"{path}.selector"))
@@ -110,7 +110,7 @@ def validate_pvc_spec(spec: Any, path: str = "spec") -> list[Cause]:
     if storage is None:
         out.append(v.required(spath))
     else:
-        q = _quantity(storage)
+        q = quantity(storage)
         if q is not None and q <= 0:
             out.append(v.invalid(spath, storage, "must be greater than zero"))
     cls = spec.get("storageClassName")
@@ -181,7 +181,7 @@ def validate_pvc_status(status: dict[str, Any]) -> list[Cause]:
     resources are quantities, allocatedResourceStatuses one of the resize states."""
     out: list[Cause] = []
     for name, raw in d(status, "capacity").items():
-        q = _quantity(raw)
+        q = quantity(raw)
         if q is not None and q < 0:
             out.append(v.invalid(f"status.capacity[{name}]", int(q), "must be a valid resource quantity"))
     for key, state in d(status, "allocatedResourceStatuses").items():
@@ -195,7 +195,7 @@ def validate_pvc_status(status: dict[str, Any]) -> list[Cause]:
         if errs:
             out += errs
             continue
-        q = _quantity(raw)
+        q = quantity(raw)
         if q is not None and q < 0:
             out.append(v.invalid(f"status.allocatedResources[{key}]", int(q), "must be a valid resource quantity"))
     return out
@@ -244,9 +244,9 @@ def _validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
     old_spec.pop("volumeAttributesClassName", None)
     if new_spec != old_spec:
         out.append(v.forbidden("spec", IMMUTABLE_SPEC))
-    new_q, old_q = _quantity(new_size), _quantity(old_size)
+    new_q, old_q = quantity(new_size), quantity(old_size)
     if new_q is not None and old_q is not None and new_q < old_q:
-        capacity = _quantity(d(old, "status", "capacity").get("storage"))
+        capacity = quantity(d(old, "status", "capacity").get("storage"))
         if new_q <= (capacity if capacity is not None else 0):
             out.append(v.forbidden("spec.resources.requests.storage",
                                    "field can not be less than status.capacity"))
@@ -267,14 +267,6 @@ def access_modes_string(modes: Any) -> str:
     """helper.GetAccessModesAsString: `RWO,ROX`, always in the same order."""
     have = {m for m in modes if isinstance(m, str)} if isinstance(modes, list) else set()
     return ",".join(abbrev for mode, abbrev in ACCESS_MODE_ABBREV if mode in have)
-
-
-def claim_class(obj: dict[str, Any]) -> str:
-    """GetPersistentVolumeClaimClass: the beta annotation wins over storageClassName."""
-    ann = d(obj, "metadata", "annotations").get(BETA_STORAGE_CLASS_ANNOTATION)
-    if ann is not None:
-        return str(ann)
-    return str(d(obj, "spec").get("storageClassName") or "")
 
 
 def _phase(obj: dict[str, Any]) -> str:
@@ -314,4 +306,4 @@ PERSISTENT_VOLUME_CLAIM = KindInfo(
 KINDS = (PERSISTENT_VOLUME_CLAIM,)
 
 __all__ = ["ACCESS_MODES", "BETA_STORAGE_CLASS_ANNOTATION", "KINDS", "PERSISTENT_VOLUME_CLAIM", "VOLUME_MODES",
-           "access_modes_string", "canonical_quantity", "claim_class", "validate_pvc_spec", "validate_pvc_status"]
+           "access_modes_string", "canonical_quantity", "claim_class", "validate_access_modes", "validate_pvc_spec", "validate_pvc_status"]
