@@ -7,8 +7,9 @@ for CSI volumes).  The pod's `VolumeManager` (fleet.agent.volumes) hands it each
 
     claim bound? (else MountProblem → FailedMount, the worker retries)
       → PV bound to the claim? → CSI driver registered here?
-      → attach_required: VolumeAttachment csi-<sha256> created if missing, wait for
-        status.attached (its attachmentMetadata is the publish context)
+      → attach_required: wait for the VolumeAttachment csi-<sha256> (the server's
+        attach/detach controller makes it, the driver's attacher marks it attached;
+        its attachmentMetadata is the publish context)
       → node_stage once per volume per node at <data_dir>/plugins/kubernetes.io/csi/
         <driver>/<sha256(handle)>/globalmount (vol_data.json beside it names the volume)
       → node_publish into the pod's volume path (a directory; a file for Block)
@@ -20,9 +21,10 @@ restarted agent reads every record back (`recover`): running pods keep their mou
 on the node are unpublished, and staged volumes no pod uses are unstaged — before the
 agent's start-time garbage collection would otherwise unmount them blindly.
 
-Staging is reference-counted by the records: a volume is unstaged (and its
-VolumeAttachment, if this agent made one, deleted) when the last pod on the node
-using it is torn down.  One Trio lock per volume orders a pod's publish against
+Staging is reference-counted by the records: a volume is unstaged when the last pod
+on the node using it is torn down.  Staged volumes are reported in the Node's
+`status.volumesInUse` (`volumes_in_use`), so the attach/detach controller detaches
+none before its unstage.  One Trio lock per volume orders a pod's publish against
 another pod's unstage.
 
 `run` keeps the CSINode object and the Node's csi.volume.kubernetes.io/nodeid
@@ -259,8 +261,8 @@ class NodeVolumes:
 
     async def _wait_attached(self, pod: Mapping[str, Any], facts: VolumeFacts,
                              drv: Driver) -> Mapping[str, str]:
-        """The VolumeAttachment of (volume, node), created if missing; wait for
-        status.attached and return its attachmentMetadata."""
+        """Wait for the VolumeAttachment of (volume, node) to be attached; its
+        attachmentMetadata."""
         name = attachment_name(facts.handle, facts.driver, self.node_name)
         # The attach/detach controller creates the attachment once the pod is scheduled
         # here; the driver's attacher marks it attached.

@@ -10,6 +10,7 @@ the part that will run only on the lease holder.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fleet.controllers.runtime import Controller, Manager
@@ -78,6 +79,11 @@ def storage_controllers() -> list[Controller]:
     return [c for c in candidates if served(c.requires, registry)]
 
 
+# Controllers that exist only in some configurations (the server's storage provisioner
+# runs only when a driver that is not node-local is registered), still valid names.
+OPTIONAL_CONTROLLERS = ("storage-provisioner",)
+
+
 def select(controllers: list[Controller], spec: list[str] | None) -> list[Controller]:
     """kube-controller-manager's --controllers: `*` for all, `name` to run one, `-name`
     to leave one out (e.g. ["*", "-garbagecollector"]).  A list of only `-name` items
@@ -85,7 +91,7 @@ def select(controllers: list[Controller], spec: list[str] | None) -> list[Contro
     items = [i.strip() for i in spec or [] if i.strip()]
     if not items:
         return controllers
-    known = {c.name for c in controllers}
+    known = {c.name for c in controllers} | set(OPTIONAL_CONTROLLERS)
     enabled = set(known) if "*" in items or all(i.startswith("-") for i in items) else set()
     for item in items:
         if item == "*":
@@ -100,7 +106,9 @@ def select(controllers: list[Controller], spec: list[str] | None) -> list[Contro
     return [c for c in controllers if c.name in enabled]
 
 
-def default_manager(controllers: list[str] | None = None, **options: Any) -> Manager:
-    """`controllers` selects as `select` does; `options` are keyword settings of
+def default_manager(controllers: list[str] | None = None, *, extra: Sequence[Controller] = (),
+                    **options: Any) -> Manager:
+    """`controllers` selects as `select` does, among the defaults and `extra` (those of
+    OPTIONAL_CONTROLLERS this configuration runs); `options` are keyword settings of
     `default_controllers` (e.g. hpa_sync_period, node_lifecycle)."""
-    return Manager(select(default_controllers(**options), controllers))
+    return Manager(select(default_controllers(**options) + list(extra), controllers))

@@ -364,8 +364,12 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
     # A fresh manager per (re)start: controllers keep caches, expectations and
     # queues wired to the informers of the run that failed, and a restart should
     # begin from a clean list, as a restarted kube-controller-manager does.
+    # The storage provisioner of the drivers that are not node_local (fleet.storage.provisioner):
+    # a controller of the manager, sharing its claim/volume informers, leader-only with it.
+    provisioner = server_provisioner(Path(cfg.data_dir))
     manager = default_manager(
-        cfg.controllers, hpa_sync_period=cfg.hpa_sync_period,
+        cfg.controllers, extra=[provisioner] if provisioner is not None else [],
+        hpa_sync_period=cfg.hpa_sync_period,
         max_endpoints_per_slice=cfg.max_endpoints_per_slice,
         node_ipam=NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr),
         node_lifecycle=NodeLifecycleConfig(
@@ -375,11 +379,6 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
             secondary_eviction_rate=cfg.secondary_node_eviction_rate,
             unhealthy_zone_threshold=cfg.unhealthy_zone_threshold,
             large_cluster_size_threshold=cfg.large_cluster_size_threshold))
-    # The storage provisioner of the drivers that are not node_local (fleet.storage.provisioner):
-    # a controller of the manager, sharing its claim/volume informers, leader-only with it.
-    provisioner = server_provisioner(Path(cfg.data_dir))
-    if provisioner is not None and f"-{provisioner.name}" not in (cfg.controllers or []):
-        manager.controllers.append(provisioner)
     await manager.run(client_cfg, task_status=task_status)
 
 

@@ -55,3 +55,20 @@ def test_unknown_controller_is_refused():
 
     with pytest.raises(ValueError, match="unknown controller 'nope'"):
         select(default_controllers(), ["*", "-nope"])
+
+
+def test_optional_controller_is_known_and_selectable():
+    """`-storage-provisioner` is valid whether or not this server runs one; when it
+    does (a central storage driver), `--controllers` leaves it out or keeps it."""
+    from fleet.controllers.manager import default_controllers, default_manager, select
+
+    names = [c.name for c in select(default_controllers(), ["*", "-storage-provisioner"])]
+    assert "storage-provisioner" not in names and "persistentvolume-binder" in names
+
+    class Provisioner:
+        name = "storage-provisioner"
+
+    extra = [Provisioner()]
+    assert "storage-provisioner" in [c.name for c in default_manager(None, extra=extra).controllers]
+    assert "storage-provisioner" not in [
+        c.name for c in default_manager(["-storage-provisioner"], extra=extra).controllers]
