@@ -42,6 +42,12 @@ async def _pick_node(client: Client, node: str | None) -> str | None:
     return None
 
 
+# How long an upload waits for a node's agent API to come up, and the proxy's words
+# for an agent it cannot reach (fleet.server.proxy).
+AGENT_WAIT = 30.0
+UNREACHABLE_AGENT = "error trying to reach the agent"
+
+
 def _node_proxy_path(node: str, path: str) -> str:
     return f"/api/v1/nodes/{quote(node, safe='')}/proxy/{path}"
 
@@ -66,9 +72,20 @@ async def upload_archive(config: ClientConfig, node: str, path: Path,
     timeout = httpx.Timeout(30.0, read=None, write=None)
     async with httpx.AsyncClient(base_url=config.server, verify=ssl_context(config),
                                  timeout=timeout) as http:
-        resp = await http.post(_node_proxy_path(node, "images/import"),
-                               params={"name": name} if name else None,
-                               content=_file_chunks(path), headers=headers)
+        # A node that has just registered may not serve its agent API yet (the proxy's
+        # 503 "error trying to reach the agent", sent before any of the body was
+        # forwarded): the upload is started again from the file, for a bounded time.
+        deadline = trio.current_time() + AGENT_WAIT
+        delay = 0.2
+        while True:
+            resp = await http.post(_node_proxy_path(node, "images/import"),
+                                   params={"name": name} if name else None,
+                                   content=_file_chunks(path), headers=headers)
+            if (resp.status_code != 503 or UNREACHABLE_AGENT not in resp.text
+                    or trio.current_time() + delay > deadline):
+                break
+            await trio.sleep(delay)
+            delay = min(delay * 2, 2.0)
         if resp.status_code >= 400:
             raise ApiException.from_response(resp)
         return list(resp.json().get("images") or [])
