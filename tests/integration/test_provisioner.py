@@ -13,9 +13,6 @@ claim grows the volume and the claim's capacity; deleting the claim deletes the
 volume and its PV; a claim larger than the node gives its selected node back with a
 ProvisioningFailed event naming why; CSIStorageCapacity objects are published in
 kube-system.
-
-This needs the storage kinds (PersistentVolume, StorageClass, CSIStorageCapacity)
-and the PV controller, merged beside the provisioner; without them it is skipped.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from typing import Any, TypeVar
 import pytest
 import trio
 
-from fleet.api.registry import default_registry
 from fleet.client import MERGE_PATCH, ApiException, Client, ClientConfig
 from fleet.network.cluster_dns import ClusterDNSConfig
 from fleet.network.ingress import IngressConfig
@@ -37,11 +33,6 @@ from fleet.storage import registry
 from fleet.storage.driver import Capabilities, DriverEnv
 from fleet.storage.provisioner import run_node_provisioner
 from tests.unit.storage.fakes import FakeDriver
-
-pytestmark = pytest.mark.skipif(
-    default_registry().get("", "v1", "persistentvolumes") is None
-    or default_registry().get("storage.k8s.io", "v1", "csistoragecapacities") is None,
-    reason="needs the storage kinds (PersistentVolume, StorageClass, CSIStorageCapacity) merged")
 
 CENTRAL = "central.fleet.test"
 LOCAL = "local.fleet.test"

@@ -34,7 +34,6 @@ from fleet.agent import inventory
 from fleet.agent.config import AgentConfig
 from fleet.agent.run import run as run_agent
 from fleet.agent.volumes import mounts_under
-from fleet.api.registry import default_registry
 from fleet.client import MERGE_PATCH, ApiException, Client, ClientConfig
 from fleet.network.cluster_dns import ClusterDNSConfig
 from fleet.network.ingress import IngressConfig
@@ -43,11 +42,7 @@ from fleet.server import run as server_run
 from fleet.testing.oci_image import OciImage, Platform, build_layer, write_oci_archive
 from tests.unit.agent.fakecsi import umount_lazy
 
-_REG = default_registry()
 pytestmark = [
-    pytest.mark.skipif(_REG.get("", "v1", "persistentvolumes") is None
-                       or _REG.get("storage.k8s.io", "v1", "storageclasses") is None,
-                       reason="needs the storage kinds (PersistentVolume, StorageClass) merged"),
     pytest.mark.skipif(os.geteuid() != 0, reason="the hostpath driver bind-mounts: needs root"),
 ]
 

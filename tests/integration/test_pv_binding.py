@@ -19,13 +19,7 @@ from typing import Any
 import pytest
 
 from fleet.api import pvmatch as pm
-from fleet.api.registry import default_registry
 from tests.conftest import FleetServer
-
-_REG = default_registry()
-needs_storage_kinds = pytest.mark.skipif(
-    _REG.get("", "v1", "persistentvolumes") is None or _REG.get("storage.k8s.io", "v1", "storageclasses") is None,
-    reason="needs the PersistentVolume and StorageClass kinds (the storage kinds change)")
 
 TIMEOUT = 30.0
 
@@ -88,7 +82,6 @@ def api(fleet_server: FleetServer) -> API:
     return API(fleet_server)
 
 
-@needs_storage_kinds
 def test_default_storage_classes_exist(api: API) -> None:
     lp = api.get("/apis/storage.k8s.io/v1/storageclasses/local-path")
     assert lp is not None and lp["provisioner"] == "hostpath.fleet.dev"
@@ -97,7 +90,6 @@ def test_default_storage_classes_exist(api: API) -> None:
     assert fl is not None and fl["provisioner"] == "local.fleet.dev"
 
 
-@needs_storage_kinds
 def test_static_binding_then_retain_releases(api: API, namespace: str) -> None:
     cls = f"manual-{uuid.uuid4().hex[:6]}"
     pv_name = f"pv-{cls}"
@@ -125,7 +117,6 @@ def test_static_binding_then_retain_releases(api: API, namespace: str) -> None:
     assert pv["spec"]["claimRef"]["name"] == "data"  # kept: Retain
 
 
-@needs_storage_kinds
 def test_static_delete_volume_fails(api: API, namespace: str) -> None:
     cls = f"manual-{uuid.uuid4().hex[:6]}"
     pv_name = f"pv-{cls}"
@@ -143,7 +134,6 @@ def test_static_delete_volume_fails(api: API, namespace: str) -> None:
              in api.events("default", pv_name))
 
 
-@needs_storage_kinds
 def test_claims_that_cannot_be_served_say_why(api: API, namespace: str) -> None:
     ns = namespace
     missing = f"missing-{uuid.uuid4().hex[:6]}"
@@ -160,7 +150,6 @@ def test_claims_that_cannot_be_served_say_why(api: API, namespace: str) -> None:
         assert c is not None and c["status"]["phase"] == "Pending"
 
 
-@needs_storage_kinds
 def test_claim_of_an_external_provisioner_is_handed_over(api: API, namespace: str) -> None:
     cls = f"ext-{uuid.uuid4().hex[:6]}"
     api.post("/apis/storage.k8s.io/v1/storageclasses",
@@ -176,7 +165,6 @@ def test_claim_of_an_external_provisioner_is_handed_over(api: API, namespace: st
                                                  for _, r, m in api.events(namespace, "data")))
 
 
-@needs_storage_kinds
 def test_wait_for_first_consumer_claim_waits(api: API, namespace: str) -> None:
     api.post(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", pvc_body("data", "local-path"))
     wait_for("WaitForFirstConsumer", lambda: ("Normal", "WaitForFirstConsumer",
@@ -195,7 +183,6 @@ def test_pvc_protection_lets_an_unused_claim_go(api: API, namespace: str) -> Non
     wait_for("the finalizer to be removed and the claim to go", lambda: api.get(path) is None)
 
 
-@needs_storage_kinds
 def test_claim_without_class_gets_the_default_class(api: API, namespace: str) -> None:
     body = pvc_body("data", "")
     del body["spec"]["storageClassName"]
@@ -227,13 +214,8 @@ def test_ephemeral_volume_claim_follows_its_pod(api: API, namespace: str) -> Non
     wait_for("the claim to be collected", lambda: api.get(path) is None)
 
 
-needs_csi_kinds = pytest.mark.skipif(
-    any(_REG.get("storage.k8s.io", "v1", p) is None for p in ("csinodes", "csidrivers", "csistoragecapacities")),
-    reason="needs the CSINode, CSIDriver and CSIStorageCapacity kinds (the storage kinds change)")
 
 
-@needs_storage_kinds
-@needs_csi_kinds
 def test_node_local_immediate_claim_gets_a_node(fleet_server_factory: Any) -> None:
     """A plugin's node-local driver (registered with --storage-plugin): the server has its
     CSIDriver, and an Immediate claim of its class is given the node with the most room."""
