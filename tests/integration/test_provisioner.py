@@ -17,10 +17,9 @@ kube-system.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import trio
@@ -32,34 +31,16 @@ from fleet.server import run as server_run
 from fleet.storage import registry
 from fleet.storage.driver import Capabilities, DriverEnv
 from fleet.storage.provisioner import run_node_provisioner
+from tests.conftest import free_port
+from tests.integration.waiting import eventually
 from tests.unit.storage.fakes import FakeDriver
 
 CENTRAL = "central.fleet.test"
 LOCAL = "local.fleet.test"
 STORAGE = "storage.k8s.io/v1"
 NS = "default"
-T = TypeVar("T")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def eventually(check: Callable[[], Awaitable[T]], what: str, timeout: float = 30.0) -> T:
-    last: Any = None
-    with trio.move_on_after(timeout):
-        while True:
-            try:
-                last = await check()
-            except ApiException as e:
-                last = e
-            else:
-                if last:
-                    return last
-            await trio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 class Drivers:
@@ -90,7 +71,7 @@ def drivers(monkeypatch: pytest.MonkeyPatch) -> Drivers:
 
 @pytest.fixture
 async def client(tmp_path: Path, drivers: Drivers) -> AsyncIterator[Client]:
-    cfg = server_run.ServerConfig(data_dir=tmp_path / "server", port=_free_port(), metrics_port=_free_port(),
+    cfg = server_run.ServerConfig(data_dir=tmp_path / "server", port=free_port(), metrics_port=free_port(),
                                   agent=False, scheduler=False, sync="NORMAL",
                                   dns=ClusterDNSConfig(bind=""), ingress=IngressConfig(enabled=False))
     async with trio.open_nursery() as n:

@@ -20,12 +20,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import trio
@@ -40,6 +39,8 @@ from fleet.network.ingress import IngressConfig
 from fleet.runtime.images import ImageStore, import_archive_sync
 from fleet.server import run as server_run
 from fleet.testing.oci_image import OciImage, Platform, build_layer, write_oci_archive
+from tests.conftest import free_port
+from tests.integration.waiting import eventually
 from tests.unit.agent.fakecsi import umount_lazy
 
 pytestmark = [
@@ -48,28 +49,8 @@ pytestmark = [
 
 IMAGE = "localhost/fleet-test/prov:1"
 NS = "default"
-T = TypeVar("T")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def eventually(check: Callable[[], Awaitable[T]], what: str, timeout: float = 60.0) -> T:
-    last: Any = None
-    with trio.move_on_after(timeout):
-        while True:
-            try:
-                last = await check()
-            except ApiException as e:
-                last = e
-            else:
-                if last:
-                    return last
-            await trio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 async def get(api: Client, plural: str, name: str, ns: str | None = None) -> dict[str, Any] | None:
@@ -89,8 +70,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[Client, str, Path]]:
     image = OciImage(layers=[build_layer({"etc/hello": "x"})],
                      config={"architecture": plat.architecture, "os": plat.os,
                              "config": {"Cmd": ["sleep", "600"]}}, platform=plat)
-    scfg = server_run.ServerConfig(data_dir=tmp_path / "server", port=_free_port(),
-                                   metrics_port=_free_port(), agent=False, sync="NORMAL",
+    scfg = server_run.ServerConfig(data_dir=tmp_path / "server", port=free_port(),
+                                   metrics_port=free_port(), agent=False, sync="NORMAL",
                                    dns=ClusterDNSConfig(bind=""), ingress=IngressConfig(enabled=False))
     node = f"prov-node-{uuid.uuid4().hex[:6]}"
     agent_dir = tmp_path / "agent"
@@ -98,7 +79,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[Client, str, Path]]:
         async with trio.open_nursery() as n:
             info = await n.start(server_run.run, scfg)
             acfg = AgentConfig(server_url=info.url, token=info.token, ca_data=info.ca_pem,
-                               data_dir=agent_dir, node_name=node, port=_free_port(),
+                               data_dir=agent_dir, node_name=node, port=free_port(),
                                address="127.0.0.1", driver="process", network_driver=None,
                                service_proxy=False)
             import_archive_sync(ImageStore(agent_dir / "images"),
