@@ -67,6 +67,18 @@ ROOTS = {
     ("storage.k8s.io", "v1", "CSIDriver"): "V1CSIDriver",
     ("storage.k8s.io", "v1", "CSINode"): "V1CSINode",
     ("storage.k8s.io", "v1", "CSIStorageCapacity"): "V1CSIStorageCapacity",
+    ("rbac.authorization.k8s.io", "v1", "Role"): "V1Role",
+    ("rbac.authorization.k8s.io", "v1", "ClusterRole"): "V1ClusterRole",
+    ("rbac.authorization.k8s.io", "v1", "RoleBinding"): "V1RoleBinding",
+    ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"): "V1ClusterRoleBinding",
+    ("certificates.k8s.io", "v1", "CertificateSigningRequest"): "V1CertificateSigningRequest",
+    ("authentication.k8s.io", "v1", "TokenReview"): "V1TokenReview",
+    ("authentication.k8s.io", "v1", "TokenRequest"): "AuthenticationV1TokenRequest",
+    ("authentication.k8s.io", "v1", "SelfSubjectReview"): "V1SelfSubjectReview",
+    ("authorization.k8s.io", "v1", "SubjectAccessReview"): "V1SubjectAccessReview",
+    ("authorization.k8s.io", "v1", "SelfSubjectAccessReview"): "V1SelfSubjectAccessReview",
+    ("authorization.k8s.io", "v1", "LocalSubjectAccessReview"): "V1LocalSubjectAccessReview",
+    ("authorization.k8s.io", "v1", "SelfSubjectRulesReview"): "V1SelfSubjectRulesReview",
 }
 
 SCALARS = {"str": "string", "int": "integer", "bool": "boolean", "float": "number",
