@@ -179,10 +179,12 @@ class FleetServer:
                 time.sleep(0.1)
                 continue
             try:
-                with httpx.Client(timeout=2.0, verify=self.verify()) as c:
-                    r = c.get(self.url + "/readyz")
+                token = self._read_token()
+                with httpx.Client(timeout=2.0, verify=self.verify(),
+                                  headers={"Authorization": f"Bearer {token}"}) as c:
+                    r = c.get(self.url + "/readyz")  # anonymous requests are refused by default
                 if r.status_code == 200 and r.text.strip() == "ok":
-                    self.token = self._read_token()
+                    self.token = token
                     assert self.token, f"no bearer token in {self.kubeconfig}"
                     return
                 last = f"{r.status_code} {r.text[:200]!r}"
@@ -230,6 +232,11 @@ class FleetServer:
 
     # -- talking to it -----------------------------------------------------
     def _read_token(self) -> str:
+        """The admin bearer token: the data dir's static token (`<data-dir>/token`, which
+        the server accepts for system:admin), else the kubeconfig's."""
+        static = self.data_dir / "token"
+        if static.exists() and static.read_text().strip():
+            return static.read_text().strip()
         cfg = yaml.safe_load(self.kubeconfig.read_text()) or {}
         users = cfg.get("users") or []
         if not users:

@@ -1,10 +1,23 @@
 """Authentication and authorization stages of the request pipeline.
 
-The API server calls `authenticate(headers) -> UserInfo | None` and then
-`authorize(user, attributes) -> Decision`.  Issue 2 ships a bearer-token
-authenticator (the admin token written into admin.kubeconfig, like k3s) and
-an allow-all authorizer; RBAC, client certificates, ServiceAccount and OIDC
-tokens plug in behind the same protocols later.
+The API server builds a `Credentials` from each request (its headers and the
+client certificate chain the TLS layer saw) and awaits
+`authenticator.authenticate(creds) -> UserInfo | None`:
+
+* `None`: this authenticator found no credentials of its kind (no bearer
+  token, no client certificate): the next one is asked; when none answers the
+  request is anonymous (or 401 if anonymous requests are off).
+* `AuthenticationError`: credentials of its kind were presented and are not
+  valid (expired, wrongly signed, revoked, wrong audience): 401.  The error's
+  text goes to the server log and the audit trail, never to the client.
+
+Then `authorizer.authorize(user, attributes) -> Decision` (synchronous:
+authorizers decide from caches).  A `Decision` allows, denies, or (an
+authorizer in a union that does not know the request) has no opinion.
+
+Authenticators, authorizers and the names Kubernetes gives to well-known users
+and groups live here; each mechanism has its own module (x509, service-account
+tokens, OIDC, bootstrap tokens, RBAC, the Node authorizer, impersonation, audit).
 """
 
 from __future__ import annotations
@@ -12,9 +25,23 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+# Well-known users and groups (k8s.io/apiserver/pkg/authentication/user).
+SYSTEM_MASTERS = "system:masters"
+AUTHENTICATED = "system:authenticated"
+UNAUTHENTICATED = "system:unauthenticated"
+ANONYMOUS_USER = "system:anonymous"
+NODES_GROUP = "system:nodes"
+NODE_USER_PREFIX = "system:node:"
+SERVICE_ACCOUNTS_GROUP = "system:serviceaccounts"
+SERVICE_ACCOUNT_USER_PREFIX = "system:serviceaccount:"
+BOOTSTRAPPERS_GROUP = "system:bootstrappers"
+KUBE_SCHEDULER_USER = "system:kube-scheduler"
+KUBE_CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 
 
 @dataclass(frozen=True)
@@ -27,9 +54,16 @@ class UserInfo:
 
 @dataclass(frozen=True)
 class Attributes:
-    """What a request wants to do, as an authorizer and admission plugins see it."""
+    """What a request wants to do, as an authorizer and admission plugins see it.
 
-    verb: str  # get list watch create update patch delete deletecollection
+    A resource request names verb/group/version/resource(/subresource), namespace
+    and name.  A non-resource request (`/healthz`, `/version`, `/api`, `/apis/...`
+    discovery, `/openapi/...`, `/metrics`) has `resource_request=False`, its `path`
+    and a lower-case HTTP verb (get, post, put, patch, delete, head), as
+    kube-apiserver builds them.
+    """
+
+    verb: str  # get list watch create update patch delete deletecollection (+ escalate bind impersonate ...)
     group: str
     version: str
     resource: str
@@ -37,16 +71,50 @@ class Attributes:
     namespace: str = ""
     name: str = ""
     dry_run: bool = False
+    path: str = ""
+    resource_request: bool = True
+
+
+def non_resource(verb: str, path: str) -> Attributes:
+    """The attributes of a non-resource request (`GET /healthz` → verb `get`)."""
+    return Attributes(verb, "", "", "", path=path, resource_request=False)
 
 
 @dataclass(frozen=True)
 class Decision:
+    """An authorizer's answer.  `no_opinion`: neither allowed nor denied (a union of
+    authorizers asks the next one); a final `allowed=False` is a 403 with `reason`."""
+
     allowed: bool
     reason: str = ""
+    no_opinion: bool = False
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a request presents to prove who sends it.
+
+    `headers` have lower-case names.  `peer_certs` is the client certificate chain
+    (DER, leaf first) exactly as the TLS client sent it: the TLS layer requests a
+    certificate but does not verify it, so that a bad one is a 401 from the x509
+    authenticator (as kube-apiserver answers), not a failed handshake.
+    """
+
+    headers: Mapping[str, str]
+    peer_certs: tuple[bytes, ...] = ()
+    remote: str = ""
+
+
+class AuthenticationError(Exception):
+    """Credentials were presented and are not valid: the request gets 401.
+
+    The message says why (expired, unknown signer, revoked ...) for the server log
+    and the audit trail only; the client is told nothing beyond "Unauthorized".
+    """
 
 
 class Authenticator(Protocol):
-    def authenticate(self, headers: dict[str, str]) -> UserInfo | None: ...
+    async def authenticate(self, creds: Credentials) -> UserInfo | None: ...
 
 
 class Authorizer(Protocol):
@@ -59,7 +127,12 @@ class TokenAuthenticator:
     def __init__(self, tokens: dict[str, UserInfo]) -> None:
         self._tokens = dict(tokens)
 
-    def authenticate(self, headers: dict[str, str]) -> UserInfo | None:
+    async def authenticate(self, creds: Credentials) -> UserInfo | None:
+        return self.lookup(creds.headers)
+
+    def lookup(self, headers: Mapping[str, str]) -> UserInfo | None:
+        """The user of the request's bearer token, if it is one of these (else None:
+        another authenticator may know the token)."""
         auth = headers.get("authorization", "")
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token:
@@ -72,13 +145,78 @@ class TokenAuthenticator:
 
 
 class AllowAll:
-    """Authorizer that allows every authenticated request (until RBAC lands)."""
+    """Authorizer that allows every authenticated request (`--authorization-mode
+    AlwaysAllow`: a development server, and the baseline of the security benchmark)."""
 
     def authorize(self, user: UserInfo, attrs: Attributes) -> Decision:
         return Decision(True, "allow-all authorizer")
 
 
-ADMIN = UserInfo("system:admin", groups=("system:masters", "system:authenticated"))
+class UnionAuthenticator:
+    """Asks each authenticator in turn; the first user found wins.
+
+    An `AuthenticationError` from one is remembered and raised only if no later
+    one authenticates the request (a bearer token one authenticator does not know
+    may be another's), so bad credentials are a 401 rather than anonymous.
+    """
+
+    def __init__(self, *authenticators: Authenticator) -> None:
+        self.authenticators = list(authenticators)
+
+    async def authenticate(self, creds: Credentials) -> UserInfo | None:
+        failure: AuthenticationError | None = None
+        for a in self.authenticators:
+            try:
+                user = await a.authenticate(creds)
+            except AuthenticationError as e:
+                failure = failure or e
+                continue
+            if user is not None:
+                return with_authenticated_group(user)
+        if failure is not None:
+            raise failure
+        return None
+
+
+def with_authenticated_group(user: UserInfo) -> UserInfo:
+    """Every authenticated user is in `system:authenticated` (kube-apiserver adds it)."""
+    if AUTHENTICATED in user.groups or user.name == ANONYMOUS_USER:
+        return user
+    return UserInfo(user.name, user.uid, (*user.groups, AUTHENTICATED), user.extra)
+
+
+ANONYMOUS = UserInfo(ANONYMOUS_USER, groups=(UNAUTHENTICATED,))
+
+
+class UnionAuthorizer:
+    """The authorizers in order (`--authorization-mode Node,RBAC`): the first that
+    allows or denies decides; when all have no opinion the request is denied."""
+
+    def __init__(self, *authorizers: Authorizer) -> None:
+        self.authorizers = list(authorizers)
+
+    def authorize(self, user: UserInfo, attrs: Attributes) -> Decision:
+        reasons: list[str] = []
+        for a in self.authorizers:
+            d = a.authorize(user, attrs)
+            if not d.no_opinion:
+                return d
+            if d.reason:
+                reasons.append(d.reason)
+        return Decision(False, ", ".join(reasons))
+
+
+class MastersBypass:
+    """`system:masters` may do anything, before any other authorizer is asked (as
+    kube-apiserver's privileged-group authorizer); others get no opinion."""
+
+    def authorize(self, user: UserInfo, attrs: Attributes) -> Decision:
+        if SYSTEM_MASTERS in user.groups:
+            return Decision(True)
+        return Decision(False, no_opinion=True)
+
+
+ADMIN = UserInfo("system:admin", groups=(SYSTEM_MASTERS, AUTHENTICATED))
 
 
 def load_or_create_admin_token(data_dir: Path) -> str:

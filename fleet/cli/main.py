@@ -129,6 +129,13 @@ def server(
     storage_plugin: Annotated[list[str] | None, cyclopts.Parameter(
         help="Python module (or module:function) that registers a storage driver with "
              "fleet.storage.registry (repeatable); also loaded by the built-in agent.")] = None,
+    anonymous_auth: Annotated[bool, cyclopts.Parameter(
+        help="Requests without credentials are system:anonymous (authorization decides; RBAC's "
+             "defaults let them read only /healthz, /livez, /readyz and /version) instead of 401.",
+        negative=())] = False,
+    authorization_mode: Annotated[str, cyclopts.Parameter(
+        help="Authorizers in order, comma-separated: Node, RBAC; or AlwaysAllow alone "
+             "(development only: every authenticated request is allowed).")] = "AlwaysAllow",
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -147,6 +154,13 @@ def server(
         cfg.agent_registries = _registries(registries, Path(cfg.data_dir),
                                            disable_default_registry_endpoint, "fleet server")
     cfg.scheduler = not no_scheduler
+    from fleet.server.security import parse_authorization_mode
+
+    try:
+        parse_authorization_mode(authorization_mode)
+    except ValueError as e:
+        sys.exit(f"fleet server: {e}")
+    cfg.security.anonymous, cfg.security.authorization_mode = anonymous_auth, authorization_mode
     if controllers:
         from fleet.controllers.manager import default_controllers, select
 

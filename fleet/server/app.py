@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import platform
+import ssl
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
@@ -33,7 +34,16 @@ from fleet import __version__
 from fleet.admission import AdmissionChain
 from fleet.api import errors
 from fleet.api.registry import Registry
-from fleet.auth import Attributes, Authenticator, Authorizer, UserInfo
+from fleet.auth import (
+    ANONYMOUS,
+    Attributes,
+    AuthenticationError,
+    Authenticator,
+    Authorizer,
+    Credentials,
+    UserInfo,
+    non_resource,
+)
 from fleet.server import discovery, upgrade
 from fleet.server.drain import NodeMaintenance
 from fleet.server.hpa_v1 import GROUP as HPA_GROUP
@@ -63,7 +73,6 @@ from fleet.store import Store
 
 log = logging.getLogger(__name__)
 
-PUBLIC_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version"})
 
 
 def version_info() -> dict[str, str]:
@@ -88,8 +97,11 @@ class APIServer:
                  authorizer: Authorizer, admission: AdmissionChain, resources: ResourceAPI,
                  metrics: Metrics, watches: WatchCounter, server_address: str, *,
                  agent_token: str | None = None, maintenance: NodeMaintenance | None = None,
-                 resource_metrics: ResourceMetrics | None = None) -> None:
+                 resource_metrics: ResourceMetrics | None = None, anonymous: bool = False) -> None:
         self.store = store
+        # --anonymous-auth: a request with no credentials is system:anonymous (and
+        # RBAC decides what it may see) instead of a 401.
+        self.anonymous = anonymous
         self.registry = registry
         self.authenticator = authenticator
         self.authorizer = authorizer
@@ -133,11 +145,7 @@ class APIServer:
         # 409, 422, ...) are counted under the verb and resource they aimed at.
         verb, resource = request_labels(req)
         try:
-            if req.path not in PUBLIC_PATHS:
-                user = self.authenticator.authenticate(req.headers)
-                if user is None:
-                    raise errors.Unauthorized("Unauthorized")
-                req.user = user
+            req.user = await self.authenticate(req.headers, req.peer_certs)
             resp, verb, resource = await self.dispatch(req)
         except errors.APIError as e:
             resp = Resp.error(e)
@@ -145,6 +153,32 @@ class APIServer:
             log.exception("internal error on %s %s", req.method, req.path)
             resp = Resp.error(errors.InternalError(f"Internal error occurred: {type(e).__name__}: {e}"))
         return resp, verb, resource
+
+    async def authenticate(self, headers: Mapping[str, str], peer_certs: tuple[bytes, ...] = (),
+                           remote: str = "") -> UserInfo:
+        """Who sends the request: a user, system:anonymous (if allowed), or 401.
+
+        Why credentials were refused goes to the log, never to the client."""
+        try:
+            user = await self.authenticator.authenticate(Credentials(headers, peer_certs, remote))
+        except AuthenticationError as e:
+            log.info("authentication failed%s: %s", f" for {remote}" if remote else "", e)
+            raise errors.Unauthorized("Unauthorized") from None
+        if user is not None:
+            return user
+        if self.anonymous:
+            return ANONYMOUS
+        raise errors.Unauthorized("Unauthorized")
+
+    def authorize_path(self, req: Req, path: str) -> None:
+        """A non-resource request (health, version, discovery, OpenAPI) is authorized
+        on its path, as kube-apiserver does (RBAC's nonResourceURLs)."""
+        assert req.user is not None
+        verb = req.method.lower()
+        decision = self.authorizer.authorize(req.user, non_resource(verb, path))
+        if not decision.allowed:
+            msg = f'forbidden: User "{req.user.name}" cannot {verb} path "{path}"'
+            raise errors.Forbidden(msg + (f": {decision.reason}" if decision.reason else ""))
 
     async def dispatch(self, req: Req) -> tuple[Resp, str, str]:
         method = req.method
@@ -156,6 +190,8 @@ class APIServer:
         if found is None:  # an empty segment inside the path (`//`): no route, never collapsed
             raise errors.NotFound("the server could not find the requested resource")
         segs = found
+        if resource_route_candidate(segs) is None:
+            self.authorize_path(req, "/" + "/".join(segs))
         if segs and segs[0] in ("healthz", "livez", "readyz"):
             ok = self.ready
             return Resp(200 if ok else 503, b"ok" if ok else b"not ready", "text/plain"), "get", "health"
@@ -335,9 +371,7 @@ class APIServer:
         extensions = scope.get("extensions") or {}
         try:
             headers = _headers(scope)
-            user = self.authenticator.authenticate(headers)
-            if user is None:
-                raise errors.Unauthorized("Unauthorized")
+            user = await self.authenticate(headers, peer_certs(scope), _remote(scope))
             info = self.resources.kind_for(replace(route, subresource=""))
             if route.subresource not in info.subresources or route.namespace is None:
                 raise errors.NotFound("the server could not find the requested resource")
@@ -372,7 +406,8 @@ class APIServer:
                 or route.namespace is None or scope["method"] != "POST":
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
             resp, verb, resource = await self.handle(Req(scope["method"], scope["path"], query,
-                                                         headers, b"", segments=segments))
+                                                         headers, b"", segments=segments,
+                                                         peer_certs=peer_certs(scope)))
             body = resp.body if isinstance(resp.body, bytes) else b""
             await send({"type": "raw.response", "status": resp.status, "body": body,
                         "headers": [(b"content-type", resp.content_type.encode())]})
@@ -380,9 +415,7 @@ class APIServer:
             return
         resource = "pods/portforward"
         try:
-            user = self.authenticator.authenticate(headers)
-            if user is None:
-                raise errors.Unauthorized("Unauthorized")
+            user = await self.authenticate(headers, peer_certs(scope), _remote(scope))
             self.authorize(user, "create", route, self.resources.kind_for(replace(route, subresource="")))
         except errors.APIError as e:
             await send({"type": "raw.response", "status": e.code, "body": dumps(e.status()),
@@ -451,11 +484,13 @@ class FleetASGI:
             body, refused = b"", None
             body_stream: BodyStream | None = BodyStream(receive)
             req = Req(method, scope["path"], query, headers, body,
-                      raw_query=qs.decode("latin-1"), body_stream=body_stream, segments=segments)
+                      raw_query=qs.decode("latin-1"), body_stream=body_stream, segments=segments,
+                      peer_certs=peer_certs(scope))
         else:
             body_stream = None
             body, refused = await _read_body(receive, headers, self.body_timeout)
-            req = Req(method, scope["path"], query, headers, body, segments=segments)
+            req = Req(method, scope["path"], query, headers, body, segments=segments,
+                      peer_certs=peer_certs(scope))
         if refused is not None:
             resp: Resp = Resp.error(refused)
             verb, resource = method.lower(), ""
@@ -481,6 +516,30 @@ def _raw_path(scope: dict[str, Any]) -> bytes:
     from `path` for a server that gives none)."""
     raw = scope.get("raw_path")
     return raw if raw else quote(scope["path"]).encode()
+
+
+def peer_certs(scope: dict[str, Any]) -> tuple[bytes, ...]:
+    """The TLS client's certificate chain (DER, leaf first) from the ASGI TLS
+    extension (`scope["extensions"]["tls"]["client_cert_chain"]`, PEM strings),
+    which fleet/server/tlsconn.py fills in on hypercorn; () without one."""
+    tls = (scope.get("extensions") or {}).get("tls") or {}
+    chain = tls.get("client_cert_chain") or ()
+    return tuple(ssl.PEM_cert_to_DER_cert(c) if isinstance(c, str) else bytes(c) for c in chain)
+
+
+def _remote(scope: dict[str, Any]) -> str:
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else ""
+
+
+def resource_route_candidate(segs: list[str]) -> list[str] | None:
+    """`segs` if they name an API resource path (/api/v1/..., /apis/g/v/... beyond
+    discovery documents), else None: a non-resource path."""
+    if len(segs) >= 3 and segs[0] == "api":
+        return segs
+    if len(segs) >= 4 and segs[0] == "apis":
+        return segs
+    return None
 
 
 def _is_node_proxy(segments: list[str]) -> bool:

@@ -58,6 +58,9 @@ class Req:
     # scope["raw_path"]; a Req built without them (tests, internal calls)
     # splits `path` the same way.  Routing reads these, never `path`.
     segments: list[str] = field(default_factory=list)
+    # The TLS client certificate chain (DER, leaf first), unverified: the x509
+    # authenticator decides (fleet/auth); () on a request without one.
+    peer_certs: tuple[bytes, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.segments:

@@ -35,7 +35,7 @@ from fleet.admission.priority import ClassCache
 from fleet.api import meta
 from fleet.api.kinds.scheduling import system_priority_classes
 from fleet.api.registry import Registry, default_registry
-from fleet.auth import ADMIN, AllowAll, TokenAuthenticator, load_or_create_admin_token
+from fleet.auth import load_or_create_admin_token
 from fleet.auth.pki import ServingTLS, ensure_serving_tls, write_private
 from fleet.client import ClientConfig
 from fleet.controllers.manager import default_manager
@@ -44,11 +44,12 @@ from fleet.controllers.nodelifecycle import NodeLifecycleConfig
 from fleet.network.cluster_dns import ClusterDNSConfig, kube_dns_spec, run_cluster_dns
 from fleet.network.dns import DNSStats
 from fleet.network.ingress import IngressConfig, run_ingress
-from fleet.server import limits, svcrepair, systemsvc, upgrade
+from fleet.server import limits, security, svcrepair, systemsvc, upgrade
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
 from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI
+from fleet.server.security import SecurityConfig
 from fleet.server.storagedefaults import ensure_default_storage
 from fleet.server.svcalloc import ServiceAllocator
 from fleet.server.svcalloc_range import PortRange, ServiceIPRange
@@ -145,6 +146,8 @@ class ServerConfig:
     # Ingress and Gateway API (fleet/network/ingress.py): listeners, engine; off when
     # not enabled or both ports are 0.
     ingress: IngressConfig = field(default_factory=IngressConfig)
+    # Authentication, authorization, PKI and audit (fleet/server/security.py).
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
 
 @dataclass
@@ -310,8 +313,14 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                                    cfg.dns, server_address=cfg.advertise_address
                                                    or cfg.address)))
             await systemsvc.ensure_all(system_services)
-            api = APIServer(store, registry, TokenAuthenticator({token: ADMIN}), AllowAll(), admission,
-                            rest, metrics, watches, f"{host}:{cfg.port}")
+            sec = await security.build(cfg.security, data_dir=data_dir, store=store, registry=registry,
+                                       admin_token=token)
+            for name, task in sec.tasks:
+                await nursery.start(_supervised(name, task))
+            api = APIServer(store, registry, sec.authenticator, sec.authorizer, admission,
+                            rest, metrics, watches, f"{host}:{cfg.port}", agent_token=token,
+                            anonymous=cfg.security.anonymous)
+            api.resource_handlers.update(sec.handlers)
             # Server-side drains (nodes/{name}/drain): resumes the ones a restart interrupted.
             await nursery.start(_supervised("maintenance", api.maintenance.run))
             # metrics.k8s.io: scrape the agents every metric_resolution seconds.

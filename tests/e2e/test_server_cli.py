@@ -46,7 +46,8 @@ def test_kubeconfig_written_and_path_printed(fleet_server_factory: ServerFactory
         # The CA that signed the serving certificate, so clients verify it.
         assert "BEGIN CERTIFICATE" in base64.b64decode(cluster["certificate-authority-data"]).decode()
         with httpx.Client(verify=srv.verify(), timeout=10) as c:
-            assert c.get(cluster["server"] + "/readyz").status_code == 200
+            assert c.get(cluster["server"] + "/readyz",
+                         headers={"Authorization": f"Bearer {user['token']}"}).status_code == 200
     assert len(user["token"]) >= 16
     # The admin credential is not readable by other users.
     mode = stat.S_IMODE(os.stat(srv.kubeconfig).st_mode)
@@ -91,7 +92,12 @@ def test_requests_without_a_valid_token_are_401(fleet_server: FleetServer, autho
 
 def test_health_endpoints(fleet_server: FleetServer) -> None:
     with httpx.Client(base_url=fleet_server.url, timeout=10, verify=fleet_server.verify()) as c:
-        # No token: probes are public.
+        # No credentials: anonymous requests are refused unless --anonymous-auth.
+        for path in ("/healthz", "/livez", "/readyz", "/version"):
+            r = c.get(path)
+            assert r.status_code == 401, (path, r.status_code, r.text)
+            assert r.json()["reason"] == "Unauthorized"
+    with fleet_server.client() as c:
         for path in ("/healthz", "/livez", "/readyz"):
             r = c.get(path)
             assert r.status_code == 200, (path, r.status_code, r.text)
