@@ -41,4 +41,6 @@ fi
 lint=(fleet tests)
 [ -d bench ] && lint+=(bench)
 "$VENV/bin/ruff" check "${lint[@]}"
-exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=40 "$@"
+# Per-test timings of the last run (where the suite spends its time): ${FLEET_JUNIT}.
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=40 \
+    --junitxml="${FLEET_JUNIT:-/tmp/fleet-junit.xml}" "$@"
