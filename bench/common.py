@@ -183,19 +183,34 @@ class ServerInfo:
     base_url: str
     token: str | None
     ca_pem: str | None = None  # the kubeconfig's certificate-authority-data, for https
+    # A client certificate and key (PEM) to authenticate with instead of the token.
+    client_cert_pem: str | None = None
+    client_key_pem: str | None = None
 
     def as_args(self) -> dict[str, Any]:
-        return {"base_url": self.base_url, "token": self.token, "ca_pem": self.ca_pem}
+        return {"base_url": self.base_url, "token": self.token, "ca_pem": self.ca_pem,
+                "client_cert_pem": self.client_cert_pem, "client_key_pem": self.client_key_pem}
 
     def verify(self) -> ssl.SSLContext | bool:
-        return tls_verify(self.ca_pem)
+        return tls_verify(self.ca_pem, self.client_cert_pem, self.client_key_pem)
 
 
-def tls_verify(ca_pem: str | None) -> ssl.SSLContext | bool:
-    """The httpx `verify` for a server whose CA is `ca_pem` (None: plain http)."""
+def tls_verify(ca_pem: str | None, cert_pem: str | None = None,
+               key_pem: str | None = None) -> ssl.SSLContext | bool:
+    """The httpx `verify` for a server whose CA is `ca_pem` (None: plain http), presenting
+    the client certificate `cert_pem`/`key_pem` when given."""
     if not ca_pem:
         return False
-    return ssl.create_default_context(cadata=ca_pem)
+    ctx = ssl.create_default_context(cadata=ca_pem)
+    if cert_pem and key_pem:
+        # ssl loads certificate chains only from files: a private temporary directory.
+        with tempfile.TemporaryDirectory() as tmp:
+            cert, key = os.path.join(tmp, "c.pem"), os.path.join(tmp, "k.pem")
+            for path, data in ((cert, cert_pem), (key, key_pem)):
+                with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                    f.write(data)
+            ctx.load_cert_chain(cert, key)
+    return ctx
 
 
 def read_kubeconfig(path: Path) -> ServerInfo:
@@ -206,7 +221,10 @@ def read_kubeconfig(path: Path) -> ServerInfo:
     user = (cfg.get("users") or [{}])[0].get("user") or {}
     ca = cluster.get("certificate-authority-data")
     ca_pem = base64.b64decode(ca).decode() if ca else None
-    return ServerInfo(base_url=cluster["server"].rstrip("/"), token=user.get("token"), ca_pem=ca_pem)
+    cert, key = user.get("client-certificate-data"), user.get("client-key-data")
+    return ServerInfo(base_url=cluster["server"].rstrip("/"), token=user.get("token"), ca_pem=ca_pem,
+                      client_cert_pem=base64.b64decode(cert).decode() if cert else None,
+                      client_key_pem=base64.b64decode(key).decode() if key else None)
 
 
 @dataclass

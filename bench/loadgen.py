@@ -34,16 +34,22 @@ from typing import Any
 
 import httpx
 
+from bench.common import tls_verify
+
 _SSL: dict[str, ssl.SSLContext] = {}
 
 
-def _verify(ca_pem: str | None) -> ssl.SSLContext | bool:
+def _verify(ca_pem: str | None, cert_pem: str | None = None,
+            key_pem: str | None = None) -> ssl.SSLContext | bool:
     # One context per process: building one per client (per connection) costs ~1 ms each.
     if not ca_pem:
         return False
-    if ca_pem not in _SSL:
-        _SSL[ca_pem] = ssl.create_default_context(cadata=ca_pem)
-    return _SSL[ca_pem]
+    key = f"{ca_pem}|{cert_pem or ''}"
+    if key not in _SSL:
+        ctx = tls_verify(ca_pem, cert_pem, key_pem)
+        assert isinstance(ctx, ssl.SSLContext)
+        _SSL[key] = ctx
+    return _SSL[key]
 
 
 def _client(spec: dict[str, Any]) -> httpx.AsyncClient:
@@ -57,7 +63,7 @@ def _client(spec: dict[str, Any]) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         base_url=spec["base_url"],
         headers=headers,
-        verify=_verify(spec.get("ca_pem")),
+        verify=_verify(spec.get("ca_pem"), spec.get("client_cert_pem"), spec.get("client_key_pem")),
         limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
         timeout=httpx.Timeout(spec.get("request_timeout", 30.0)),
     )
