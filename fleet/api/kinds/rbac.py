@@ -19,9 +19,11 @@ Defaulting, validation and tables follow kube-apiserver 1.32
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fleet.api import meta
+from fleet.api.errors import cause
 from fleet.api import validation as v
 from fleet.api.kinds._common import col, d, dicts, lst, table
 from fleet.api.kinds.ingress import is_path_segment_name
@@ -63,6 +65,15 @@ def default_binding(obj: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------
 
 
+def _go_strings(values: list[str]) -> str:
+    """Go's `%#v` of a []string, as field.Invalid prints a slice."""
+    return "[]string{" + ", ".join(json.dumps(x) for x in values) + "}"
+
+
+def _invalid_raw(path: str, rendered: str, detail: str) -> Cause:
+    return cause(path, f"Invalid value: {rendered}: {detail}", "FieldValueInvalid")
+
+
 def _strings(rule: dict[str, Any], key: str) -> list[str]:
     return [s for s in lst(rule, key) if isinstance(s, str)]
 
@@ -75,11 +86,11 @@ def validate_policy_rule(rule: dict[str, Any], namespaced: bool, path: str) -> l
     urls = _strings(rule, "nonResourceURLs")
     if urls:
         if namespaced:
-            out.append(v.invalid(f"{path}.nonResourceURLs", urls,
-                                 "namespaced rules cannot apply to non-resource URLs"))
+            out.append(_invalid_raw(f"{path}.nonResourceURLs", _go_strings(urls),
+                                    "namespaced rules cannot apply to non-resource URLs"))
         if lst(rule, "apiGroups") or lst(rule, "resources") or lst(rule, "resourceNames"):
-            out.append(v.invalid(f"{path}.nonResourceURLs", urls,
-                                 "rules cannot apply to both regular resources and non-resource URLs"))
+            out.append(_invalid_raw(f"{path}.nonResourceURLs", _go_strings(urls),
+                                    "rules cannot apply to both regular resources and non-resource URLs"))
         return out
     if not lst(rule, "apiGroups"):
         out.append(v.required(f"{path}.apiGroups", "resource rules must supply at least one api group"))
@@ -156,7 +167,9 @@ def _binding_errors(obj: dict[str, Any], old: dict[str, Any] | None, namespaced:
         if isinstance(s, dict):
             out += validate_subject(s, namespaced, f"subjects[{i}]")
     if old is not None and d(old, "roleRef") != ref:
-        out.append(v.invalid("roleRef", ref, "cannot change roleRef"))
+        rendered = (f'rbac.RoleRef{{APIGroup:{json.dumps(str(ref.get("apiGroup") or ""))}, '
+                    f'Kind:{json.dumps(str(ref.get("kind") or ""))}, Name:{json.dumps(str(ref.get("name") or ""))}}}')
+        out.append(_invalid_raw("roleRef", rendered, "cannot change roleRef"))
     return out
 
 
