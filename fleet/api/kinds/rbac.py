@@ -23,8 +23,8 @@ import json
 from typing import Any
 
 from fleet.api import meta
-from fleet.api.errors import cause
 from fleet.api import validation as v
+from fleet.api.errors import cause
 from fleet.api.kinds._common import col, d, dicts, lst, table
 from fleet.api.kinds.ingress import is_path_segment_name
 from fleet.api.registry import NAME_COLUMN, Column, KindInfo

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from fleet.api import meta
-from fleet.api.kinds.rbac import default_binding, validate_cluster_role, validate_cluster_role_binding
+from fleet.api.kinds.rbac import (
+    default_binding,
+    validate_cluster_role,
+    validate_cluster_role_binding,
+)
 from fleet.api.registry import default_registry
 from fleet.auth import (
     ANONYMOUS,

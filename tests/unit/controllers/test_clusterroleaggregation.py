@@ -8,7 +8,10 @@ from typing import Any
 import pytest
 
 from fleet.client import ApiException
-from fleet.controllers.clusterroleaggregation import ClusterRoleAggregationController, aggregate_rules
+from fleet.controllers.clusterroleaggregation import (
+    ClusterRoleAggregationController,
+    aggregate_rules,
+)
 
 VIEW_LABEL = "rbac.authorization.k8s.io/aggregate-to-view"
 
