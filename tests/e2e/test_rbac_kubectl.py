@@ -371,3 +371,22 @@ def test_kubectl_rbac(fleet_server_factory: ServerFactory) -> None:
     rc, out, err = srv.kubectl("patch", "clusterrolebinding", "read-nodes", "--type=merge",
                                "-p", '{"roleRef":{"name":"view"}}')
     assert rc != 0 and "cannot change roleRef" in err
+
+
+@pytest.mark.e2e
+def test_anonymous_sees_only_public_info(fleet_server_factory: ServerFactory) -> None:
+    """With --anonymous-auth, RBAC's defaults let system:anonymous read health and the
+    version, nothing else (403 in kube-apiserver's words)."""
+    import httpx
+
+    srv = fleet_server_factory.start(extra_args=["--anonymous-auth"])
+    with httpx.Client(base_url=srv.url, timeout=10, verify=srv.verify()) as c:
+        for path in ("/healthz", "/livez", "/readyz", "/version"):
+            assert c.get(path).status_code == 200, path
+        r = c.get("/apis")
+        assert r.status_code == 403
+        assert r.json()["message"] == 'forbidden: User "system:anonymous" cannot get path "/apis"'
+        r = c.get("/api/v1/namespaces/default/pods")
+        assert r.status_code == 403
+        assert r.json()["message"] == ('pods is forbidden: User "system:anonymous" cannot list resource "pods" in '
+                                       'API group "" in the namespace "default"')
