@@ -15,7 +15,13 @@ from typing import Any
 
 import pytest
 
-from fleet.auth import AUTHENTICATED, KUBE_CONTROLLER_MANAGER_USER, KUBE_SCHEDULER_USER, Attributes, UserInfo
+from fleet.auth import (
+    AUTHENTICATED,
+    KUBE_CONTROLLER_MANAGER_USER,
+    KUBE_SCHEDULER_USER,
+    Attributes,
+    UserInfo,
+)
 from fleet.auth import bootstrap_policy as bp
 from fleet.controllers.manager import default_controllers
 from fleet.controllers.runtime import Context
