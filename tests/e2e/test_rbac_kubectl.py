@@ -361,6 +361,25 @@ def test_kubectl_rbac(fleet_server_factory: ServerFactory) -> None:
           in (json.loads(k("get", "clusterrole", "admin", "-o", "json")).get("rules") or []))
     assert admin_role["aggregationRule"]["clusterRoleSelectors"]
 
+    # kubectl apply (client-side, strict validation through /openapi/v3).
+    applied = """apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: applied
+  namespace: default
+rules:
+- apiGroups: ["apps"]
+  resources: ["deployments", "deployments/scale"]
+  verbs: ["get", "patch"]
+"""
+    rc, out, err = srv.kubectl("apply", "-f", "-", input=applied)
+    assert rc == 0, err
+    rc, out, err = srv.kubectl("apply", "-f", "-", input=applied.replace('"patch"', '"update"'))
+    assert rc == 0, err
+    assert json.loads(k("get", "role", "applied", "-n", "default", "-o", "json"))["rules"][0]["verbs"] == \
+        ["get", "update"]
+    out = k("describe", "clusterrole", "view")
+    assert "PolicyRule" in out and "pods" in out
     node_reader = json.loads(k("get", "clusterrole", "node-reader", "-o", "json"))
     assert node_reader["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
                                     {"nonResourceURLs": ["/logs/*"], "verbs": ["get"]}]
