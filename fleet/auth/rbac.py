@@ -36,7 +36,7 @@ import trio
 from fleet.api import meta
 from fleet.auth import Attributes, Decision, UserInfo
 from fleet.store import Store
-from fleet.store.watchcache import WatchCache, by_namespace
+from fleet.store.watchcache import WatchCache
 
 Rule = dict[str, Any]
 
@@ -55,8 +55,16 @@ FULL_AUTHORITY: tuple[Rule, ...] = (
 
 
 def _strs(rule: Rule, key: str) -> list[str]:
+    """rule[key] as a list of strings (anything else in it is dropped)."""
     v = rule.get(key)
     return [s for s in v if isinstance(s, str)] if isinstance(v, list) else []
+
+
+def _items(rule: Rule, key: str) -> list[Any]:
+    """rule[key] without copying, for matching on the hot path (an item that is not
+    a string never equals a request's string; the schema keeps them strings)."""
+    v = rule.get(key)
+    return v if isinstance(v, list) else []
 
 
 # ---------------------------------------------------------------------------
@@ -65,33 +73,35 @@ def _strs(rule: Rule, key: str) -> list[str]:
 
 
 def verb_matches(rule: Rule, verb: str) -> bool:
-    return any(v in (VERB_ALL, verb) for v in _strs(rule, "verbs"))
+    verbs = _items(rule, "verbs")
+    return verb in verbs or VERB_ALL in verbs
 
 
 def api_group_matches(rule: Rule, group: str) -> bool:
-    return any(g in (API_GROUP_ALL, group) for g in _strs(rule, "apiGroups"))
+    groups = _items(rule, "apiGroups")
+    return group in groups or API_GROUP_ALL in groups
 
 
 def resource_matches(rule: Rule, combined: str, subresource: str) -> bool:
     """`combined` is `resource` or `resource/subresource`.  `*` matches everything;
     `*/sub` matches that subresource of any resource (never the resource itself)."""
-    for r in _strs(rule, "resources"):
-        if r in (RESOURCE_ALL, combined):
-            return True
-        if subresource and r == "*/" + subresource:
-            return True
-    return False
+    resources = _items(rule, "resources")
+    if combined in resources or RESOURCE_ALL in resources:
+        return True
+    return bool(subresource) and "*/" + subresource in resources
 
 
 def resource_name_matches(rule: Rule, name: str) -> bool:
     """No resourceNames: any name.  Otherwise only those names — so a request
     without a name (list, watch, create, deletecollection) never matches."""
-    names = _strs(rule, "resourceNames")
+    names = _items(rule, "resourceNames")
     return not names or name in names
 
 
 def non_resource_url_matches(rule: Rule, path: str) -> bool:
-    for u in _strs(rule, "nonResourceURLs"):
+    for u in _items(rule, "nonResourceURLs"):
+        if not isinstance(u, str):
+            continue
         if u in (NON_RESOURCE_ALL, path):
             return True
         if u.endswith("*") and path.startswith(u.rstrip("*")):
@@ -237,16 +247,23 @@ def escalation_message(user: UserInfo, missing: list[Rule], errors: list[str]) -
 
 
 def _subject_keys(obj: dict[str, Any]) -> list[str]:
-    """Index of a ClusterRoleBinding by who it names."""
+    """Index of a binding by who it names (`User:<name>`, `Group:<name>`; a
+    ServiceAccount is the user it authenticates as), prefixed with a RoleBinding's
+    namespace (`ns|User:alice`): a request looks up only the bindings that can
+    apply to its user, not every binding of the namespace."""
+    md = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    assert isinstance(md, dict)
+    ns = md.get("namespace") or ""
+    prefix = f"{ns}|" if ns else ""
     out = []
     for s in obj.get("subjects") or []:
         if not isinstance(s, dict):
             continue
         kind, name = s.get("kind"), s.get("name")
         if kind == "ServiceAccount":
-            out.append(f"User:{SERVICE_ACCOUNT_PREFIX}{s.get('namespace') or ''}:{name}")
+            out.append(f"{prefix}User:{SERVICE_ACCOUNT_PREFIX}{s.get('namespace') or ns}:{name}")
         elif kind in ("User", "Group"):
-            out.append(f"{kind}:{name}")
+            out.append(f"{prefix}{kind}:{name}")
     return out
 
 
@@ -265,8 +282,48 @@ class RulesResult:
     error: str = ""
 
 
-# Called with (source description, rule, error): a rule to look at, or an error.
-Visitor = Callable[[str, "Rule | None", "str | None"], bool]
+@dataclass(frozen=True)
+class RuleSource:
+    """Which binding (and which of its subjects) brought a rule: the allow reason."""
+
+    binding: dict[str, Any]
+    subject: dict[str, Any]
+    namespace: str
+
+    def __str__(self) -> str:
+        kind = "RoleBinding" if self.namespace else "ClusterRoleBinding"
+        name = self.binding["metadata"]["name"] + (f"/{self.namespace}" if self.namespace else "")
+        ref = self.binding.get("roleRef") or {}
+        return (f'{kind} "{name}" of {ref.get("kind")} "{ref.get("name")}" to '
+                f'{self.subject.get("kind")} "{self.subject.get("name")}"')
+
+
+# Called with (source, rule, error): a rule to look at, or an error (source None).
+Visitor = Callable[["RuleSource | None", "Rule | None", "str | None"], bool]
+
+
+MEMO_SIZE = 4096
+
+
+class _Cache(WatchCache):
+    """A WatchCache that counts its changes (`generation`), so decisions made from
+    it can be remembered until it changes."""
+
+    def __init__(self, prefix: str, **kw: Any) -> None:
+        self.generation = 0
+        super().__init__(prefix, **kw)
+
+    def put(self, obj: dict[str, Any]) -> None:
+        self.generation += 1
+        super().put(obj)
+
+    def drop(self, obj: dict[str, Any]) -> None:
+        self.generation += 1
+        super().drop(obj)
+
+    def replace(self, objs: Iterable[dict[str, Any]]) -> None:
+        self.generation += 1
+        super().replace(objs)
 
 
 def _prefix(plural: str) -> str:
@@ -280,11 +337,12 @@ class RBACAuthorizer:
     and `role_ref_rules` (the rules a binding would grant)."""
 
     def __init__(self) -> None:
-        self.roles = WatchCache(_prefix("roles"), indexes={"namespace": by_namespace})
-        self.cluster_roles = WatchCache(_prefix("clusterroles"))
-        self.role_bindings = WatchCache(_prefix("rolebindings"), indexes={"namespace": by_namespace})
-        self.cluster_role_bindings = WatchCache(_prefix("clusterrolebindings"),
-                                                indexes={"subject": _subject_keys})
+        self.roles = _Cache(_prefix("roles"))
+        self.cluster_roles = _Cache(_prefix("clusterroles"))
+        self.role_bindings = _Cache(_prefix("rolebindings"), indexes={"subject": _subject_keys})
+        self.cluster_role_bindings = _Cache(_prefix("clusterrolebindings"), indexes={"subject": _subject_keys})
+        self._memo: dict[tuple[str, tuple[str, ...], Attributes], Decision] = {}
+        self._memo_generation: tuple[int, ...] = ()
 
     @property
     def synced(self) -> bool:
@@ -330,9 +388,15 @@ class RBACAuthorizer:
                 if not self._visit_binding(user, crb, "", visit):
                     return
         if namespace:
-            for rb in self.role_bindings.by_index("namespace", namespace):
-                if not self._visit_binding(user, rb, namespace, visit):
-                    return
+            seen.clear()
+            for key in _user_keys(user):
+                for rb in self.role_bindings.by_index("subject", f"{namespace}|{key}"):
+                    rb_name = rb["metadata"]["name"]
+                    if rb_name in seen:
+                        continue
+                    seen.add(rb_name)
+                    if not self._visit_binding(user, rb, namespace, visit):
+                        return
 
     def _visit_binding(self, user: UserInfo, binding: dict[str, Any], namespace: str, visit: Visitor) -> bool:
         subjects = [s for s in binding.get("subjects") or [] if isinstance(s, dict)]
@@ -342,11 +406,8 @@ class RBACAuthorizer:
         ref = binding.get("roleRef") or {}
         rules, err = self.role_ref_rules(ref, namespace)
         if err is not None:
-            return visit("", None, err)
-        kind = "RoleBinding" if namespace else "ClusterRoleBinding"
-        name = binding["metadata"]["name"] + (f"/{namespace}" if namespace else "")
-        source = (f'{kind} "{name}" of {ref.get("kind")} "{ref.get("name")}" to '
-                  f'{subject.get("kind")} "{subject.get("name")}"')
+            return visit(None, None, err)
+        source = RuleSource(binding, subject, namespace)  # formatted only when it allows
         return all(visit(source, rule, None) for rule in rules)
 
     def policy_rules_for(self, user: UserInfo, namespace: str) -> tuple[list[Rule], list[str]]:
@@ -354,7 +415,7 @@ class RBACAuthorizer:
         rules: list[Rule] = []
         errors: list[str] = []
 
-        def visit(source: str, rule: Rule | None, err: str | None) -> bool:
+        def visit(source: RuleSource | None, rule: Rule | None, err: str | None) -> bool:
             if rule is not None:
                 rules.append(rule)
             if err is not None:
@@ -382,11 +443,29 @@ class RBACAuthorizer:
 
     # -- the authorizer ------------------------------------------------------------------
     def authorize(self, user: UserInfo, attrs: Attributes) -> Decision:
-        allowed_by: list[str] = []
+        # Clients repeat the same requests (a controller's list/watch/update loop), and
+        # walking bindings costs ~100 µs in Python: decisions are remembered until any
+        # RBAC object changes (the caches' generation moves) or the memo fills up.
+        gen = self._generation()
+        if gen != self._memo_generation or len(self._memo) >= MEMO_SIZE:
+            self._memo.clear()
+            self._memo_generation = gen
+        key = (user.name, user.groups, attrs)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self.decide(user, attrs)
+        return got
+
+    def _generation(self) -> tuple[int, ...]:
+        return tuple(c.generation for c in self._caches())
+
+    def decide(self, user: UserInfo, attrs: Attributes) -> Decision:
+        """The decision, from the bindings as they are now (no memo)."""
+        allowed_by: list[RuleSource] = []
         errors: list[str] = []
 
-        def visit(source: str, rule: Rule | None, err: str | None) -> bool:
-            if rule is not None and rule_allows(attrs, rule):
+        def visit(source: RuleSource | None, rule: Rule | None, err: str | None) -> bool:
+            if rule is not None and source is not None and rule_allows(attrs, rule):
                 allowed_by.append(source)
                 return False
             if err is not None:

@@ -279,3 +279,21 @@ def test_rules_for() -> None:
     assert not got.incomplete
     assert got.error == 'role.rbac.authorization.k8s.io "missing" not found'
     assert a.rules_for(UserInfo("nobody"), "ns1").resource_rules == []
+
+
+def test_remembered_decisions_follow_changes() -> None:
+    a = authorizer(obj("ClusterRole", "reader", rules=[rule(["get"], [""], ["pods"])]))
+    attrs = req("get", "pods", name="p")
+    assert not a.authorize(ALICE, attrs).allowed
+    crb = obj("ClusterRoleBinding", "c", roleRef=ref("ClusterRole", "reader"),
+              subjects=[{"kind": "User", "name": "alice"}])
+    a.cluster_role_bindings.put(crb)
+    assert a.authorize(ALICE, attrs).allowed
+    # The role losing the rule, then the binding going, are seen at once too.
+    a.cluster_roles.put(obj("ClusterRole", "reader", rules=[rule(["list"], [""], ["pods"])]))
+    assert not a.authorize(ALICE, attrs).allowed
+    assert a.authorize(ALICE, req("list", "pods")).allowed
+    a.cluster_role_bindings.drop(crb)
+    assert not a.authorize(ALICE, req("list", "pods")).allowed
+    # Another user with the same name but other groups is decided on its own.
+    assert a.authorize(UserInfo("bob", groups=("devs",)), attrs).allowed is False
