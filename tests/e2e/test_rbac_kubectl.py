@@ -355,6 +355,10 @@ def test_kubectl_rbac(fleet_server_factory: ServerFactory) -> None:
         return {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]} in (view.get("rules") or [])
 
     _wait(view_has_nodes)
+    # kubectl create clusterrole --aggregation-rule (an AggregationRule in protobuf).
+    k("create", "clusterrole", "widgets-all", "--aggregation-rule=rbac.authorization.k8s.io/aggregate-to-view=true")
+    _wait(lambda: {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
+          in (json.loads(k("get", "clusterrole", "widgets-all", "-o", "json")).get("rules") or []))
     # ... and through edit and admin, which aggregate view.
     admin_role = json.loads(k("get", "clusterrole", "admin", "-o", "json"))
     _wait(lambda: {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
