@@ -387,6 +387,8 @@ rules:
     node_reader = json.loads(k("get", "clusterrole", "node-reader", "-o", "json"))
     assert node_reader["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
                                     {"nonResourceURLs": ["/logs/*"], "verbs": ["get"]}]
+    out = k("describe", "clusterrolebinding", "read-nodes")
+    assert "node-reader" in out and "jane" in out
     crb = json.loads(k("get", "clusterrolebinding", "read-nodes", "-o", "json"))
     assert crb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-reader"}
     assert crb["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "jane"}]
