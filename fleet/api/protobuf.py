@@ -1509,6 +1509,26 @@ SCHEMA: Final[dict[str, Message]] = {
         2: ("namespaceSelector", MSG, "meta.v1.LabelSelector", 0), 3: ("ipBlock", MSG, "networking.v1.IPBlock", 0),
     },
     "networking.v1.IPBlock": {1: ("cidr", STR, None, 0), 2: ("except", STR, None, REP)},
+    # rbac.authorization.k8s.io/v1 (`kubectl create role|clusterrole|rolebinding|clusterrolebinding`).
+    "rbac.v1.PolicyRule": {
+        1: ("verbs", STR, None, REP), 2: ("apiGroups", STR, None, REP), 3: ("resources", STR, None, REP),
+        4: ("resourceNames", STR, None, REP), 5: ("nonResourceURLs", STR, None, REP),
+    },
+    "rbac.v1.AggregationRule": {1: ("clusterRoleSelectors", MSG, "meta.v1.LabelSelector", REP)},
+    "rbac.v1.Role": {1: ("metadata", MSG, "meta.v1.ObjectMeta", 0), 2: ("rules", MSG, "rbac.v1.PolicyRule", REP)},
+    "rbac.v1.ClusterRole": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0), 2: ("rules", MSG, "rbac.v1.PolicyRule", REP),
+        3: ("aggregationRule", MSG, "rbac.v1.AggregationRule", 0),
+    },
+    "rbac.v1.RoleRef": {1: ("apiGroup", STR, None, 0), 2: ("kind", STR, None, 0), 3: ("name", STR, None, 0)},
+    "rbac.v1.Subject": {
+        1: ("kind", STR, None, 0), 2: ("apiGroup", STR, None, 0), 3: ("name", STR, None, 0),
+        4: ("namespace", STR, None, 0),
+    },
+    "rbac.v1.RoleBinding": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0), 2: ("subjects", MSG, "rbac.v1.Subject", REP),
+        3: ("roleRef", MSG, "rbac.v1.RoleRef", 0),
+    },
 }
 
 KINDS: Final[dict[tuple[str, str], str]] = {
@@ -1542,4 +1562,9 @@ KINDS: Final[dict[tuple[str, str], str]] = {
     ("networking.k8s.io/v1", "NetworkPolicy"): "networking.v1.NetworkPolicy",
     ("v1", "DeleteOptions"): "meta.v1.DeleteOptions",
     ("meta.k8s.io/v1", "DeleteOptions"): "meta.v1.DeleteOptions",
+    ("rbac.authorization.k8s.io/v1", "Role"): "rbac.v1.Role",
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "rbac.v1.ClusterRole",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rbac.v1.RoleBinding",
+    # Same fields and numbers as a RoleBinding.
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "rbac.v1.RoleBinding",
 }

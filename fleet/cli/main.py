@@ -135,7 +135,7 @@ def server(
         negative=())] = False,
     authorization_mode: Annotated[str, cyclopts.Parameter(
         help="Authorizers in order, comma-separated: Node, RBAC; or AlwaysAllow alone "
-             "(development only: every authenticated request is allowed).")] = "AlwaysAllow",
+             "(development only: every authenticated request is allowed).")] = "RBAC",
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""

@@ -24,6 +24,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
                         node_lifecycle: NodeLifecycleConfig | None = None,
                         node_ipam: NodeIPAMConfig | None = None,
                         max_endpoints_per_slice: int = 100) -> list[Controller]:
+    from fleet.controllers.clusterroleaggregation import ClusterRoleAggregationController
     from fleet.controllers.cronjob import CronJobController
     from fleet.controllers.daemonset import DaemonSetController
     from fleet.controllers.deployment import DeploymentController
@@ -57,6 +58,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
         EndpointSliceController(max_endpoints_per_slice), EndpointsController(),
         EndpointSliceMirroringController(),
         ServiceLBController(),
+        ClusterRoleAggregationController(),
         *storage_controllers(),
     ]
 

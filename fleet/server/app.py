@@ -291,7 +291,8 @@ class APIServer:
             route.namespace or "", route.name or ""))
         if not decision.allowed:
             raise errors.Forbidden(self.forbidden_message(req.user, verb, info.plural, info.group,
-                                                          route.namespace, decision.reason))
+                                                          route.namespace, decision.reason,
+                                                          name=route.name or "", subresource=route.subresource))
         user = req.user
         special = self.resource_handlers.get((route.group, route.version, route.plural, route.subresource))
         if special is not None:
@@ -358,7 +359,8 @@ class APIServer:
             route.namespace or "", route.name or ""))
         if not decision.allowed:
             raise errors.Forbidden(self.forbidden_message(user, verb, info.plural, info.group,
-                                                          route.namespace, decision.reason))
+                                                          route.namespace, decision.reason,
+                                                          name=route.name or "", subresource=route.subresource))
 
     async def websocket_subresource(self, scope: dict[str, Any], receive: Any, send: Any,
                                     route: Route) -> None:
@@ -429,9 +431,15 @@ class APIServer:
 
     @staticmethod
     def forbidden_message(user: UserInfo, verb: str, plural: str, group: str, ns: str | None,
-                          reason: str) -> str:
+                          reason: str, *, name: str = "", subresource: str = "") -> str:
+        """kube-apiserver's words (ForbiddenStatusError + NewForbidden): the group-qualified
+        resource and the name if any, then what the user cannot do (with the subresource)."""
         scope = f' in the namespace "{ns}"' if ns else " at the cluster scope"
-        msg = f'{plural} is forbidden: User "{user.name}" cannot {verb} resource "{plural}" in API group "{group}"{scope}'
+        qualified = f"{plural}.{group}" if group else plural
+        target = f'{qualified} "{name}"' if name else qualified
+        resource = f"{plural}/{subresource}" if subresource else plural
+        msg = (f'{target} is forbidden: User "{user.name}" cannot {verb} resource "{resource}" '
+               f'in API group "{group}"{scope}')
         return msg + (f": {reason}" if reason else "")
 
 

@@ -35,7 +35,7 @@ from fleet.admission.priority import ClassCache
 from fleet.api import meta
 from fleet.api.kinds.scheduling import system_priority_classes
 from fleet.api.registry import Registry, default_registry
-from fleet.auth import load_or_create_admin_token
+from fleet.auth import bootstrap_policy, load_or_create_admin_token
 from fleet.auth.pki import ServingTLS, ensure_serving_tls, write_private
 from fleet.client import ClientConfig
 from fleet.controllers.manager import default_manager
@@ -259,6 +259,8 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
         await ensure_default_namespaces(store, registry)
         await ensure_system_priority_classes(store, registry)
         await ensure_default_storage(store, registry)
+        # kube-apiserver's rbac/bootstrap-roles hook: the default roles and bindings.
+        await bootstrap_policy.reconcile(store, registry)
         async with trio.open_nursery() as nursery:
             if handle_signals:
                 nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)
@@ -317,6 +319,8 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                        admin_token=token)
             for name, task in sec.tasks:
                 await nursery.start(_supervised(name, task))
+            # Security's validating plugins (RBAC escalation prevention) run first.
+            admission.validating[:0] = sec.validating_admission
             api = APIServer(store, registry, sec.authenticator, sec.authorizer, admission,
                             rest, metrics, watches, f"{host}:{cfg.port}", agent_token=token,
                             anonymous=cfg.security.anonymous)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ class SecurityConfig:
     # lets them read only /healthz, /livez, /readyz and /version) instead of a 401.
     anonymous: bool = False
     # --authorization-mode: "AlwaysAllow", or authorizers in order ("Node,RBAC").
-    authorization_mode: str = "AlwaysAllow"
+    authorization_mode: str = "RBAC"
 
 
 @dataclass
@@ -61,6 +62,11 @@ class Security:
     # Background loops the server runs supervised (caches fed by watches, key and
     # certificate refresh): (name, async fn taking task_status) pairs.
     tasks: list[tuple[str, Callable[..., Awaitable[None]]]] = field(default_factory=list)
+    # Validating admission plugins security adds, run first in the chain (RBAC
+    # escalation prevention).
+    validating_admission: list[Any] = field(default_factory=list)
+    # The RBAC authorizer when RBAC is on: also the rule resolver (SelfSubjectRulesReview).
+    rbac: Any = None
 
 
 def parse_authorization_mode(mode: str) -> list[str]:
@@ -83,9 +89,30 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
     authenticators: list[Authenticator] = [TokenAuthenticator({admin_token: ADMIN})]
     modes = parse_authorization_mode(cfg.authorization_mode)
     authorizers: list[Authorizer] = []
+    sec = Security(UnionAuthenticator(*authenticators), UnionAuthorizer())
     if modes == ["AlwaysAllow"]:
         authorizers.append(AllowAll())
     else:
         authorizers.append(MastersBypass())
         # Node and RBAC authorizers are added here in `modes` order.
-    return Security(UnionAuthenticator(*authenticators), UnionAuthorizer(*authorizers))
+        for mode in modes:
+            if mode == "RBAC":
+                authorizers.append(_rbac(sec, store))
+    assert isinstance(sec.authorizer, UnionAuthorizer)
+    sec.authorizer.authorizers = authorizers
+    return sec
+
+
+def _rbac(sec: Security, store: Store) -> Authorizer:
+    """RBAC: the authorizer over its watch-fed caches (a supervised task), and
+    escalation prevention as the first validating admission plugin.  The default
+    roles and bindings are reconciled at start by run.py (bootstrap_policy)."""
+    from fleet.auth.escalation import RBACEscalation
+    from fleet.auth.rbac import RBACAuthorizer
+
+    rbac = RBACAuthorizer()
+    sec.rbac = rbac
+    sec.tasks.append(("rbac-cache", partial(rbac.run, store)))
+    # Escalation asks the whole union (`escalate`/`bind` may come from any authorizer).
+    sec.validating_admission.append(RBACEscalation(sec.authorizer, rbac))
+    return rbac

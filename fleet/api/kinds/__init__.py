@@ -26,6 +26,7 @@ from fleet.api.kinds import (
     persistentvolume,
     policy,
     quota,
+    rbac,
     scheduling,
     storage,
     storageclass,
@@ -53,6 +54,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *csi.KINDS,
     *autoscaling.KINDS,
     *metrics.KINDS,
+    *rbac.KINDS,
     events.EVENTS_EVENT,
 )
 

@@ -67,6 +67,11 @@ IDENTITY = [
     ("storage.k8s.io", "v1", "CSINode", "csinodes", "csinode", False, (), (), ()),
     ("storage.k8s.io", "v1", "CSIStorageCapacity", "csistoragecapacities", "csistoragecapacity", True, (), (),
      ()),
+    ("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", True, (), (), ()),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "clusterrole", False, (), (), ()),
+    ("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", True, (), (), ()),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", False,
+     (), (), ()),
     # Served from memory (fleet/server/resource_metrics.py): get and list only, no singular name.
     ("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", False, (), (), ()),
     ("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", True, (), (), ()),
