@@ -32,6 +32,8 @@ from fleet.auth import (
     UnionAuthenticator,
     UnionAuthorizer,
 )
+from fleet.auth.reviews import AllowAllRules, UnionRuleResolver, resolvers_of
+from fleet.auth.reviews import handlers as review_handlers
 from fleet.store import Store
 
 AUTHORIZATION_MODES = ("AlwaysAllow", "Node", "RBAC")
@@ -88,4 +90,14 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
     else:
         authorizers.append(MastersBypass())
         # Node and RBAC authorizers are added here in `modes` order.
-    return Security(UnionAuthenticator(*authenticators), UnionAuthorizer(*authorizers))
+    authorizer = UnionAuthorizer(*authorizers)
+    handlers: dict[tuple[str, str, str, str], Any] = {}
+
+    # -- reviews: authorization.k8s.io/v1 access reviews (fleet/auth/reviews.py), answered
+    # by the authorizer above; SelfSubjectRulesReview lists the rules of every authorizer
+    # that can enumerate them (RBAC's `rules_for`; AlwaysAllow's are `*`), and shows a
+    # system:masters user the `*` rules.
+    resolvers = [AllowAllRules()] if modes == ["AlwaysAllow"] else resolvers_of(authorizers)
+    handlers.update(review_handlers(authorizer, UnionRuleResolver(*resolvers)))
+
+    return Security(UnionAuthenticator(*authenticators), authorizer, handlers)
