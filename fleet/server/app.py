@@ -312,7 +312,9 @@ class APIServer:
             route.namespace or "", route.name or ""))
         if not decision.allowed:
             raise errors.Forbidden(self.forbidden_message(req.user, verb, info.plural, info.group,
-                                                          route.namespace, decision.reason))
+                                                          route.namespace, decision.reason,
+                                                          name=route.name or "",
+                                                          subresource=route.subresource))
         user = req.user
         special = self.resource_handlers.get((route.group, route.version, route.plural, route.subresource))
         if special is not None:
@@ -379,7 +381,9 @@ class APIServer:
             route.namespace or "", route.name or ""))
         if not decision.allowed:
             raise errors.Forbidden(self.forbidden_message(user, verb, info.plural, info.group,
-                                                          route.namespace, decision.reason))
+                                                          route.namespace, decision.reason,
+                                                          name=route.name or "",
+                                                          subresource=route.subresource))
 
     async def websocket_subresource(self, scope: dict[str, Any], receive: Any, send: Any,
                                     route: Route) -> None:
@@ -461,9 +465,15 @@ class APIServer:
 
     @staticmethod
     def forbidden_message(user: UserInfo, verb: str, plural: str, group: str, ns: str | None,
-                          reason: str) -> str:
+                          reason: str, *, name: str = "", subresource: str = "") -> str:
+        """responsewriters.ForbiddenStatusError's message: the group-qualified resource
+        (with its subresource) and the object's name, as apierrors.NewForbidden words it."""
+        resource = plural + (f"/{subresource}" if subresource else "")
         scope = f' in the namespace "{ns}"' if ns else " at the cluster scope"
-        msg = f'{plural} is forbidden: User "{user.name}" cannot {verb} resource "{plural}" in API group "{group}"{scope}'
+        qualified = f"{resource}.{group}" if group else resource
+        head = f'{qualified} "{name}"' if name else qualified
+        msg = (f'{head} is forbidden: User "{user.name}" cannot {verb} resource "{resource}" '
+               f'in API group "{group}"{scope}')
         return msg + (f": {reason}" if reason else "")
 
 
