@@ -192,10 +192,11 @@ def forbidden(requester: UserInfo, attrs: Attributes, reason: str) -> errors.For
            f'"{attrs.group}"{where}')
     if reason:
         msg += f": {reason}"
-    qualified = f"{resource}.{attrs.group}" if attrs.group else resource
+    # NewForbidden's GroupResource is the resource alone (no subresource).
+    qualified = f"{attrs.resource}.{attrs.group}" if attrs.group else attrs.resource
     head = f'{qualified} "{attrs.name}"' if attrs.name else qualified
     return errors.Forbidden(f"{head} is forbidden: {msg}", name=attrs.name, group=attrs.group,
-                            kind=resource)
+                            kind=attrs.resource)
 
 
 def impersonate(requester: UserInfo, headers: Mapping[str, str],

@@ -466,11 +466,12 @@ class APIServer:
     @staticmethod
     def forbidden_message(user: UserInfo, verb: str, plural: str, group: str, ns: str | None,
                           reason: str, *, name: str = "", subresource: str = "") -> str:
-        """responsewriters.ForbiddenStatusError's message: the group-qualified resource
-        (with its subresource) and the object's name, as apierrors.NewForbidden words it."""
+        """responsewriters.ForbiddenStatusError's message: the group-qualified resource and
+        the object's name as apierrors.NewForbidden words them (`pods "p" is forbidden:
+        User "u" cannot create resource "pods/exec" ...`)."""
         resource = plural + (f"/{subresource}" if subresource else "")
         scope = f' in the namespace "{ns}"' if ns else " at the cluster scope"
-        qualified = f"{resource}.{group}" if group else resource
+        qualified = f"{plural}.{group}" if group else plural  # the object's resource, no subresource
         head = f'{qualified} "{name}"' if name else qualified
         msg = (f'{head} is forbidden: User "{user.name}" cannot {verb} resource "{resource}" '
                f'in API group "{group}"{scope}')

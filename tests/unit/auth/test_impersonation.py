@@ -123,10 +123,10 @@ def test_each_attribute_is_checked_in_kube_resources() -> None:
               "at the cluster scope", {"name": "bob", "kind": "users"}),
     ("groups", 'groups "g" is forbidden: User "alice" cannot impersonate resource "groups" in API group "" '
                "at the cluster scope", {"name": "g", "kind": "groups"}),
-    ("userextras", 'userextras/scopes.authentication.k8s.io "view" is forbidden: User "alice" cannot '
+    ("userextras", 'userextras.authentication.k8s.io "view" is forbidden: User "alice" cannot '
                    'impersonate resource "userextras/scopes" in API group "authentication.k8s.io" at the '
                    "cluster scope",
-     {"name": "view", "group": "authentication.k8s.io", "kind": "userextras/scopes"}),
+     {"name": "view", "group": "authentication.k8s.io", "kind": "userextras"}),
     ("uids", 'uids.authentication.k8s.io "7" is forbidden: User "alice" cannot impersonate resource "uids" '
              'in API group "authentication.k8s.io" at the cluster scope',
      {"name": "7", "group": "authentication.k8s.io", "kind": "uids"}),

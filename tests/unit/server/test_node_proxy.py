@@ -215,8 +215,8 @@ async def test_authentication_and_authorization(tmp_path):
         api.server.authorizer = Recording()
         code, body = await api.json("POST", f"{path}/import", b"x")
         assert (code, body["reason"]) == (403, "Forbidden")
-        assert body["message"].startswith(f'nodes "{NODE}" is forbidden: User "system:admin" cannot create resource '
-                                          '"nodes/proxy" in API group "" at the cluster scope')
+        assert body["message"] == (f'nodes "{NODE}" is forbidden: User "system:admin" cannot create resource '
+                                   '"nodes/proxy" in API group "" at the cluster scope: denied by test')
         code, _ = await api.json("GET", path)
         assert code == 403
         assert [(a.verb, a.resource, a.subresource, a.name) for a in asked] == [
