@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from fleet.api import errors
 from fleet.api.kinds import authorization as kinds
@@ -133,7 +133,7 @@ def aggregate_errors(errs: list[str]) -> str:
 
 def resolvers_of(authorizers: Iterable[Authorizer]) -> list[RuleResolver]:
     """The authorizers that can enumerate their rules (those with `rules_for`)."""
-    return [a for a in authorizers if callable(getattr(a, "rules_for", None))]  # type: ignore[misc]
+    return [cast(RuleResolver, a) for a in authorizers if callable(getattr(a, "rules_for", None))]
 
 
 # ---------------------------------------------------------------------------
