@@ -379,8 +379,10 @@ async def test_local_subject_access_review(tmp_path: Path) -> None:
         assert body["message"] == ('.authorization.k8s.io "" is invalid: spec.resourceAttributes.namespace: '
                                    'Invalid value: "b": must match metadata.namespace')
         # Not cluster-scoped.
-        status, _ = await api.json("POST", f"{BASE}/localsubjectaccessreviews", review)
-        assert status in (400, 404, 405)
+        status, body = await api.json("POST", f"{BASE}/localsubjectaccessreviews", review)
+        assert (status, body["message"]) == (400, "namespace is required on this type: ")
+        status, _ = await api.json("POST", f"{BASE}/namespaces/team-a/subjectaccessreviews", review)
+        assert status == 404
 
 
 async def test_self_subject_rules_review(tmp_path: Path) -> None:
