@@ -265,3 +265,72 @@ async def test_server_keeps_the_impersonator_for_audit(tmp_path: Path) -> None:
     assert impersonator is not None and impersonator.name == "system:admin"
     assert "impersonate-user" not in headers
     assert plain_user.name == "system:admin" and plain_impersonator is None
+
+
+# ---------------------------------------------------------------------------
+# The upgrade paths (WebSocket exec/attach/port-forward, SPDY port-forward)
+# ---------------------------------------------------------------------------
+
+
+async def _upgrade(api: Any, scope: dict[str, Any], first: dict[str, Any]) -> list[dict[str, Any]]:
+    from fleet.server.app import create_app
+
+    sent: list[dict[str, Any]] = []
+    inbox = [first]
+
+    async def receive() -> dict[str, Any]:
+        return inbox.pop() if inbox else {"type": "websocket.disconnect"}
+
+    async def send(msg: dict[str, Any]) -> None:
+        sent.append(msg)
+
+    await create_app(api.server)(scope, receive, send)
+    return sent
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ([(b"impersonate-user", b"carol")],
+     'users "carol" is forbidden: User "alice" cannot impersonate resource "users" in API group "" at the '
+     "cluster scope"),
+    ([(b"impersonate-user", b"bob")],
+     'pods "p" is forbidden: User "bob" cannot create resource "pods/exec" in API group "" in the namespace '
+     '"team-a"'),
+    ([(b"impersonate-group", b"g")],
+     "Internal Server Error: requested [{Group  g    }] without impersonating a user"),
+])
+async def test_websocket_exec_runs_as_the_impersonated_user(tmp_path: Path, extra: list[tuple[bytes, bytes]],
+                                                            message: str) -> None:
+    import json
+
+    authz = make_authorizer()
+    authz.grants["alice"] += [Grant(("impersonate",), "", "users", names=("bob",)),
+                              Grant(("create",), "", "pods/exec", "team-a")]
+    path = "/api/v1/namespaces/team-a/pods/p/exec"
+    scope = {"type": "websocket", "path": path, "raw_path": path.encode(), "query_string": b"command=ls",
+             "headers": [(b"authorization", b"Bearer alice-token"), *extra],
+             "subprotocols": ["v5.channel.k8s.io"], "extensions": {"websocket.http.response": {}}}
+    async with review_api(tmp_path, authz) as api:
+        sent = await _upgrade(api, scope, {"type": "websocket.connect"})
+    start = next(m for m in sent if m["type"] == "websocket.http.response.start")
+    body = next(m for m in sent if m["type"] == "websocket.http.response.body")
+    assert json.loads(body["body"])["message"] == message
+    assert start["status"] == (500 if b"impersonate-group" in dict(extra) else 403)
+
+
+async def test_spdy_port_forward_runs_as_the_impersonated_user(tmp_path: Path) -> None:
+    import json
+
+    from fleet.server import upgrade
+
+    path = "/api/v1/namespaces/team-a/pods/p/portforward"
+    scope = {"type": upgrade.SCOPE_TYPE, "method": "POST", "path": path, "raw_path": path.encode(),
+             "query_string": b"", "headers": [(b"authorization", b"Bearer test-token"),
+                                              (b"impersonate-user", b"bob"),
+                                              (b"x-stream-protocol-version", b"portforward.k8s.io")]}
+    async with review_api(tmp_path) as api:
+        sent = await _upgrade(api, scope, {"type": "raw.disconnect"})
+    assert [m["type"] for m in sent] == ["raw.response"]
+    assert sent[0]["status"] == 403
+    assert json.loads(sent[0]["body"])["message"] == (
+        'pods "p" is forbidden: User "bob" cannot create resource "pods/portforward" in API group "" in the '
+        'namespace "team-a"')
