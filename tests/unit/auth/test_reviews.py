@@ -430,3 +430,34 @@ async def test_a_refusing_grant_table_denies_the_review_itself(tmp_path: Path) -
         assert status == 403
         assert json.dumps(body).count("selfsubjectaccessreviews") >= 1
         assert ALICE.name in body["message"]
+
+
+@pytest.mark.parametrize("mode", ["AlwaysAllow", "RBAC"])
+async def test_security_build_wires_the_review_handlers(tmp_path: Path, mode: str) -> None:
+    from fleet.server import security
+    from fleet.server.http import Req
+    from fleet.server.routes import Route
+
+    from fleet.store import open_store
+
+    async with open_store(tmp_path / "fleet.db") as store:
+        sec = await security.build(security.SecurityConfig(authorization_mode=mode), data_dir=tmp_path,
+                                   store=store, registry=default_registry(), admin_token="t")
+    keys = {k for k in sec.handlers if k[0] == "authorization.k8s.io"}
+    assert keys == {("authorization.k8s.io", "v1", p, "") for p in (
+        "subjectaccessreviews", "selfsubjectaccessreviews", "localsubjectaccessreviews", "selfsubjectrulesreviews")}
+    info = default_registry().get("authorization.k8s.io", "v1", "selfsubjectrulesreviews")
+    assert info is not None
+    body = json.dumps({"apiVersion": AV, "kind": "SelfSubjectRulesReview", "spec": {"namespace": "n"}}).encode()
+    handler = sec.handlers[("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "")]
+    bob = UserInfo("bob", groups=("system:authenticated",))
+    req = Req("POST", f"{BASE}/selfsubjectrulesreviews", {}, {"content-type": "application/json"}, body)
+    resp = await handler(req, Route("authorization.k8s.io", "v1", "selfsubjectrulesreviews"), "create", bob, info)
+    status = json.loads(resp.body)["status"]
+    if mode == "AlwaysAllow":  # everyone may do everything
+        assert status["resourceRules"] == [ALL_RESOURCES_RULE]
+    else:  # masters bypass only (until the RBAC authorizer joins the union): bob may do nothing
+        assert status["resourceRules"] == [] and status["nonResourceRules"] == []
+    admin = UserInfo("system:admin", groups=(SYSTEM_MASTERS, "system:authenticated"))
+    resp = await handler(req, Route("authorization.k8s.io", "v1", "selfsubjectrulesreviews"), "create", admin, info)
+    assert json.loads(resp.body)["status"]["resourceRules"][0] == ALL_RESOURCES_RULE
