@@ -28,7 +28,10 @@ from fleet.auth.reviews import (
     spec_attributes,
     subject,
 )
-from fleet.server import discovery
+from fleet.server import discovery, security
+from fleet.server.http import Req
+from fleet.server.routes import Route
+from fleet.store import open_store
 from tests.unit.auth.fakes import ALICE, BASIC, Grant, GrantAuthorizer, make_authorizer, review_api
 
 AV = "authorization.k8s.io/v1"
@@ -434,12 +437,6 @@ async def test_a_refusing_grant_table_denies_the_review_itself(tmp_path: Path) -
 
 @pytest.mark.parametrize("mode", ["AlwaysAllow", "RBAC"])
 async def test_security_build_wires_the_review_handlers(tmp_path: Path, mode: str) -> None:
-    from fleet.server import security
-    from fleet.server.http import Req
-    from fleet.server.routes import Route
-
-    from fleet.store import open_store
-
     async with open_store(tmp_path / "fleet.db") as store:
         sec = await security.build(security.SecurityConfig(authorization_mode=mode), data_dir=tmp_path,
                                    store=store, registry=default_registry(), admin_token="t")
