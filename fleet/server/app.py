@@ -314,7 +314,8 @@ class APIServer:
             raise errors.Forbidden(self.forbidden_message(req.user, verb, info.plural, info.group,
                                                           route.namespace, decision.reason,
                                                           name=route.name or "",
-                                                          subresource=route.subresource))
+                                                          subresource=route.subresource),
+                                   name=route.name, group=info.group, kind=info.plural)
         user = req.user
         special = self.resource_handlers.get((route.group, route.version, route.plural, route.subresource))
         if special is not None:
@@ -383,7 +384,8 @@ class APIServer:
             raise errors.Forbidden(self.forbidden_message(user, verb, info.plural, info.group,
                                                           route.namespace, decision.reason,
                                                           name=route.name or "",
-                                                          subresource=route.subresource))
+                                                          subresource=route.subresource),
+                                   name=route.name, group=info.group, kind=info.plural)
 
     async def websocket_subresource(self, scope: dict[str, Any], receive: Any, send: Any,
                                     route: Route) -> None:

@@ -217,6 +217,7 @@ async def test_admin_acts_as_bob(tmp_path: Path) -> None:
         assert status == 403
         assert body["message"] == ('pods is forbidden: User "bob" cannot list resource "pods" in API group "" '
                                    'in the namespace "default"')
+        assert body["details"] == {"kind": "pods"}
 
 
 async def test_impersonation_is_itself_authorized(tmp_path: Path) -> None:
