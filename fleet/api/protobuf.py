@@ -63,6 +63,9 @@ QUANTITY: Final = "resource.Quantity"  # string=1
 TIME: Final = "meta.v1.Time"  # seconds=1, nanos=2; RFC 3339, seconds precision
 MICROTIME: Final = "meta.v1.MicroTime"  # seconds=1, nanos=2; RFC 3339 with microseconds
 FIELDS: Final = "meta.v1.FieldsV1"  # Raw=1: JSON bytes
+# A message whose only field, repeated string items=1, is its whole JSON form: a list
+# (authorization/authentication `ExtraValue`, a Go `[]string` type with a proto wrapper).
+STRINGS: Final = "ExtraValue"
 
 # Field flags.
 REP: Final = 1  # repeated
@@ -264,6 +267,8 @@ def _value(kind: str, msg: str | None, wire: int, val: int | bytes, where: str) 
         return _time(buf, micro=kind == MICROTIME, where=where)
     if kind == FIELDS:
         return _fields_v1(buf, where)
+    if kind == STRINGS:
+        return [_str(fwire, fval, where) for num, fwire, fval in _fields(buf, where) if num == 1]
     raise AssertionError(f"unknown field kind {kind!r} at {where}")
 
 
@@ -1529,6 +1534,64 @@ SCHEMA: Final[dict[str, Message]] = {
         1: ("metadata", MSG, "meta.v1.ObjectMeta", 0), 2: ("subjects", MSG, "rbac.v1.Subject", REP),
         3: ("roleRef", MSG, "rbac.v1.RoleRef", 0),
     },
+    # authorization.k8s.io/v1 access reviews (`kubectl auth can-i` sends them as protobuf).
+    "authorization.v1.SubjectAccessReview": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0),
+        2: ("spec", MSG, "authorization.v1.SubjectAccessReviewSpec", 0),
+        3: ("status", MSG, "authorization.v1.SubjectAccessReviewStatus", 0),
+    },
+    "authorization.v1.SelfSubjectAccessReview": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0),
+        2: ("spec", MSG, "authorization.v1.SelfSubjectAccessReviewSpec", 0),
+        3: ("status", MSG, "authorization.v1.SubjectAccessReviewStatus", 0),
+    },
+    "authorization.v1.SelfSubjectRulesReview": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0),
+        2: ("spec", MSG, "authorization.v1.SelfSubjectRulesReviewSpec", 0),
+        3: ("status", MSG, "authorization.v1.SubjectRulesReviewStatus", 0),
+    },
+    "authorization.v1.SubjectAccessReviewSpec": {
+        1: ("resourceAttributes", MSG, "authorization.v1.ResourceAttributes", 0),
+        2: ("nonResourceAttributes", MSG, "authorization.v1.NonResourceAttributes", 0),
+        3: ("user", STR, None, 0), 4: ("groups", STR, None, REP),
+        5: ("extra", STRINGS, None, MAP), 6: ("uid", STR, None, 0),
+    },
+    "authorization.v1.SelfSubjectAccessReviewSpec": {
+        1: ("resourceAttributes", MSG, "authorization.v1.ResourceAttributes", 0),
+        2: ("nonResourceAttributes", MSG, "authorization.v1.NonResourceAttributes", 0),
+    },
+    "authorization.v1.SelfSubjectRulesReviewSpec": {1: ("namespace", STR, None, 0)},
+    "authorization.v1.ResourceAttributes": {
+        1: ("namespace", STR, None, 0), 2: ("verb", STR, None, 0), 3: ("group", STR, None, 0),
+        4: ("version", STR, None, 0), 5: ("resource", STR, None, 0), 6: ("subresource", STR, None, 0),
+        7: ("name", STR, None, 0),
+        8: ("fieldSelector", MSG, "authorization.v1.FieldSelectorAttributes", 0),
+        9: ("labelSelector", MSG, "authorization.v1.LabelSelectorAttributes", 0),
+    },
+    "authorization.v1.FieldSelectorAttributes": {
+        1: ("rawSelector", STR, None, 0), 2: ("requirements", MSG, "meta.v1.FieldSelectorRequirement", REP),
+    },
+    "authorization.v1.LabelSelectorAttributes": {
+        1: ("rawSelector", STR, None, 0), 2: ("requirements", MSG, "meta.v1.LabelSelectorRequirement", REP),
+    },
+    "meta.v1.FieldSelectorRequirement": {
+        1: ("key", STR, None, 0), 2: ("operator", STR, None, 0), 3: ("values", STR, None, REP),
+    },
+    "authorization.v1.NonResourceAttributes": {1: ("path", STR, None, 0), 2: ("verb", STR, None, 0)},
+    "authorization.v1.SubjectAccessReviewStatus": {
+        1: ("allowed", BOOL, None, 0), 4: ("denied", BOOL, None, 0), 2: ("reason", STR, None, 0),
+        3: ("evaluationError", STR, None, 0),
+    },
+    "authorization.v1.SubjectRulesReviewStatus": {
+        1: ("resourceRules", MSG, "authorization.v1.ResourceRule", REP),
+        2: ("nonResourceRules", MSG, "authorization.v1.NonResourceRule", REP),
+        3: ("incomplete", BOOL, None, 0), 4: ("evaluationError", STR, None, 0),
+    },
+    "authorization.v1.ResourceRule": {
+        1: ("verbs", STR, None, REP), 2: ("apiGroups", STR, None, REP), 3: ("resources", STR, None, REP),
+        4: ("resourceNames", STR, None, REP),
+    },
+    "authorization.v1.NonResourceRule": {1: ("verbs", STR, None, REP), 2: ("nonResourceURLs", STR, None, REP)},
 }
 
 KINDS: Final[dict[tuple[str, str], str]] = {
@@ -1567,4 +1630,8 @@ KINDS: Final[dict[tuple[str, str], str]] = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rbac.v1.RoleBinding",
     # Same fields and numbers as a RoleBinding.
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "rbac.v1.RoleBinding",
+    ("authorization.k8s.io/v1", "SubjectAccessReview"): "authorization.v1.SubjectAccessReview",
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): "authorization.v1.SelfSubjectAccessReview",
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): "authorization.v1.SubjectAccessReview",
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): "authorization.v1.SelfSubjectRulesReview",
 }

@@ -190,7 +190,9 @@ ANONYMOUS = UserInfo(ANONYMOUS_USER, groups=(UNAUTHENTICATED,))
 
 class UnionAuthorizer:
     """The authorizers in order (`--authorization-mode Node,RBAC`): the first that
-    allows or denies decides; when all have no opinion the request is denied."""
+    allows or denies decides; when all have no opinion the request is denied — still
+    marked `no_opinion` (kube's union answers DecisionNoOpinion), which an access
+    review reports as not allowed yet not `denied`."""
 
     def __init__(self, *authorizers: Authorizer) -> None:
         self.authorizers = list(authorizers)
@@ -203,7 +205,7 @@ class UnionAuthorizer:
                 return d
             if d.reason:
                 reasons.append(d.reason)
-        return Decision(False, ", ".join(reasons))
+        return Decision(False, ", ".join(reasons), no_opinion=True)
 
 
 class MastersBypass:

@@ -44,6 +44,12 @@ from fleet.auth import (
     UserInfo,
     non_resource,
 )
+from fleet.auth.impersonation import (
+    ImpersonationHeaderError,
+    impersonate,
+    plain_text_body,
+    without_impersonation_headers,
+)
 from fleet.server import discovery, upgrade
 from fleet.server.drain import NodeMaintenance
 from fleet.server.hpa_v1 import GROUP as HPA_GROUP
@@ -146,9 +152,18 @@ class APIServer:
         verb, resource = request_labels(req)
         try:
             req.user = await self.authenticate(req.headers, req.peer_certs)
+            acting = self.impersonate(req.user, req.headers)
+            if acting is not None:
+                req.impersonator, req.user = req.user, acting
+                req.headers = without_impersonation_headers(req.headers)
             resp, verb, resource = await self.dispatch(req)
         except errors.APIError as e:
             resp = Resp.error(e)
+        except ImpersonationHeaderError as e:
+            uri = req.path + (f"?{req.raw_query}" if req.raw_query else
+                              (f"?{urlencode(req.query)}" if req.query else ""))
+            resp = Resp(500, plain_text_body(uri, str(e)), "text/plain; charset=utf-8",
+                        {"X-Content-Type-Options": "nosniff"})
         except Exception as e:  # never leak a traceback to the client; log it
             log.exception("internal error on %s %s", req.method, req.path)
             resp = Resp.error(errors.InternalError(f"Internal error occurred: {type(e).__name__}: {e}"))
@@ -169,6 +184,12 @@ class APIServer:
         if self.anonymous:
             return ANONYMOUS
         raise errors.Unauthorized("Unauthorized")
+
+    def impersonate(self, user: UserInfo, headers: Mapping[str, str]) -> UserInfo | None:
+        """The user a request acts as when it carries Impersonate-* headers (None
+        otherwise), each impersonated attribute authorized for `user`
+        (fleet/auth/impersonation.py): 403 when one is not allowed."""
+        return impersonate(user, headers, lambda attrs: self.authorizer.authorize(user, attrs))
 
     def authorize_path(self, req: Req, path: str) -> None:
         """A non-resource request (health, version, discovery, OpenAPI) is authorized
@@ -292,7 +313,9 @@ class APIServer:
         if not decision.allowed:
             raise errors.Forbidden(self.forbidden_message(req.user, verb, info.plural, info.group,
                                                           route.namespace, decision.reason,
-                                                          name=route.name or "", subresource=route.subresource))
+                                                          name=route.name or "",
+                                                          subresource=route.subresource),
+                                   name=route.name, group=info.group, kind=info.plural)
         user = req.user
         special = self.resource_handlers.get((route.group, route.version, route.plural, route.subresource))
         if special is not None:
@@ -360,7 +383,9 @@ class APIServer:
         if not decision.allowed:
             raise errors.Forbidden(self.forbidden_message(user, verb, info.plural, info.group,
                                                           route.namespace, decision.reason,
-                                                          name=route.name or "", subresource=route.subresource))
+                                                          name=route.name or "",
+                                                          subresource=route.subresource),
+                                   name=route.name, group=info.group, kind=info.plural)
 
     async def websocket_subresource(self, scope: dict[str, Any], receive: Any, send: Any,
                                     route: Route) -> None:
@@ -374,6 +399,7 @@ class APIServer:
         try:
             headers = _headers(scope)
             user = await self.authenticate(headers, peer_certs(scope), _remote(scope))
+            user = self._acting_user(user, headers)
             info = self.resources.kind_for(replace(route, subresource=""))
             if route.subresource not in info.subresources or route.namespace is None:
                 raise errors.NotFound("the server could not find the requested resource")
@@ -418,6 +444,7 @@ class APIServer:
         resource = "pods/portforward"
         try:
             user = await self.authenticate(headers, peer_certs(scope), _remote(scope))
+            user = self._acting_user(user, headers)
             self.authorize(user, "create", route, self.resources.kind_for(replace(route, subresource="")))
         except errors.APIError as e:
             await send({"type": "raw.response", "status": e.code, "body": dumps(e.status()),
@@ -429,16 +456,26 @@ class APIServer:
         status = await self.portforward.raw(route.namespace, route.name, offered, receive, send)
         self.metrics.observe("create", resource, status, time.perf_counter() - t0)
 
+    def _acting_user(self, user: UserInfo, headers: Mapping[str, str]) -> UserInfo:
+        """`impersonate` for the upgrade paths (no Req): malformed headers become the
+        500 kube-apiserver answers, as a Status."""
+        try:
+            acting = self.impersonate(user, headers)
+        except ImpersonationHeaderError as e:
+            raise errors.InternalError(f"Internal Server Error: {e}") from None
+        return acting if acting is not None else user
+
     @staticmethod
     def forbidden_message(user: UserInfo, verb: str, plural: str, group: str, ns: str | None,
                           reason: str, *, name: str = "", subresource: str = "") -> str:
-        """kube-apiserver's words (ForbiddenStatusError + NewForbidden): the group-qualified
-        resource and the name if any, then what the user cannot do (with the subresource)."""
+        """responsewriters.ForbiddenStatusError's message: the group-qualified resource and
+        the object's name as apierrors.NewForbidden words them (`pods "p" is forbidden:
+        User "u" cannot create resource "pods/exec" ...`)."""
+        resource = plural + (f"/{subresource}" if subresource else "")
         scope = f' in the namespace "{ns}"' if ns else " at the cluster scope"
-        qualified = f"{plural}.{group}" if group else plural
-        target = f'{qualified} "{name}"' if name else qualified
-        resource = f"{plural}/{subresource}" if subresource else plural
-        msg = (f'{target} is forbidden: User "{user.name}" cannot {verb} resource "{resource}" '
+        qualified = f"{plural}.{group}" if group else plural  # the object's resource, no subresource
+        head = f'{qualified} "{name}"' if name else qualified
+        msg = (f'{head} is forbidden: User "{user.name}" cannot {verb} resource "{resource}" '
                f'in API group "{group}"{scope}')
         return msg + (f": {reason}" if reason else "")
 

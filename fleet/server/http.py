@@ -61,6 +61,9 @@ class Req:
     # The TLS client certificate chain (DER, leaf first), unverified: the x509
     # authenticator decides (fleet/auth); () on a request without one.
     peer_certs: tuple[bytes, ...] = ()
+    # The authenticated user when the request impersonates another (then `user` is the
+    # impersonated one; fleet/auth/impersonation.py): the audit log records both.
+    impersonator: UserInfo | None = None
 
     def __post_init__(self) -> None:
         if not self.segments:

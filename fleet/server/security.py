@@ -33,6 +33,8 @@ from fleet.auth import (
     UnionAuthenticator,
     UnionAuthorizer,
 )
+from fleet.auth.reviews import AllowAllRules, UnionRuleResolver, resolvers_of
+from fleet.auth.reviews import handlers as review_handlers
 from fleet.store import Store
 
 AUTHORIZATION_MODES = ("AlwaysAllow", "Node", "RBAC")
@@ -100,6 +102,13 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
                 authorizers.append(_rbac(sec, store))
     assert isinstance(sec.authorizer, UnionAuthorizer)
     sec.authorizer.authorizers = authorizers
+
+    # -- reviews: authorization.k8s.io/v1 access reviews (fleet/auth/reviews.py), answered
+    # by the authorizer above; SelfSubjectRulesReview lists the rules of every authorizer
+    # that can enumerate them (RBAC's `rules_for`; AlwaysAllow's are `*`), and shows a
+    # system:masters user the `*` rules.
+    resolvers = [AllowAllRules()] if modes == ["AlwaysAllow"] else resolvers_of(authorizers)
+    sec.handlers.update(review_handlers(sec.authorizer, UnionRuleResolver(*resolvers)))
     return sec
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fleet.api.kinds import (
     apps,
+    authorization,
     autoscaling,
     batch,
     controllerrevision,
@@ -52,6 +53,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *policy.KINDS,
     *storageclass.KINDS,
     *csi.KINDS,
+    *authorization.KINDS,
     *autoscaling.KINDS,
     *metrics.KINDS,
     *rbac.KINDS,

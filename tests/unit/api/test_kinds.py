@@ -75,8 +75,18 @@ IDENTITY = [
     # Served from memory (fleet/server/resource_metrics.py): get and list only, no singular name.
     ("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", False, (), (), ()),
     ("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", True, (), (), ()),
+    # Access reviews (fleet/auth/reviews.py): questions, never stored; create only.
+    ("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews",
+     "localsubjectaccessreview", True, (), (), ()),
+    ("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews",
+     "selfsubjectaccessreview", False, (), (), ()),
+    ("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews",
+     "selfsubjectrulesreview", False, (), (), ()),
+    ("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview",
+     False, (), (), ()),
 ]
 READ_ONLY_GROUPS = ("metrics.k8s.io",)
+CREATE_ONLY_GROUPS = ("authorization.k8s.io",)
 
 
 @pytest.mark.parametrize("row", IDENTITY, ids=[f"{r[0]}/{r[2]}" for r in IDENTITY])
@@ -94,6 +104,8 @@ def test_identity(row):
     assert info.scale is not None if "scale" in subs else info.scale is None
     if group in READ_ONLY_GROUPS:
         assert info.verbs == ("get", "list")
+    elif group in CREATE_ONLY_GROUPS:
+        assert info.verbs == ("create",)
     else:
         assert set(info.verbs) >= {"get", "list", "watch", "create", "update", "patch", "delete"}
 

@@ -392,7 +392,7 @@ def test_unknown_kind_and_encoded_payloads_are_unsupported() -> None:
 def test_schema_is_closed_and_acyclic() -> None:
     kinds = {protobuf.STR, protobuf.INT, protobuf.BOOL, protobuf.BYTES, protobuf.MSG,
              protobuf.INTSTR, protobuf.QUANTITY, protobuf.TIME, protobuf.MICROTIME,
-             protobuf.FIELDS}
+             protobuf.FIELDS, protobuf.STRINGS}
     for name, fields in protobuf.SCHEMA.items():
         for num, (json_name, kind, msg, _flags) in fields.items():
             assert num > 0 and json_name and kind in kinds, (name, num)
