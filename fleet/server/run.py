@@ -321,6 +321,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                             rest, metrics, watches, f"{host}:{cfg.port}", agent_token=token,
                             anonymous=cfg.security.anonymous)
             api.resource_handlers.update(sec.handlers)
+            api.path_handlers.update(sec.paths)
             # Server-side drains (nodes/{name}/drain): resumes the ones a restart interrupted.
             await nursery.start(_supervised("maintenance", api.maintenance.run))
             # metrics.k8s.io: scrape the agents every metric_resolution seconds.

@@ -32,6 +32,15 @@ from fleet.auth import (
     UnionAuthenticator,
     UnionAuthorizer,
 )
+from fleet.auth.oidc import OIDCAuthenticator, OIDCConfig
+from fleet.auth.serviceaccount import (
+    ServiceAccountConfig,
+    ServiceAccountTokenAuthenticator,
+    TokenIssuer,
+    load_or_create_keys,
+    store_getter,
+)
+from fleet.server.tokenapi import TokenAPI
 from fleet.store import Store
 
 AUTHORIZATION_MODES = ("AlwaysAllow", "Node", "RBAC")
@@ -46,6 +55,10 @@ class SecurityConfig:
     anonymous: bool = False
     # --authorization-mode: "AlwaysAllow", or authorizers in order ("Node,RBAC").
     authorization_mode: str = "AlwaysAllow"
+    # ServiceAccount tokens (--service-account-*, --api-audiences) and OIDC users (--oidc-*;
+    # None: no OIDC provider).
+    service_accounts: ServiceAccountConfig = field(default_factory=ServiceAccountConfig)
+    oidc: OIDCConfig | None = None
 
 
 @dataclass
@@ -61,6 +74,9 @@ class Security:
     # Background loops the server runs supervised (caches fed by watches, key and
     # certificate refresh): (name, async fn taking task_status) pairs.
     tasks: list[tuple[str, Callable[..., Awaitable[None]]]] = field(default_factory=list)
+    # Non-resource paths served by a handler, for APIServer.path_handlers: path ->
+    # async fn(req) -> Resp (the ServiceAccount issuer's OIDC discovery and JWKS).
+    paths: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_authorization_mode(mode: str) -> list[str]:
@@ -81,6 +97,29 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
                 admin_token: str) -> Security:
     """Assemble the authenticators and authorizers `cfg` asks for."""
     authenticators: list[Authenticator] = [TokenAuthenticator({admin_token: ADMIN})]
+    handlers: dict[tuple[str, str, str, str], Any] = {}
+    tasks: list[tuple[str, Callable[..., Awaitable[None]]]] = []
+    paths: dict[str, Any] = {}
+
+    # ServiceAccount tokens, OIDC ID tokens; TokenRequest, TokenReview, SelfSubjectReview,
+    # the issuer's OIDC discovery (fleet/auth/serviceaccount.py, fleet/auth/oidc.py,
+    # fleet/server/tokenapi.py).
+    sa_cfg = cfg.service_accounts
+    sa_keys = load_or_create_keys(data_dir / "tls", signing_key_file=sa_cfg.signing_key_file,
+                                  extra_key_files=sa_cfg.key_files)
+    get = store_getter(store)
+    authenticators.append(ServiceAccountTokenAuthenticator(sa_keys, get, issuers=sa_cfg.issuers,
+                                                           api_audiences=sa_cfg.audiences))
+    if cfg.oidc is not None:
+        oidc = OIDCAuthenticator(cfg.oidc)
+        authenticators.append(oidc)
+        tasks.append(("oidc-keys", oidc.run))
+    token_api = TokenAPI(TokenIssuer(sa_keys, sa_cfg.issuers[0]), get, None, api_audiences=sa_cfg.audiences,
+                         max_expiration_seconds=sa_cfg.max_token_expiration,
+                         extend_expiration=sa_cfg.extend_token_expiration, jwks_uri=sa_cfg.jwks_uri)
+    handlers.update(token_api.handlers())
+    paths.update(token_api.paths())
+
     modes = parse_authorization_mode(cfg.authorization_mode)
     authorizers: list[Authorizer] = []
     if modes == ["AlwaysAllow"]:
@@ -88,4 +127,6 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
     else:
         authorizers.append(MastersBypass())
         # Node and RBAC authorizers are added here in `modes` order.
-    return Security(UnionAuthenticator(*authenticators), UnionAuthorizer(*authorizers))
+    union = UnionAuthenticator(*authenticators)
+    token_api.authenticator = union  # a TokenReview asks every authenticator
+    return Security(union, UnionAuthorizer(*authorizers), handlers, tasks, paths)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fleet.api.kinds import (
     apps,
+    authentication,
     autoscaling,
     batch,
     controllerrevision,
@@ -54,6 +55,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *autoscaling.KINDS,
     *metrics.KINDS,
     events.EVENTS_EVENT,
+    *authentication.KINDS,
 )
 
 
