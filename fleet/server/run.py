@@ -314,7 +314,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                                    or cfg.address)))
             await systemsvc.ensure_all(system_services)
             sec = await security.build(cfg.security, data_dir=data_dir, store=store, registry=registry,
-                                       admin_token=token)
+                                       admin_token=token, admission=admission)
             for name, task in sec.tasks:
                 await nursery.start(_supervised(name, task))
             api = APIServer(store, registry, sec.authenticator, sec.authorizer, admission,

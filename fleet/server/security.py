@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleet.admission import AdmissionChain
 from fleet.api.registry import Registry
 from fleet.auth import (
     ADMIN,
@@ -94,8 +95,9 @@ def parse_authorization_mode(mode: str) -> list[str]:
 
 
 async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: Registry,
-                admin_token: str) -> Security:
-    """Assemble the authenticators and authorizers `cfg` asks for."""
+                admin_token: str, admission: AdmissionChain | None = None) -> Security:
+    """Assemble the authenticators and authorizers `cfg` asks for.  `admission` is the
+    server's chain, for the requests security's own handlers serve (TokenRequests)."""
     authenticators: list[Authenticator] = [TokenAuthenticator({admin_token: ADMIN})]
     handlers: dict[tuple[str, str, str, str], Any] = {}
     tasks: list[tuple[str, Callable[..., Awaitable[None]]]] = []
@@ -116,7 +118,8 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
         tasks.append(("oidc-keys", oidc.run))
     token_api = TokenAPI(TokenIssuer(sa_keys, sa_cfg.issuers[0]), get, None, api_audiences=sa_cfg.audiences,
                          max_expiration_seconds=sa_cfg.max_token_expiration,
-                         extend_expiration=sa_cfg.extend_token_expiration, jwks_uri=sa_cfg.jwks_uri)
+                         extend_expiration=sa_cfg.extend_token_expiration, jwks_uri=sa_cfg.jwks_uri,
+                         admission=admission)
     handlers.update(token_api.handlers())
     paths.update(token_api.paths())
 

@@ -22,14 +22,17 @@ kube-apiserver's Status objects with its messages.
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from fleet.admission import AdmissionChain
 from fleet.api import errors, meta
 from fleet.api import validation as v
 from fleet.auth import (
+    Attributes,
     AuthenticationError,
     Credentials,
     UnionAuthenticator,
@@ -45,7 +48,7 @@ from fleet.auth.serviceaccount import (
     TokenIssuer,
 )
 from fleet.server.http import Req, Resp
-from fleet.server.request_params import decode_body, warning_headers
+from fleet.server.request_params import decode_body, is_dry_run, warning_headers
 from fleet.server.routes import Route
 
 AUTHN_GROUP = "authentication.k8s.io"
@@ -57,9 +60,6 @@ OPENID_CONFIGURATION_PATH = "/.well-known/openid-configuration"
 JWKS_PATH = "/openid/v1/jwks"
 
 Handler = Callable[[Req, Route, str, UserInfo, Any], Awaitable[Resp]]
-# A validating admission step for TokenRequests (NodeRestriction): (user, namespace,
-# serviceaccount name, the TokenRequest, the bound pod or None); raises an APIError to refuse.
-TokenRequestCheck = Callable[[UserInfo, str, str, dict[str, Any], dict[str, Any] | None], Awaitable[None]]
 
 
 def user_info_json(user: UserInfo) -> dict[str, Any]:
@@ -149,7 +149,7 @@ class TokenAPI:
 
     def __init__(self, issuer: TokenIssuer, get: ObjectGetter, authenticator: UnionAuthenticator | None, *,
                  api_audiences: Sequence[str], max_expiration_seconds: int = 0,
-                 extend_expiration: bool = True, jwks_uri: str = "",
+                 extend_expiration: bool = True, jwks_uri: str = "", admission: AdmissionChain | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.issuer = issuer
         self.get = get
@@ -159,9 +159,9 @@ class TokenAPI:
         self.extend_expiration = extend_expiration
         self.jwks_uri = jwks_uri or issuer.issuer.rstrip("/") + JWKS_PATH
         self.clock = clock
-        # Validating admission of TokenRequests (kube-apiserver's createValidation: the
-        # NodeRestriction plugin); the server's assembly appends them.
-        self.checks: list[TokenRequestCheck] = []
+        # The server's admission chain: its validating half judges each TokenRequest
+        # (kube-apiserver's createValidation; NodeRestriction limits what a node may ask).
+        self.admission = admission
 
     def handlers(self) -> dict[tuple[str, str, str, str], Handler]:
         return {
@@ -214,9 +214,11 @@ class TokenAPI:
                                     "may not specify a duration larger than 2^32 seconds"))
         if causes:
             raise errors.Invalid.for_object("TokenRequest", AUTHN_GROUP, "", causes)
-        binding, pod = await self._binding(spec.get("boundObjectRef"), namespace, name)
-        for check in self.checks:
-            await check(user, namespace, name, tr, pod)
+        if self.admission is not None:
+            attrs = Attributes("create", "", "v1", "serviceaccounts", "token", namespace, name,
+                               dry_run=is_dry_run(req))
+            await self.admission.validate(attrs, user, copy.deepcopy(tr), None)
+        binding = await self._binding(spec.get("boundObjectRef"), namespace, name)
         warnings = []
         if self.max_expiration_seconds > 0 and exp > self.max_expiration_seconds:
             warnings.append(f"requested expiration of {exp} seconds shortened to "
@@ -232,9 +234,9 @@ class TokenAPI:
         tr["status"] = {"token": token, "expirationTimestamp": meta.format_time(int(now) + exp)}
         return Resp.json(201, tr, warning_headers(warnings) if warnings else None)
 
-    async def _binding(self, ref: Any, namespace: str, sa_name: str) -> tuple[Binding, dict[str, Any] | None]:
+    async def _binding(self, ref: Any, namespace: str, sa_name: str) -> Binding:
         if ref is None:
-            return Binding(), None
+            return Binding()
         if not isinstance(ref, dict):
             raise errors.BadRequest("spec.boundObjectRef: expected an object")
         kind, api_version = str(ref.get("kind") or ""), str(ref.get("apiVersion") or "")
@@ -246,9 +248,8 @@ class TokenAPI:
         obj = await self.get(plural, "" if kind == "Node" else namespace, name)
         if obj is None:
             raise errors.NotFound(f'{plural} "{name}" not found', name=name, kind=plural)
-        binding, pod = Binding(), None
+        binding = Binding()
         if kind == "Pod":
-            pod = obj
             if (obj.get("spec") or {}).get("serviceAccountName") != sa_name:
                 raise errors.BadRequest(f'cannot bind token for serviceaccount "{sa_name}" to pod running '
                                         "with different serviceaccount name.")
@@ -268,7 +269,7 @@ class TokenAPI:
                 f'Operation cannot be fulfilled on {kind} "{name}": the UID in the bound object reference '
                 f"({want_uid}) does not match the UID in record. The object might have been deleted and then "
                 "recreated", name=name, kind=kind)
-        return binding, pod
+        return binding
 
     # ------------------------------------------------------------ reviews
 

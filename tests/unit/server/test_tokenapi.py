@@ -14,6 +14,7 @@ from typing import Any
 import jwt
 import pytest
 
+from fleet.api import errors
 from fleet.server import security
 from fleet.server.security import SecurityConfig
 from fleet.testing.apiserver import TOKEN, InProcessAPI, open_api
@@ -236,3 +237,36 @@ async def test_discovery_lists_the_token_apis(api: InProcessAPI) -> None:
     _, authn = await api.json("GET", "/apis/authentication.k8s.io/v1")
     assert {(r["name"], r["kind"], tuple(r["verbs"])) for r in authn["resources"]} == {
         ("tokenreviews", "TokenReview", ("create",)), ("selfsubjectreviews", "SelfSubjectReview", ("create",))}
+
+
+async def test_token_requests_go_through_validating_admission(tmp_path: Path) -> None:
+    seen: list[tuple[Any, str, dict[str, Any]]] = []
+
+    class NoTokensForRobots:
+        name = "NoTokensForRobots"
+
+        async def validate(self, attrs: Any, user: Any, obj: Any, old: Any) -> None:
+            if attrs.subresource != "token":
+                return
+            seen.append((attrs, user.name, obj))
+            if attrs.name == "robot":
+                raise errors.Forbidden('serviceaccounts "robot" is forbidden: no tokens for robots')
+
+    async with open_api(tmp_path, namespace_controller=False) as api:
+        api.server.admission.validating.append(NoTokensForRobots())
+        sec = await security.build(SecurityConfig(), data_dir=tmp_path, store=api.store,
+                                   registry=api.server.registry, admin_token=TOKEN, admission=api.server.admission)
+        api.server.authenticator = sec.authenticator
+        api.server.resource_handlers.update(sec.handlers)
+        await service_account(api)
+        await service_account(api, "human")
+        status, body = await api.json("POST", TOKEN_PATH, token_request())
+        assert (status, body["message"]) == (403, 'serviceaccounts "robot" is forbidden: no tokens for robots')
+        status, _ = await api.json("POST", "/api/v1/namespaces/default/serviceaccounts/human/token",
+                                   token_request(audiences=["a"]))
+        assert status == 201
+    attrs, username, obj = seen[-1]
+    assert (attrs.verb, attrs.resource, attrs.subresource, attrs.namespace, attrs.name) == (
+        "create", "serviceaccounts", "token", "default", "human")
+    assert username == "system:admin"
+    assert obj["kind"] == "TokenRequest" and obj["spec"]["audiences"] == ["a"] and obj["status"] == {}
