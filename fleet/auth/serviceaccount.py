@@ -16,7 +16,8 @@ This module owns:
   still accepted for verification after a rotation (`<data-dir>/tls/sa.pub`, PEM
   public keys, kube-apiserver's `--service-account-key-file`).  Key IDs are
   kube-apiserver's: base64url(SHA-256(PKIX DER of the public key)).  `rotate_signing_key`
-  keeps the old public key for verification and makes a new signing key.
+  keeps the old public key for verification and makes a new signing key; `KeyFiles`
+  reloads the keys in place when those files change (no restart needed).
 * `TokenIssuer.issue(...)`: a bound token (TokenRequest's `token.Claims`).
 * `ServiceAccountTokenAuthenticator`: kube-apiserver's jwtTokenAuthenticator + the
   bound-token validator — a bearer token whose (unverified) `iss` is not ours is
@@ -36,6 +37,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import re
 import time
 import uuid
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import jwt
+import trio
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
@@ -59,6 +62,8 @@ from fleet.auth import (
 )
 from fleet.auth.pki import write_private
 from fleet.store import KeyNotFound, Store
+
+log = logging.getLogger(__name__)
 
 DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # go-jose's jwt.DefaultLeeway: clock skew tolerated on exp/nbf/iat and on deletions.
@@ -230,6 +235,57 @@ def rotate_signing_key(tls_dir: Path, *, keep: int = 1) -> SigningKeys:
     write_private(tls_dir / "sa.pub", b"".join(_public_pem(k) for k in previous))
     write_private(tls_dir / "sa.key", _private_pem(new_signing_key()))
     return load_or_create_keys(tls_dir)
+
+
+class KeyFiles:
+    """Where `SigningKeys` come from, reloaded in place when the files change (a
+    `rotate_signing_key` by `fleet` on the same data dir takes effect without a restart)."""
+
+    def __init__(self, keys: SigningKeys, tls_dir: Path, *, signing_key_file: Path | None = None,
+                 extra_key_files: Sequence[Path] = ()) -> None:
+        self.keys = keys
+        self.tls_dir = tls_dir
+        self.signing_key_file = signing_key_file
+        self.extra_key_files = list(extra_key_files)
+        self._stamp = self.stamp()
+
+    def files(self) -> list[Path]:
+        return [self.signing_key_file or self.tls_dir / "sa.key", self.tls_dir / "sa.pub", *self.extra_key_files]
+
+    def stamp(self) -> tuple[tuple[str, int, int], ...]:
+        out = []
+        for f in self.files():
+            try:
+                st = f.stat()
+                out.append((str(f), st.st_mtime_ns, st.st_size))
+            except FileNotFoundError:
+                out.append((str(f), 0, 0))
+        return tuple(out)
+
+    def reload_if_changed(self) -> bool:
+        """Reload when a key file changed; True if the keys were replaced.  A file
+        caught half-written (or a bad key) keeps the keys in use, and is retried."""
+        stamp = self.stamp()
+        if stamp == self._stamp:
+            return False
+        try:
+            fresh = load_or_create_keys(self.tls_dir, signing_key_file=self.signing_key_file,
+                                        extra_key_files=self.extra_key_files)
+        except (ValueError, OSError) as e:
+            log.warning("service account keys: reload failed, keeping the keys in use: %s", e)
+            return False
+        self._stamp = stamp
+        self.keys.signing, self.keys.verifying = fresh.signing, fresh.verifying
+        log.info("service account keys reloaded: signing key %s, %d verification key(s)",
+                 self.keys.kid, len(self.keys.verifying))
+        return True
+
+    async def run(self, *, interval: float = 10.0,
+                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(interval)
+            self.reload_if_changed()
 
 
 # ---------------------------------------------------------------- issuing

@@ -35,6 +35,7 @@ from fleet.auth import (
 )
 from fleet.auth.oidc import OIDCAuthenticator, OIDCConfig
 from fleet.auth.serviceaccount import (
+    KeyFiles,
     ServiceAccountConfig,
     ServiceAccountTokenAuthenticator,
     TokenIssuer,
@@ -109,6 +110,9 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
     sa_cfg = cfg.service_accounts
     sa_keys = load_or_create_keys(data_dir / "tls", signing_key_file=sa_cfg.signing_key_file,
                                   extra_key_files=sa_cfg.key_files)
+    key_files = KeyFiles(sa_keys, data_dir / "tls", signing_key_file=sa_cfg.signing_key_file,
+                         extra_key_files=sa_cfg.key_files)
+    tasks.append(("service-account-keys", key_files.run))
     get = store_getter(store)
     authenticators.append(ServiceAccountTokenAuthenticator(sa_keys, get, issuers=sa_cfg.issuers,
                                                            api_audiences=sa_cfg.audiences))

@@ -20,6 +20,7 @@ from fleet.auth.serviceaccount import (
     POD_NAME_KEY,
     POD_UID_KEY,
     Binding,
+    KeyFiles,
     ObjectRef,
     ServiceAccountTokenAuthenticator,
     TokenIssuer,
@@ -267,3 +268,26 @@ async def test_ec_signing_key_and_extra_verification_keys(tmp_path: Path) -> Non
                                 expiration_seconds=600)
         assert await auth.authenticate(bearer(token))
     assert keys.jwks()["keys"][0]["kty"] == "EC" and keys.jwks()["keys"][0]["crv"] == "P-256"
+
+
+async def test_running_server_picks_up_a_rotation_without_restart(tmp_path: Path) -> None:
+    tls = tmp_path / "tls"
+    objs = Objects()
+    sa = objs.add("serviceaccounts", "ns1", "robot")
+    keys = load_or_create_keys(tls)
+    files = KeyFiles(keys, tls)
+    issuer, auth = TokenIssuer(keys, ISS), ServiceAccountTokenAuthenticator(keys, objs.get, issuers=[ISS])
+    old_kid = keys.kid
+    old_token, _ = issuer.issue(namespace="ns1", sa_name="robot", sa_uid=uid(sa), audiences=[ISS],
+                                expiration_seconds=600)
+    assert files.reload_if_changed() is False
+    rotated = rotate_signing_key(tls)
+    assert files.reload_if_changed() is True
+    assert keys.kid == rotated.kid != old_kid
+    new_token, _ = issuer.issue(namespace="ns1", sa_name="robot", sa_uid=uid(sa), audiences=[ISS],
+                                expiration_seconds=600)
+    assert jwt.get_unverified_header(new_token)["kid"] == rotated.kid
+    assert await auth.authenticate(bearer(old_token)) and await auth.authenticate(bearer(new_token))
+    # A broken key file keeps the keys in use.
+    (tls / "sa.key").write_text("-----BEGIN PRIVATE KEY-----\ngarbage\n-----END PRIVATE KEY-----\n")
+    assert files.reload_if_changed() is False and keys.kid == rotated.kid

@@ -270,3 +270,24 @@ async def test_token_requests_go_through_validating_admission(tmp_path: Path) ->
         "create", "serviceaccounts", "token", "default", "human")
     assert username == "system:admin"
     assert obj["kind"] == "TokenRequest" and obj["spec"]["audiences"] == ["a"] and obj["status"] == {}
+
+
+async def test_secret_and_node_bound_token_requests(api: InProcessAPI) -> None:
+    await service_account(api)
+    secret = await make(api, "/api/v1/namespaces/default/secrets",
+                        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s1"}})
+    node = await make(api, "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    for ref, obj, path in (({"kind": "Secret", "apiVersion": "v1", "name": "s1"}, secret,
+                            "/api/v1/namespaces/default/secrets/s1"),
+                           ({"kind": "Node", "apiVersion": "v1", "name": "n1"}, node, "/api/v1/nodes/n1")):
+        status, tr = await api.json("POST", TOKEN_PATH, token_request(boundObjectRef=ref))
+        assert status == 201, tr
+        token = tr["status"]["token"]
+        bound = jwt.decode(token, options={"verify_signature": False})["kubernetes.io"][ref["kind"].lower()]
+        assert bound == {"name": ref["name"], "uid": obj["metadata"]["uid"]}
+        status, _ = await api.json("GET", "/api/v1/namespaces", token=token)
+        assert status == 200
+        status, _ = await api.json("DELETE", path)
+        assert status == 200
+        status, _ = await api.json("GET", "/api/v1/namespaces", token=token)
+        assert status == 401
