@@ -14,7 +14,7 @@ from typing import Any
 import jwt
 import pytest
 
-from fleet.api import errors
+from fleet.api import errors, protobuf
 from fleet.server import security
 from fleet.server.security import SecurityConfig
 from fleet.testing.apiserver import TOKEN, InProcessAPI, open_api
@@ -291,3 +291,17 @@ async def test_secret_and_node_bound_token_requests(api: InProcessAPI) -> None:
         assert status == 200
         status, _ = await api.json("GET", "/api/v1/namespaces", token=token)
         assert status == 401
+
+
+def test_kubectl_protobuf_bodies_decode_as_their_json() -> None:
+    assert protobuf.decode_body(KUBECTL_CREATE_TOKEN) == {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "metadata": {}, "spec": {},
+        "status": {}}
+    assert protobuf.decode_body(KUBECTL_CREATE_TOKEN_BOUND) == {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "metadata": {},
+        "spec": {"audiences": ["a1", "a2"], "expirationSeconds": 1200,
+                 "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p1", "uid": "u-1"}},
+        "status": {}}
+    assert protobuf.decode_body(KUBECTL_WHOAMI) == {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview", "metadata": {},
+        "status": {"userInfo": {}}}
