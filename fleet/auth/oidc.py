@@ -189,9 +189,10 @@ class OIDCKeys:
         return list(self.keys.values())
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Fetch now (a provider that is down is retried, never fatal) and keep refreshing."""
-        await self.refresh(force=True)
+        """Fetch now (a provider that is down is retried, never fatal: the server does not
+        wait for it, and a token arriving meanwhile waits for this fetch) and keep refreshing."""
         task_status.started()
+        await self.refresh(force=True)
         while True:
             await trio.sleep(self.cfg.refresh_interval if self.loaded else max(self.cfg.min_refresh_interval, 1.0))
             await self.refresh(force=True)
