@@ -208,7 +208,7 @@ def load_or_create_keys(tls_dir: Path, *, signing_key_file: Path | None = None,
     its public key, the previous ones kept in `tls/sa.pub`, and `extra_key_files`."""
     tls_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = signing_key_file or tls_dir / "sa.key"
-    if path.exists():
+    if path.exists() or signing_key_file is not None:  # a key file named by a flag must exist
         signing = _load_private(path.read_bytes())
     else:
         signing = new_signing_key()

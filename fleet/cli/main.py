@@ -534,6 +534,9 @@ def _token_flags(sec: SecurityConfig, issuers: list[str] | None, audiences: list
     if audiences:
         sa.api_audiences = [a for arg in audiences for a in arg.split(",") if a.strip()]
     sa.signing_key_file, sa.key_files = signing_key, list(key_files or [])
+    for f in [signing_key, *sa.key_files]:
+        if f is not None and not f.is_file():
+            sys.exit(f"fleet server: {f}: no such key file")
     if max_expiration < 0:
         sys.exit("fleet server: --service-account-max-token-expiration must not be negative")
     if 0 < max_expiration < 3600:
