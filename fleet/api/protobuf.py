@@ -1592,6 +1592,38 @@ SCHEMA: Final[dict[str, Message]] = {
         4: ("resourceNames", STR, None, REP),
     },
     "authorization.v1.NonResourceRule": {1: ("verbs", STR, None, REP), 2: ("nonResourceURLs", STR, None, REP)},
+    # authentication.k8s.io/v1: what `kubectl create token` and `kubectl auth whoami` send.
+    # UserInfo.extra (4, map<string, ExtraValue>) is left out: clients never send it.
+    "authentication.v1.BoundObjectReference": {
+        1: ("kind", STR, None, 0), 2: ("apiVersion", STR, None, 0), 3: ("name", STR, None, 0),
+        4: ("uid", STR, None, 0),
+    },
+    "authentication.v1.TokenRequest": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0), 2: ("spec", MSG, "authentication.v1.TokenRequestSpec", 0),
+        3: ("status", MSG, "authentication.v1.TokenRequestStatus", 0),
+    },
+    "authentication.v1.TokenRequestSpec": {
+        1: ("audiences", STR, None, REP), 4: ("expirationSeconds", INT, None, PTR),
+        3: ("boundObjectRef", MSG, "authentication.v1.BoundObjectReference", 0),
+    },
+    "authentication.v1.TokenRequestStatus": {1: ("token", STR, None, 0), 2: ("expirationTimestamp", TIME, None, 0)},
+    "authentication.v1.TokenReview": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0), 2: ("spec", MSG, "authentication.v1.TokenReviewSpec", 0),
+        3: ("status", MSG, "authentication.v1.TokenReviewStatus", 0),
+    },
+    "authentication.v1.TokenReviewSpec": {1: ("token", STR, None, 0), 2: ("audiences", STR, None, REP)},
+    "authentication.v1.TokenReviewStatus": {
+        1: ("authenticated", BOOL, None, 0), 2: ("user", MSG, "authentication.v1.UserInfo", 0),
+        3: ("error", STR, None, 0), 4: ("audiences", STR, None, REP),
+    },
+    "authentication.v1.UserInfo": {
+        1: ("username", STR, None, 0), 2: ("uid", STR, None, 0), 3: ("groups", STR, None, REP),
+    },
+    "authentication.v1.SelfSubjectReview": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0),
+        2: ("status", MSG, "authentication.v1.SelfSubjectReviewStatus", 0),
+    },
+    "authentication.v1.SelfSubjectReviewStatus": {1: ("userInfo", MSG, "authentication.v1.UserInfo", 0)},
 }
 
 KINDS: Final[dict[tuple[str, str], str]] = {
@@ -1634,4 +1666,7 @@ KINDS: Final[dict[tuple[str, str], str]] = {
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): "authorization.v1.SelfSubjectAccessReview",
     ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): "authorization.v1.SubjectAccessReview",
     ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): "authorization.v1.SelfSubjectRulesReview",
+    ("authentication.k8s.io/v1", "TokenRequest"): "authentication.v1.TokenRequest",
+    ("authentication.k8s.io/v1", "TokenReview"): "authentication.v1.TokenReview",
+    ("authentication.k8s.io/v1", "SelfSubjectReview"): "authentication.v1.SelfSubjectReview",
 }

@@ -19,6 +19,7 @@ from fleet import __version__
 if TYPE_CHECKING:
     from fleet.agent.config import AgentConfig
     from fleet.runtime.images.mirrors import RegistriesConfig
+    from fleet.server.security import SecurityConfig
 
 app = cyclopts.App(name="fleet", help="Fleet: a Kubernetes-class orchestrator in one program.",
                    version=__version__)
@@ -135,7 +136,42 @@ def server(
         negative=())] = False,
     authorization_mode: Annotated[str, cyclopts.Parameter(
         help="Authorizers in order, comma-separated: Node, RBAC; or AlwaysAllow alone "
-             "(development only: every authenticated request is allowed).")] = "RBAC",
+             "(development only: every authenticated request is allowed).")] = "Node,RBAC",
+    service_account_issuer: Annotated[list[str] | None, cyclopts.Parameter(
+        help="Issuer (iss) of ServiceAccount tokens (repeatable: the first issues, all are "
+             "accepted; default https://kubernetes.default.svc.cluster.local).")] = None,
+    api_audiences: Annotated[list[str] | None, cyclopts.Parameter(
+        help="Audiences a token must be meant for to reach the API (repeatable or "
+             "comma-separated; default: the issuer).")] = None,
+    service_account_signing_key_file: Annotated[Path | None, cyclopts.Parameter(
+        help="PEM private key (RSA or EC) ServiceAccount tokens are signed with "
+             "(default DATA_DIR/tls/sa.key, made at first start).")] = None,
+    service_account_key_file: Annotated[list[Path] | None, cyclopts.Parameter(
+        help="PEM public keys that also verify ServiceAccount tokens (repeatable).")] = None,
+    service_account_max_token_expiration: Annotated[int, cyclopts.Parameter(
+        help="Longest validity (seconds) of a requested ServiceAccount token; longer "
+             "requests are shortened (0: no maximum).")] = 0,
+    service_account_extend_token_expiration: Annotated[bool, cyclopts.Parameter(
+        help="Pod-bound tokens asking for 3607 s stay valid a year, with a warnafter claim.")] = True,
+    service_account_jwks_uri: Annotated[str, cyclopts.Parameter(
+        help="jwks_uri of the issuer's discovery document (default ISSUER/openid/v1/jwks).")] = "",
+    oidc_issuer_url: Annotated[str, cyclopts.Parameter(
+        help="https URL of an OpenID Connect provider whose ID tokens authenticate users.")] = "",
+    oidc_client_id: Annotated[str, cyclopts.Parameter(
+        help="Client ID ID tokens must be issued for (their aud).")] = "",
+    oidc_username_claim: Annotated[str, cyclopts.Parameter(
+        help="Claim used as the user name.")] = "sub",
+    oidc_username_prefix: Annotated[str | None, cyclopts.Parameter(
+        help="Prefix of OIDC user names ('-': none; default ISSUER# unless the claim is email).")] = None,
+    oidc_groups_claim: Annotated[str, cyclopts.Parameter(
+        help="Claim (string or list of strings) with the user's groups.")] = "",
+    oidc_groups_prefix: Annotated[str, cyclopts.Parameter(help="Prefix of OIDC group names.")] = "",
+    oidc_ca_file: Annotated[str, cyclopts.Parameter(
+        help="CA bundle that verifies the OIDC provider (default: the system roots).")] = "",
+    oidc_required_claim: Annotated[list[str] | None, cyclopts.Parameter(
+        help="key=value a claim of every ID token must have (repeatable).")] = None,
+    oidc_signing_algs: Annotated[str, cyclopts.Parameter(
+        help="Signing algorithms ID tokens may use, comma-separated.")] = "RS256",
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -161,6 +197,24 @@ def server(
     except ValueError as e:
         sys.exit(f"fleet server: {e}")
     cfg.security.anonymous, cfg.security.authorization_mode = anonymous_auth, authorization_mode
+    _token_flags(cfg.security, service_account_issuer, api_audiences, service_account_signing_key_file,
+                 service_account_key_file, service_account_max_token_expiration,
+                 service_account_extend_token_expiration, service_account_jwks_uri)
+    if oidc_issuer_url:
+        from fleet.auth.oidc import OIDCConfig, parse_required_claims
+
+        try:
+            oidc = OIDCConfig(issuer_url=oidc_issuer_url, client_id=oidc_client_id,
+                              username_claim=oidc_username_claim, username_prefix=oidc_username_prefix,
+                              groups_claim=oidc_groups_claim, groups_prefix=oidc_groups_prefix,
+                              ca_file=oidc_ca_file,
+                              required_claims=parse_required_claims(oidc_required_claim or []),
+                              signing_algs=tuple(a.strip() for a in oidc_signing_algs.split(",") if a.strip()))
+        except ValueError as e:
+            sys.exit(f"fleet server: {e}")
+        if problems := oidc.validate():
+            sys.exit("fleet server: " + "; ".join(problems))
+        cfg.security.oidc = oidc
     if controllers:
         from fleet.controllers.manager import default_controllers, select
 
@@ -469,6 +523,25 @@ def shim(*, bundle: Path | None = None, id: str | None = None, log: Path | None 
     from fleet.cli.shim import run_shim
 
     sys.exit(run_shim(bundle, id, log, foreground=foreground))
+
+
+def _token_flags(sec: SecurityConfig, issuers: list[str] | None, audiences: list[str] | None, signing_key: Path | None,
+                 key_files: list[Path] | None, max_expiration: int, extend: bool, jwks_uri: str) -> None:
+    """The --service-account-* and --api-audiences flags into `sec.service_accounts`."""
+    sa = sec.service_accounts
+    if issuers:
+        sa.issuers = [i for arg in issuers for i in arg.split(",") if i.strip()]
+    if audiences:
+        sa.api_audiences = [a for arg in audiences for a in arg.split(",") if a.strip()]
+    sa.signing_key_file, sa.key_files = signing_key, list(key_files or [])
+    for f in [signing_key, *sa.key_files]:
+        if f is not None and not f.is_file():
+            sys.exit(f"fleet server: {f}: no such key file")
+    if max_expiration < 0:
+        sys.exit("fleet server: --service-account-max-token-expiration must not be negative")
+    if 0 < max_expiration < 3600:
+        sys.exit("fleet server: --service-account-max-token-expiration must be at least 3600 (1h)")
+    sa.max_token_expiration, sa.extend_token_expiration, sa.jwks_uri = max_expiration, extend, jwks_uri
 
 
 def _registries(path: Path | None, data_dir: Path, disable_default: bool,

@@ -143,6 +143,9 @@ class APIServer:
         }
         for m in registry.in_group_version("metrics.k8s.io", "v1beta1"):
             self.resource_handlers[(m.group, m.version, m.plural, "")] = self._metrics
+        # Non-resource paths served by a handler (the ServiceAccount issuer's
+        # /.well-known/openid-configuration and /openid/v1/jwks): path -> async fn(req).
+        self.path_handlers: dict[str, Any] = {}
         self.ready = True
 
     async def handle(self, req: Req) -> tuple[Resp, str, str]:
@@ -218,8 +221,14 @@ class APIServer:
             return Resp(200 if ok else 503, b"ok" if ok else b"not ready", "text/plain"), "get", "health"
         if segs == ["version"]:
             return Resp.json(200, version_info()), "get", "version"
+        path_handler = self.path_handlers.get("/" + "/".join(segs)) if segs else None
+        if path_handler is not None:
+            if method not in ("GET", "HEAD"):
+                raise errors.MethodNotAllowed(f"method {method} is not supported")
+            return await path_handler(req), "get", "/" + "/".join(segs)
         if not segs:
             paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version", "/openapi/v3"]
+            paths += list(self.path_handlers)
             paths += [f"/apis/{g}/{v}" for g, vs in self.registry.group_versions().items() if g for v in vs]
             return Resp.json(200, {"paths": sorted(paths)}), "get", "root"
         if segs and segs[0] == "openapi":

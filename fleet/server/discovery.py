@@ -28,6 +28,7 @@ SUBRESOURCE_KINDS: dict[str, tuple[str, str, str]] = {
     "scale": ("autoscaling", "v1", "Scale"),
     "eviction": ("policy", "v1", "Eviction"),
     "drain": (DRAIN_KIND["group"], DRAIN_KIND["version"], DRAIN_KIND["kind"]),
+    "token": ("authentication.k8s.io", "v1", "TokenRequest"),
 }
 
 

@@ -82,5 +82,6 @@ SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
     "eviction": ("create",),
     "drain": ("create", "get"),
     "schedulable": ("create",),
+    "token": ("create",),  # serviceaccounts/{name}/token: a TokenRequest (fleet/server/tokenapi.py)
 }
 SUPPORTED_SUBRESOURCES = frozenset(SUBRESOURCE_VERBS)

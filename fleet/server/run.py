@@ -316,7 +316,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                                    or cfg.address)))
             await systemsvc.ensure_all(system_services)
             sec = await security.build(cfg.security, data_dir=data_dir, store=store, registry=registry,
-                                       admin_token=token)
+                                       admin_token=token, admission=admission)
             for name, task in sec.tasks:
                 await nursery.start(_supervised(name, task))
             # Security's validating plugins (RBAC escalation prevention) run first.
@@ -325,6 +325,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                             rest, metrics, watches, f"{host}:{cfg.port}", agent_token=token,
                             anonymous=cfg.security.anonymous)
             api.resource_handlers.update(sec.handlers)
+            api.path_handlers.update(sec.paths)
             # Server-side drains (nodes/{name}/drain): resumes the ones a restart interrupted.
             await nursery.start(_supervised("maintenance", api.maintenance.run))
             # metrics.k8s.io: scrape the agents every metric_resolution seconds.

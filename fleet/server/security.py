@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from fleet.admission import AdmissionChain
 from fleet.api.registry import Registry
 from fleet.auth import (
     ADMIN,
@@ -33,8 +34,18 @@ from fleet.auth import (
     UnionAuthenticator,
     UnionAuthorizer,
 )
+from fleet.auth.oidc import OIDCAuthenticator, OIDCConfig
 from fleet.auth.reviews import AllowAllRules, UnionRuleResolver, resolvers_of
 from fleet.auth.reviews import handlers as review_handlers
+from fleet.auth.serviceaccount import (
+    KeyFiles,
+    ServiceAccountConfig,
+    ServiceAccountTokenAuthenticator,
+    TokenIssuer,
+    load_or_create_keys,
+    store_getter,
+)
+from fleet.server.tokenapi import TokenAPI
 from fleet.store import Store
 
 AUTHORIZATION_MODES = ("AlwaysAllow", "Node", "RBAC")
@@ -48,7 +59,11 @@ class SecurityConfig:
     # lets them read only /healthz, /livez, /readyz and /version) instead of a 401.
     anonymous: bool = False
     # --authorization-mode: "AlwaysAllow", or authorizers in order ("Node,RBAC").
-    authorization_mode: str = "RBAC"
+    authorization_mode: str = "Node,RBAC"
+    # ServiceAccount tokens (--service-account-*, --api-audiences) and OIDC users (--oidc-*;
+    # None: no OIDC provider).
+    service_accounts: ServiceAccountConfig = field(default_factory=ServiceAccountConfig)
+    oidc: OIDCConfig | None = None
 
 
 @dataclass
@@ -69,6 +84,9 @@ class Security:
     validating_admission: list[Any] = field(default_factory=list)
     # The RBAC authorizer when RBAC is on: also the rule resolver (SelfSubjectRulesReview).
     rbac: Any = None
+    # Non-resource paths served by a handler, for APIServer.path_handlers: path ->
+    # async fn(req) -> Resp (the ServiceAccount issuer's OIDC discovery and JWKS).
+    paths: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_authorization_mode(mode: str) -> list[str]:
@@ -86,12 +104,40 @@ def parse_authorization_mode(mode: str) -> list[str]:
 
 
 async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: Registry,
-                admin_token: str) -> Security:
-    """Assemble the authenticators and authorizers `cfg` asks for."""
+                admin_token: str, admission: AdmissionChain | None = None) -> Security:
+    """Assemble the authenticators and authorizers `cfg` asks for.  `admission` is the
+    server's chain, for the requests security's own handlers serve (TokenRequests)."""
     authenticators: list[Authenticator] = [TokenAuthenticator({admin_token: ADMIN})]
+    handlers: dict[tuple[str, str, str, str], Any] = {}
+    tasks: list[tuple[str, Callable[..., Awaitable[None]]]] = []
+    paths: dict[str, Any] = {}
+
+    # ServiceAccount tokens, OIDC ID tokens; TokenRequest, TokenReview, SelfSubjectReview,
+    # the issuer's OIDC discovery (fleet/auth/serviceaccount.py, fleet/auth/oidc.py,
+    # fleet/server/tokenapi.py).
+    sa_cfg = cfg.service_accounts
+    sa_keys = load_or_create_keys(data_dir / "tls", signing_key_file=sa_cfg.signing_key_file,
+                                  extra_key_files=sa_cfg.key_files)
+    key_files = KeyFiles(sa_keys, data_dir / "tls", signing_key_file=sa_cfg.signing_key_file,
+                         extra_key_files=sa_cfg.key_files)
+    tasks.append(("service-account-keys", key_files.run))
+    get = store_getter(store)
+    authenticators.append(ServiceAccountTokenAuthenticator(sa_keys, get, issuers=sa_cfg.issuers,
+                                                           api_audiences=sa_cfg.audiences))
+    if cfg.oidc is not None:
+        oidc = OIDCAuthenticator(cfg.oidc)
+        authenticators.append(oidc)
+        tasks.append(("oidc-keys", oidc.run))
+    token_api = TokenAPI(TokenIssuer(sa_keys, sa_cfg.issuers[0]), get, None, api_audiences=sa_cfg.audiences,
+                         max_expiration_seconds=sa_cfg.max_token_expiration,
+                         extend_expiration=sa_cfg.extend_token_expiration, jwks_uri=sa_cfg.jwks_uri,
+                         admission=admission)
+    handlers.update(token_api.handlers())
+    paths.update(token_api.paths())
+
     modes = parse_authorization_mode(cfg.authorization_mode)
     authorizers: list[Authorizer] = []
-    sec = Security(UnionAuthenticator(*authenticators), UnionAuthorizer())
+    sec = Security(UnionAuthenticator(), UnionAuthorizer(), handlers, tasks, paths=paths)
     if modes == ["AlwaysAllow"]:
         authorizers.append(AllowAll())
     else:
@@ -109,6 +155,9 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
     # system:masters user the `*` rules.
     resolvers = [AllowAllRules()] if modes == ["AlwaysAllow"] else resolvers_of(authorizers)
     sec.handlers.update(review_handlers(sec.authorizer, UnionRuleResolver(*resolvers)))
+
+    sec.authenticator.authenticators = authenticators
+    token_api.authenticator = sec.authenticator  # a TokenReview asks every authenticator
     return sec
 
 

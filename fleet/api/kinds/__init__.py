@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fleet.api.kinds import (
     apps,
+    authentication,
     authorization,
     autoscaling,
     batch,
@@ -58,6 +59,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *metrics.KINDS,
     *rbac.KINDS,
     events.EVENTS_EVENT,
+    *authentication.KINDS,
 )
 
 

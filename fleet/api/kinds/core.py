@@ -735,6 +735,8 @@ def validate_service_account(obj: dict[str, Any], old: dict[str, Any] | None) ->
 SERVICE_ACCOUNT = KindInfo(
     group="", version="v1", kind="ServiceAccount", plural="serviceaccounts", singular="serviceaccount",
     short_names=("sa",),
+    # serviceaccounts/token: the TokenRequest API (fleet/server/tokenapi.py).
+    subresources=("token",),
     columns=(col("Secrets", lambda o: len(lst(o, "secrets")), description="Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use."),),
     validate=validate_service_account,
 )
