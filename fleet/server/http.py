@@ -61,6 +61,10 @@ class Req:
     # The TLS client certificate chain (DER, leaf first), unverified: the x509
     # authenticator decides (fleet/auth); () on a request without one.
     peer_certs: tuple[bytes, ...] = ()
+    # The client's address ("host:port") and the request target as sent (path, still
+    # percent-encoded, and query: Go's RequestURI), for the log and the audit trail.
+    remote: str = ""
+    request_uri: str = ""
 
     def __post_init__(self) -> None:
         if not self.segments:

@@ -319,7 +319,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                 await nursery.start(_supervised(name, task))
             api = APIServer(store, registry, sec.authenticator, sec.authorizer, admission,
                             rest, metrics, watches, f"{host}:{cfg.port}", agent_token=token,
-                            anonymous=cfg.security.anonymous)
+                            anonymous=cfg.security.anonymous, audit=sec.audit)
             api.resource_handlers.update(sec.handlers)
             # Server-side drains (nodes/{name}/drain): resumes the ones a restart interrupted.
             await nursery.start(_supervised("maintenance", api.maintenance.run))

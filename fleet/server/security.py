@@ -11,7 +11,9 @@ kube-apiserver's order:
   (join) tokens, ServiceAccount tokens, OIDC ID tokens; then anonymous if enabled;
 * authorization (`--authorization-mode`, a union in order): the `system:masters`
   bypass, then Node and RBAC; or AlwaysAllow (a development server, and the
-  baseline of bench/bench_security.py).
+  baseline of bench/bench_security.py);
+* audit (`--audit-log-path`, `--audit-policy-file`; fleet/auth/audit.py): the
+  policy and the log, whose writer loop is one of `tasks`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from fleet.auth import (
     UnionAuthenticator,
     UnionAuthorizer,
 )
+from fleet.auth.audit import Auditor, auditor_from_flags
 from fleet.store import Store
 
 AUTHORIZATION_MODES = ("AlwaysAllow", "Node", "RBAC")
@@ -46,6 +49,15 @@ class SecurityConfig:
     anonymous: bool = False
     # --authorization-mode: "AlwaysAllow", or authorizers in order ("Node,RBAC").
     authorization_mode: str = "AlwaysAllow"
+    # Audit (fleet/auth/audit.py): --audit-log-path (unset: off; "-": stdout),
+    # --audit-policy-file (unset: Metadata for every request), and the rotation of the
+    # file: --audit-log-maxsize MB (0: 100), --audit-log-maxage days and
+    # --audit-log-maxbackup files (0: keep all).
+    audit_log_path: str = ""
+    audit_policy_file: str = ""
+    audit_log_maxsize: int = 0
+    audit_log_maxage: int = 0
+    audit_log_maxbackup: int = 0
 
 
 @dataclass
@@ -61,6 +73,8 @@ class Security:
     # Background loops the server runs supervised (caches fed by watches, key and
     # certificate refresh): (name, async fn taking task_status) pairs.
     tasks: list[tuple[str, Callable[..., Awaitable[None]]]] = field(default_factory=list)
+    # The audit trail (policy + log) for APIServer(audit=...); None: audit off.
+    audit: Auditor | None = None
 
 
 def parse_authorization_mode(mode: str) -> list[str]:
@@ -88,4 +102,11 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
     else:
         authorizers.append(MastersBypass())
         # Node and RBAC authorizers are added here in `modes` order.
-    return Security(UnionAuthenticator(*authenticators), UnionAuthorizer(*authorizers))
+    sec = Security(UnionAuthenticator(*authenticators), UnionAuthorizer(*authorizers))
+    # Audit: a bad policy or an unwritable log path raises here, before the API listens.
+    sec.audit = auditor_from_flags(cfg.audit_log_path, cfg.audit_policy_file,
+                                   max_size_mb=cfg.audit_log_maxsize, max_age_days=cfg.audit_log_maxage,
+                                   max_backups=cfg.audit_log_maxbackup)
+    if sec.audit is not None:
+        sec.tasks.append(("audit-log", sec.audit.sink.run))
+    return sec
