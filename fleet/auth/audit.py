@@ -229,8 +229,8 @@ def parse_policy(text: str | Mapping[str, Any]) -> Policy:
             raise PolicyError(f"failed decoding: {e}") from None
     else:
         doc = text
-    if doc is None:
-        doc = {}
+    if doc is None:  # an empty file
+        raise PolicyError("loaded illegal policy with 0 rules")
     if not isinstance(doc, Mapping):
         raise PolicyError(f"failed decoding: the policy is a {type(doc).__name__}, not an object")
     api_version, kind = doc.get("apiVersion", ""), doc.get("kind", "")
@@ -384,12 +384,8 @@ def source_ips(headers: Mapping[str, str], remote: str) -> list[str]:
     for part in headers.get("x-forwarded-for", "").split(","):
         add(part)
     add(headers.get("x-real-ip", ""))
-    if remote:
-        try:
-            ipaddress.ip_address(remote.strip("[]"))
-            add(remote)
-        except ValueError:  # "host:port" as the ASGI layer joins them ("::1:54321" for IPv6)
-            add(remote.rsplit(":", 1)[0])
+    if remote:  # "host:port" as the ASGI layer joins them ("::1:54321" for IPv6)
+        add(remote.rsplit(":", 1)[0] if ":" in remote else remote)
     return ips
 
 
@@ -498,9 +494,12 @@ class RequestAudit:
         if user is not None:
             self._emit(REQUEST_RECEIVED, None)
 
-    def refused(self, attrs: Attributes, reason: str) -> None:
-        """Authentication failed (401): the policy is asked with no user."""
-        self.annotations[AUTHN_FAILURE_ANNOTATION] = reason
+    def refused(self, attrs: Attributes, attempted: str) -> None:
+        """Authentication failed (401): the policy is asked with no user.  The
+        annotation says what was attempted (kube-apiserver's "Authentication failed,
+        attempted: bearer") and why the authenticator refused it, if it said."""
+        reason = self.annotations.get(AUTHN_FAILURE_ANNOTATION)
+        self.annotations[AUTHN_FAILURE_ANNOTATION] = f"{attempted}: {reason}" if reason else attempted
         self.authenticated(None, attrs)
 
     def decision(self, decision: Decision) -> None:
