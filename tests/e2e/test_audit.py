@@ -233,8 +233,25 @@ def test_rotation_with_a_tiny_maxsize(fleet_server_factory: ServerFactory, tmp_p
     for p in [*backups, log]:
         assert p.stat().st_size <= 1024 * 1024
         assert all(json.loads(line)["kind"] == "Event" for line in p.read_text().splitlines())
+    metrics = httpx.get(srv.metrics_url, timeout=10).text
+    (count,) = re.findall(r"^apiserver_audit_event_total (\S+)$", metrics, re.M)
+    assert float(count) >= 17
+    assert 'apiserver_audit_error_total{plugin="log"}' not in metrics  # no failure, no series
     for p in backups:
         assert re.fullmatch(r"audit-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3}\.log", p.name), p.name
+
+
+def test_nothing_lost_on_orderly_shutdown(fleet_server_factory: ServerFactory, tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    srv = fleet_server_factory.start(extra_args=["--audit-log-path", str(log)])
+    marker = uuid.uuid4().hex[:8]
+    with srv.client() as c:
+        for i in range(300):
+            assert c.get(f"/api/v1/namespaces/default/configmaps/{marker}-{i}").status_code == 404
+    assert srv.stop() == 0  # SIGTERM right after the last answer: the writer's batch is still queued
+    got = {e["objectRef"]["name"] for e in read_events(log)
+           if (e.get("objectRef") or {}).get("name", "").startswith(marker)}
+    assert got == {f"{marker}-{i}" for i in range(300)}
 
 
 def test_bad_policy_refuses_to_start(fleet_server_factory: ServerFactory, tmp_path: Path) -> None:
