@@ -488,7 +488,7 @@ class RequestAudit:
     """
 
     __slots__ = ("annotations", "attrs", "audit_id", "config", "done", "impersonated_user", "policy",
-                 "received", "request_object", "request_uri", "sink", "source_ips", "user",
+                 "received", "request_object", "request_uri", "response_started", "sink", "source_ips", "user",
                  "user_agent")
 
     def __init__(self, sink: EventSink, policy: Policy, *, request_uri: str, headers: Mapping[str, str],
@@ -507,6 +507,7 @@ class RequestAudit:
         self.annotations: dict[str, str] = {}
         self.request_object: Any = None
         self.done = False
+        self.response_started = False
 
     # -- what the request learns on its way
 
@@ -569,7 +570,25 @@ class RequestAudit:
 
     def started(self, code: int) -> None:
         """ResponseStarted: the headers of a long-running response are out."""
+        if self.response_started:
+            return
+        self.response_started = True
         self._emit(RESPONSE_STARTED, {"metadata": {}, "code": code})
+
+    def upgrade_send(self, send: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+        """An ASGI `send` for an upgrade (exec, attach, port-forward) that reports
+        ResponseStarted when the answer goes out: 101 on accepting, or the refusal's code."""
+
+        async def audited(msg: dict[str, Any]) -> None:
+            if not self.response_started:
+                kind = msg.get("type")
+                if kind in ("websocket.accept", "raw.accept"):
+                    self.started(101)
+                elif kind in ("websocket.http.response.start", "raw.response"):
+                    self.started(int(msg.get("status", 0)))
+            await send(msg)
+
+        return audited
 
     def panic(self, message: str) -> None:
         if self.done:
@@ -578,20 +597,10 @@ class RequestAudit:
         self._emit(PANIC, {"metadata": {}, "status": "Failure", "message": message,
                            "reason": "InternalError", "code": 500})
 
-    async def stream(self, code: int, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    def stream(self, code: int, body: AsyncIterator[bytes]) -> AuditedStream:
         """`body`, with ResponseStarted when the first chunk is asked for (the headers
-        have been sent) and ResponseComplete when it ends, however it ends."""
-        self.started(code)
-        try:
-            async for chunk in body:
-                yield chunk
-        finally:
-            aclose = getattr(body, "aclose", None)
-            try:
-                if aclose is not None:
-                    await aclose()
-            finally:
-                self.complete(code)
+        have been sent) and ResponseComplete when it is closed, however it ends."""
+        return AuditedStream(self, code, body)
 
     # -- the event
 
@@ -653,6 +662,37 @@ class RequestAudit:
         if a.subresource:
             ref["subresource"] = a.subresource
         return ref
+
+
+class AuditedStream:
+    """A streamed response body (watch, pods/log, a proxied stream) that reports its
+    stages.  A class, not an async generator: a generator never iterated skips its
+    `finally` on `aclose()`, and the body it wraps (an agent connection) must be
+    closed, and the request completed, whether or not a chunk was ever sent."""
+
+    def __init__(self, audit: RequestAudit, code: int, body: AsyncIterator[bytes]) -> None:
+        self.audit = audit
+        self.code = code
+        self.body = body
+        self.it = aiter(body)
+        self.started = False
+
+    def __aiter__(self) -> AuditedStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if not self.started:
+            self.started = True
+            self.audit.started(self.code)
+        return await anext(self.it)
+
+    async def aclose(self) -> None:
+        try:
+            aclose = getattr(self.body, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finally:
+            self.audit.complete(self.code)
 
 
 def _replace_attrs(a: Attributes, **kw: str) -> Attributes:

@@ -446,7 +446,7 @@ class APIServer:
             if token is not None:
                 AUDIT_CURRENT.reset(token)
         if ra is not None:
-            ra.started(101)
+            send = ra.upgrade_send(send)
         assert route.name is not None
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         offered = list(scope.get("subprotocols") or [])
@@ -518,7 +518,7 @@ class APIServer:
             if token is not None:
                 AUDIT_CURRENT.reset(token)
         if ra is not None:
-            ra.started(101)
+            send = ra.upgrade_send(send)
         offered = [p.strip() for k, v in scope["headers"] if k.lower() == b"x-stream-protocol-version"
                    for p in v.decode("latin-1").split(",") if p.strip()]
         status = await self.portforward.raw(route.namespace, route.name, offered, receive, send)

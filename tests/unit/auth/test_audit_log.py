@@ -240,6 +240,29 @@ async def test_streamed_response_started_then_complete() -> None:
     assert "responseObject" not in sink.events[-1]  # a watch's events are not logged
 
 
+async def test_stream_closed_before_its_first_chunk_still_closes_and_completes() -> None:
+    ra, sink = audit({"rules": [{"level": "Metadata"}]}, uri="/api/v1/namespaces/a/pods/p/log?follow=true")
+    ra.authenticated(ADMIN, Attributes("get", "", "v1", "pods", "log", "a", "p"))
+
+    class AgentStream:  # like proxy.LogStream: holds a connection until closed
+        closed = False
+
+        def __aiter__(self) -> AgentStream:
+            return self
+
+        async def __anext__(self) -> bytes:
+            return b"line"
+
+        async def aclose(self) -> None:
+            self.closed = True
+
+    agent = AgentStream()
+    stream = ra.stream(200, agent)
+    await stream.aclose()  # the client left before the first chunk
+    assert agent.closed
+    assert [e["stage"] for e in sink.events] == ["RequestReceived", "ResponseComplete"]
+
+
 # -- the writer ----------------------------------------------------------------------------
 
 class Clock:

@@ -131,3 +131,43 @@ async def test_internal_error_is_a_panic_event(api: InProcessAPI, tmp_path: Path
     assert resp.status == 500
     (ev,) = events(log)
     assert ev["stage"] == "Panic" and ev["responseStatus"]["code"] == 500
+
+
+@pytest.mark.parametrize(("kind", "token", "code"), [
+    ("websocket", False, 401), ("websocket", True, 404), ("raw", False, 401), ("raw", True, 404)])
+async def test_upgrades_are_audited(api: InProcessAPI, tmp_path: Path, kind: str, token: bool,
+                                    code: int) -> None:
+    from fleet.server import upgrade
+    from fleet.server.app import create_app
+
+    log = audit_on(api, tmp_path)
+    sent: list[dict[str, Any]] = []
+
+    async def send(msg: dict[str, Any]) -> None:
+        sent.append(msg)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "websocket.connect"} if kind == "websocket" else {"type": "raw.disconnect"}
+
+    sub = "exec" if kind == "websocket" else "portforward"
+    path = f"/api/v1/namespaces/default/pods/nope/{sub}"
+    headers = [(b"user-agent", b"kubectl/v1.32.4")]
+    if token:
+        headers.append((b"authorization", f"Bearer {TOKEN}".encode()))
+    scope: dict[str, Any] = {"type": "websocket" if kind == "websocket" else upgrade.SCOPE_TYPE,
+                             "method": "GET" if kind == "websocket" else "POST", "path": path,
+                             "raw_path": path.encode(), "query_string": b"command=ls",
+                             "headers": headers, "client": ("10.1.2.3", 4444),
+                             "extensions": {"websocket.http.response": {}}}
+    await create_app(api.server)(scope, receive, send)
+    evs = events(log)
+    # Refused by the relay (no such pod): its answer is the long-running request's start.
+    assert [e["stage"] for e in evs] == (["ResponseStarted", "ResponseComplete"] if token
+                                         else ["ResponseComplete"])
+    assert all(e["responseStatus"]["code"] == code for e in evs)
+    ev = evs[-1]
+    assert ev["verb"] == "create" and ev["sourceIPs"] == ["10.1.2.3"]
+    assert ev["objectRef"] == {"resource": "pods", "namespace": "default", "name": "nope",
+                               "apiVersion": "v1", "subresource": sub}
+    assert ev["requestURI"] == path + "?command=ls"
+    assert (ev["user"] == {}) is (not token)
