@@ -202,6 +202,23 @@ class APIServer:
         await self.audit.sink.wait_room()
         return resp, verb, resource
 
+    async def audit_refused(self, req: Req, resp: Resp) -> None:
+        """Audit a request answered before the pipeline (body too large, or too slow to
+        arrive) as whoever its credentials say, like any other."""
+        assert self.audit is not None
+        ra = self.audit.begin(request_uri=req.request_uri or req.path, headers=req.headers,
+                              remote=req.remote)
+        token = AUDIT_CURRENT.set(ra)
+        try:
+            ra.authenticated(await self.authenticate(req.headers, req.peer_certs, req.remote),
+                             request_attributes(req))
+        except errors.APIError:
+            ra.refused(request_attributes(req), auth_methods(req.headers, req.peer_certs, req.query))
+        finally:
+            AUDIT_CURRENT.reset(token)
+        resp.headers[AUDIT_ID_RESPONSE_HEADER] = ra.audit_id
+        ra.complete(resp.status, resp.body if isinstance(resp.body, bytes) else b"", resp.content_type)
+
     def audit_begin(self, scope: dict[str, Any], headers: dict[str, str]) -> RequestAudit | None:
         """The audit of a request served outside `handle` (WebSocket and SPDY upgrades)."""
         if self.audit is None:
@@ -593,6 +610,8 @@ class FleetASGI:
         if refused is not None:
             resp: Resp = Resp.error(refused)
             verb, resource = method.lower(), ""
+            if self.server.audit is not None:
+                await self.server.audit_refused(req, resp)
         else:
             resp, verb, resource = await self.server.handle(req)
         if body_stream is not None:

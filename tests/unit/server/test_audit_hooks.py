@@ -171,3 +171,28 @@ async def test_upgrades_are_audited(api: InProcessAPI, tmp_path: Path, kind: str
                                "apiVersion": "v1", "subresource": sub}
     assert ev["requestURI"] == path + "?command=ls"
     assert (ev["user"] == {}) is (not token)
+
+
+async def test_request_refused_before_the_pipeline_is_audited(api: InProcessAPI, tmp_path: Path) -> None:
+    from fleet.server.app import create_app
+    from fleet.server.request_params import MAX_BODY
+
+    log = audit_on(api, tmp_path)
+    sent: list[dict[str, Any]] = []
+
+    async def send(msg: dict[str, Any]) -> None:
+        sent.append(msg)
+
+    async def receive() -> dict[str, Any]:
+        raise AssertionError("a declared oversized body is refused unread")
+
+    path = "/api/v1/namespaces/default/configmaps"
+    scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "headers": [(b"authorization", f"Bearer {TOKEN}".encode()),
+                         (b"content-length", str(MAX_BODY + 1).encode())], "client": ("127.0.0.1", 1)}
+    await create_app(api.server)(scope, receive, send)
+    assert sent[0]["status"] == 413
+    (ev,) = events(log)
+    assert ev["responseStatus"]["code"] == 413 and ev["verb"] == "create"
+    assert ev["user"]["username"] == "system:admin"
+    assert (b"audit-id", ev["auditID"].encode()) in [(k.lower(), v) for k, v in sent[0]["headers"]]
