@@ -172,6 +172,18 @@ def server(
         help="key=value a claim of every ID token must have (repeatable).")] = None,
     oidc_signing_algs: Annotated[str, cyclopts.Parameter(
         help="Signing algorithms ID tokens may use, comma-separated.")] = "RS256",
+    audit_log_path: Annotated[str, cyclopts.Parameter(
+        help="Write the audit log (audit.k8s.io/v1 Events, one JSON line each) to this file; "
+             "'-' is standard output. Unset: no audit log.")] = "",
+    audit_policy_file: Annotated[str, cyclopts.Parameter(
+        help="The audit policy (audit.k8s.io/v1 Policy, YAML or JSON). Unset: every request at "
+             "the Metadata level. Secrets are never logged beyond Metadata.")] = "",
+    audit_log_maxsize: Annotated[int, cyclopts.Parameter(
+        help="Rotate the audit log when it would grow past this many megabytes (0: 100).")] = 0,
+    audit_log_maxage: Annotated[int, cyclopts.Parameter(
+        help="Remove rotated audit logs older than this many days (0: keep them).")] = 0,
+    audit_log_maxbackup: Annotated[int, cyclopts.Parameter(
+        help="Keep at most this many rotated audit logs (0: keep all).")] = 0,
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -215,6 +227,23 @@ def server(
         if problems := oidc.validate():
             sys.exit("fleet server: " + "; ".join(problems))
         cfg.security.oidc = oidc
+    from fleet.auth.audit import PolicyError, check_log_path, load_policy
+
+    if min(audit_log_maxsize, audit_log_maxage, audit_log_maxbackup) < 0:
+        sys.exit("fleet server: --audit-log-maxsize, --audit-log-maxage and --audit-log-maxbackup "
+                 "must not be negative")
+    try:
+        if audit_policy_file:
+            load_policy(audit_policy_file)
+    except PolicyError as e:
+        sys.exit(f"fleet server: --audit-policy-file: {e}")
+    try:
+        check_log_path(audit_log_path)
+    except OSError as e:
+        sys.exit(f"fleet server: --audit-log-path: {e}")
+    cfg.security.audit_log_path, cfg.security.audit_policy_file = audit_log_path, audit_policy_file
+    cfg.security.audit_log_maxsize, cfg.security.audit_log_maxage = audit_log_maxsize, audit_log_maxage
+    cfg.security.audit_log_maxbackup = audit_log_maxbackup
     if controllers:
         from fleet.controllers.manager import default_controllers, select
 

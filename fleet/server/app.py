@@ -44,6 +44,16 @@ from fleet.auth import (
     UserInfo,
     non_resource,
 )
+from fleet.auth.audit import (
+    AUDIT_ID_RESPONSE_HEADER,
+    Auditor,
+    RequestAudit,
+    auth_methods,
+    record_authentication_failure,
+    record_decision,
+    record_impersonation,
+)
+from fleet.auth.audit import CURRENT as AUDIT_CURRENT
 from fleet.auth.impersonation import (
     ImpersonationHeaderError,
     impersonate,
@@ -55,7 +65,7 @@ from fleet.server.drain import NodeMaintenance
 from fleet.server.hpa_v1 import GROUP as HPA_GROUP
 from fleet.server.hpa_v1 import PLURAL as HPA_PLURAL
 from fleet.server.hpa_v1 import AutoscalingV1
-from fleet.server.http import Req, Resp, dumps, split_raw_path
+from fleet.server.http import JSON, Req, Resp, dumps, split_raw_path
 from fleet.server.limits import DEFAULT_BODY_TIMEOUT
 from fleet.server.metrics import Metrics
 from fleet.server.openapi import OpenAPICache
@@ -73,7 +83,7 @@ from fleet.server.proxy import (
 from fleet.server.request_params import MAX_BODY
 from fleet.server.resource_metrics import ResourceMetrics
 from fleet.server.rest import ResourceAPI
-from fleet.server.routes import SUBRESOURCE_VERBS, Route
+from fleet.server.routes import SUBRESOURCE_VERBS, Route, parse_route
 from fleet.server.watch import WatchCounter, watch
 from fleet.store import Store
 
@@ -103,8 +113,13 @@ class APIServer:
                  authorizer: Authorizer, admission: AdmissionChain, resources: ResourceAPI,
                  metrics: Metrics, watches: WatchCounter, server_address: str, *,
                  agent_token: str | None = None, maintenance: NodeMaintenance | None = None,
-                 resource_metrics: ResourceMetrics | None = None, anonymous: bool = False) -> None:
+                 resource_metrics: ResourceMetrics | None = None, anonymous: bool = False,
+                 audit: Auditor | None = None) -> None:
         self.store = store
+        # The audit trail (fleet/auth/audit.py; None: off, and the hooks cost one check).
+        self.audit = audit
+        if audit is not None:
+            audit.sink.counters = metrics
         # --anonymous-auth: a request with no credentials is system:anonymous (and
         # RBAC decides what it may see) instead of a 401.
         self.anonymous = anonymous
@@ -153,24 +168,78 @@ class APIServer:
         # Labels come from the request itself, so refused requests (401, 404,
         # 409, 422, ...) are counted under the verb and resource they aimed at.
         verb, resource = request_labels(req)
+        if self.audit is not None:
+            return await self.handle_audited(req, verb, resource)
         try:
-            req.user = await self.authenticate(req.headers, req.peer_certs)
-            acting = self.impersonate(req.user, req.headers)
-            if acting is not None:
-                req.impersonator, req.user = req.user, acting
-                req.headers = without_impersonation_headers(req.headers)
+            req.user = await self.authenticate(req.headers, req.peer_certs, req.remote)
+            self.apply_impersonation(req)
             resp, verb, resource = await self.dispatch(req)
         except errors.APIError as e:
             resp = Resp.error(e)
         except ImpersonationHeaderError as e:
-            uri = req.path + (f"?{req.raw_query}" if req.raw_query else
-                              (f"?{urlencode(req.query)}" if req.query else ""))
-            resp = Resp(500, plain_text_body(uri, str(e)), "text/plain; charset=utf-8",
-                        {"X-Content-Type-Options": "nosniff"})
+            resp = impersonation_header_error(req, e)
         except Exception as e:  # never leak a traceback to the client; log it
-            log.exception("internal error on %s %s", req.method, req.path)
-            resp = Resp.error(errors.InternalError(f"Internal error occurred: {type(e).__name__}: {e}"))
+            resp = internal_error(req, e)
         return resp, verb, resource
+
+    async def handle_audited(self, req: Req, verb: str, resource: str) -> tuple[Resp, str, str]:
+        """`handle` with the audit trail: RequestReceived once authenticated (a 401 is
+        audited with no user), then ResponseComplete — around a streamed body
+        ResponseStarted and ResponseComplete, Panic for an internal error."""
+        assert self.audit is not None
+        ra = self.audit.begin(request_uri=req.request_uri or req.path, headers=req.headers,
+                              remote=req.remote)
+        token = AUDIT_CURRENT.set(ra)
+        try:
+            try:
+                req.user = await self.authenticate(req.headers, req.peer_certs, req.remote)
+            except errors.Unauthorized:
+                ra.refused(request_attributes(req), auth_methods(req.headers, req.peer_certs, req.query))
+                raise
+            ra.authenticated(req.user, request_attributes(req))
+            self.apply_impersonation(req)
+            if req.body:
+                ra.request_body(req.body, req.headers.get("content-type", ""))
+            resp, verb, resource = await self.dispatch(req)
+        except errors.APIError as e:
+            resp = Resp.error(e)
+        except ImpersonationHeaderError as e:
+            resp = impersonation_header_error(req, e)
+        except Exception as e:
+            resp = internal_error(req, e)
+            ra.panic(f"APIServer panic'd on {req.method} {req.request_uri or req.path}: {type(e).__name__}")
+        finally:
+            AUDIT_CURRENT.reset(token)
+        resp.headers[AUDIT_ID_RESPONSE_HEADER] = ra.audit_id
+        if isinstance(resp.body, bytes):
+            ra.complete(resp.status, resp.body, resp.content_type)
+        else:
+            resp.body = ra.stream(resp.status, resp.body)
+        await self.audit.sink.wait_room()
+        return resp, verb, resource
+
+    async def audit_refused(self, req: Req, resp: Resp) -> None:
+        """Audit a request answered before the pipeline (body too large, or too slow to
+        arrive) as whoever its credentials say, like any other."""
+        assert self.audit is not None
+        ra = self.audit.begin(request_uri=req.request_uri or req.path, headers=req.headers,
+                              remote=req.remote)
+        token = AUDIT_CURRENT.set(ra)
+        try:
+            ra.authenticated(await self.authenticate(req.headers, req.peer_certs, req.remote),
+                             request_attributes(req))
+        except errors.APIError:
+            ra.refused(request_attributes(req), auth_methods(req.headers, req.peer_certs, req.query))
+        finally:
+            AUDIT_CURRENT.reset(token)
+        resp.headers[AUDIT_ID_RESPONSE_HEADER] = ra.audit_id
+        ra.complete(resp.status, resp.body if isinstance(resp.body, bytes) else b"", resp.content_type)
+
+    def audit_begin(self, scope: dict[str, Any], headers: dict[str, str]) -> RequestAudit | None:
+        """The audit of a request served outside `handle` (WebSocket and SPDY upgrades)."""
+        if self.audit is None:
+            return None
+        return self.audit.begin(request_uri=request_uri(scope), headers=headers, remote=_remote(scope))
 
     async def authenticate(self, headers: Mapping[str, str], peer_certs: tuple[bytes, ...] = (),
                            remote: str = "") -> UserInfo:
@@ -181,6 +250,7 @@ class APIServer:
             user = await self.authenticator.authenticate(Credentials(headers, peer_certs, remote))
         except AuthenticationError as e:
             log.info("authentication failed%s: %s", f" for {remote}" if remote else "", e)
+            record_authentication_failure(str(e))
             raise errors.Unauthorized("Unauthorized") from None
         if user is not None:
             return user
@@ -200,6 +270,7 @@ class APIServer:
         assert req.user is not None
         verb = req.method.lower()
         decision = self.authorizer.authorize(req.user, non_resource(verb, path))
+        record_decision(decision)
         if not decision.allowed:
             msg = f'forbidden: User "{req.user.name}" cannot {verb} path "{path}"'
             raise errors.Forbidden(msg + (f": {decision.reason}" if decision.reason else ""))
@@ -319,6 +390,7 @@ class APIServer:
         decision = self.authorizer.authorize(req.user, Attributes(
             verb, route.group, route.version, route.plural, route.subresource,
             route.namespace or "", route.name or ""))
+        record_decision(decision)
         if not decision.allowed:
             raise errors.Forbidden(self.forbidden_message(req.user, verb, info.plural, info.group,
                                                           route.namespace, decision.reason,
@@ -389,6 +461,7 @@ class APIServer:
         decision = self.authorizer.authorize(user, Attributes(
             verb, route.group, route.version, route.plural, route.subresource,
             route.namespace or "", route.name or ""))
+        record_decision(decision)
         if not decision.allowed:
             raise errors.Forbidden(self.forbidden_message(user, verb, info.plural, info.group,
                                                           route.namespace, decision.reason,
@@ -405,10 +478,11 @@ class APIServer:
         if msg["type"] != "websocket.connect":
             return  # the client left before the handshake completed
         extensions = scope.get("extensions") or {}
+        headers = _headers(scope)
+        ra = self.audit_begin(scope, headers)
+        token = AUDIT_CURRENT.set(ra) if ra is not None else None
         try:
-            headers = _headers(scope)
-            user = await self.authenticate(headers, peer_certs(scope), _remote(scope))
-            user = self._acting_user(user, headers)
+            user = await self.upgrade_user(ra, scope, headers, route)
             info = self.resources.kind_for(replace(route, subresource=""))
             if route.subresource not in info.subresources or route.namespace is None:
                 raise errors.NotFound("the server could not find the requested resource")
@@ -416,7 +490,14 @@ class APIServer:
         except errors.APIError as e:
             await reject_websocket(send, extensions, e)
             self.metrics.observe("create", resource, e.code, time.perf_counter() - t0)
+            if ra is not None:
+                ra.complete(e.code, dumps(e.status()), JSON)
             return
+        finally:
+            if token is not None:
+                AUDIT_CURRENT.reset(token)
+        if ra is not None:
+            send = ra.upgrade_send(send)
         assert route.name is not None
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         offered = list(scope.get("subprotocols") or [])
@@ -427,6 +508,24 @@ class APIServer:
             status = await self.pods.websocket(route.subresource, route.namespace, route.name,
                                                query, offered, receive, send, extensions)
         self.metrics.observe("create", resource, status, time.perf_counter() - t0)
+        if ra is not None:
+            ra.complete(status)
+
+    async def upgrade_user(self, ra: RequestAudit | None, scope: dict[str, Any], headers: dict[str, str],
+                           route: Route) -> UserInfo:
+        """Authenticate an upgrade request (exec, attach, port-forward), audited as `create`."""
+        attrs = Attributes("create", route.group, route.version, route.plural, route.subresource,
+                           route.namespace or "", route.name or "")
+        certs = peer_certs(scope)
+        try:
+            user = await self.authenticate(headers, certs, _remote(scope))
+        except errors.Unauthorized:
+            if ra is not None:
+                ra.refused(attrs, auth_methods(headers, certs))
+            raise
+        if ra is not None:
+            ra.authenticated(user, attrs)
+        return self._acting_user(user, headers)
 
     async def raw_upgrade(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """A plain `Upgrade: SPDY/3.1` (fleet/server/upgrade.py): pods/portforward's is
@@ -444,26 +543,50 @@ class APIServer:
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
             resp, verb, resource = await self.handle(Req(scope["method"], scope["path"], query,
                                                          headers, b"", segments=segments,
-                                                         peer_certs=peer_certs(scope)))
+                                                         peer_certs=peer_certs(scope), remote=_remote(scope),
+                                                         request_uri=request_uri(scope)))
             body = resp.body if isinstance(resp.body, bytes) else b""
             await send({"type": "raw.response", "status": resp.status, "body": body,
-                        "headers": [(b"content-type", resp.content_type.encode())]})
+                        "headers": [(b"content-type", resp.content_type.encode()),
+                                    *((k.encode("latin-1"), v.encode("latin-1"))
+                                      for k, v in resp.headers.items())]})
             self.metrics.observe(verb, resource, resp.status, time.perf_counter() - t0)
             return
         resource = "pods/portforward"
+        ra = self.audit_begin(scope, headers)
+        token = AUDIT_CURRENT.set(ra) if ra is not None else None
         try:
-            user = await self.authenticate(headers, peer_certs(scope), _remote(scope))
-            user = self._acting_user(user, headers)
+            user = await self.upgrade_user(ra, scope, headers, route)
             self.authorize(user, "create", route, self.resources.kind_for(replace(route, subresource="")))
         except errors.APIError as e:
             await send({"type": "raw.response", "status": e.code, "body": dumps(e.status()),
                         "headers": [(b"content-type", b"application/json")]})
             self.metrics.observe("create", resource, e.code, time.perf_counter() - t0)
+            if ra is not None:
+                ra.complete(e.code, dumps(e.status()), JSON)
             return
+        finally:
+            if token is not None:
+                AUDIT_CURRENT.reset(token)
+        if ra is not None:
+            send = ra.upgrade_send(send)
         offered = [p.strip() for k, v in scope["headers"] if k.lower() == b"x-stream-protocol-version"
                    for p in v.decode("latin-1").split(",") if p.strip()]
         status = await self.portforward.raw(route.namespace, route.name, offered, receive, send)
         self.metrics.observe("create", resource, status, time.perf_counter() - t0)
+        if ra is not None:
+            ra.complete(status)
+
+    def apply_impersonation(self, req: Req) -> None:
+        """Impersonate-* headers: `req.user` becomes the impersonated user (checked with
+        verb `impersonate`), the authenticated one is kept as `req.impersonator` (the
+        audit event's user; impersonatedUser is the new one)."""
+        assert req.user is not None
+        acting = self.impersonate(req.user, req.headers)
+        if acting is not None:
+            req.impersonator, req.user = req.user, acting
+            req.headers = without_impersonation_headers(req.headers)
+            record_impersonation(acting)
 
     def _acting_user(self, user: UserInfo, headers: Mapping[str, str]) -> UserInfo:
         """`impersonate` for the upgrade paths (no Req): malformed headers become the
@@ -472,7 +595,10 @@ class APIServer:
             acting = self.impersonate(user, headers)
         except ImpersonationHeaderError as e:
             raise errors.InternalError(f"Internal Server Error: {e}") from None
-        return acting if acting is not None else user
+        if acting is None:
+            return user
+        record_impersonation(acting)
+        return acting
 
     @staticmethod
     def forbidden_message(user: UserInfo, verb: str, plural: str, group: str, ns: str | None,
@@ -539,15 +665,17 @@ class FleetASGI:
             body_stream: BodyStream | None = BodyStream(receive)
             req = Req(method, scope["path"], query, headers, body,
                       raw_query=qs.decode("latin-1"), body_stream=body_stream, segments=segments,
-                      peer_certs=peer_certs(scope))
+                      peer_certs=peer_certs(scope), remote=_remote(scope), request_uri=request_uri(scope))
         else:
             body_stream = None
             body, refused = await _read_body(receive, headers, self.body_timeout)
             req = Req(method, scope["path"], query, headers, body, segments=segments,
-                      peer_certs=peer_certs(scope))
+                      peer_certs=peer_certs(scope), remote=_remote(scope), request_uri=request_uri(scope))
         if refused is not None:
             resp: Resp = Resp.error(refused)
             verb, resource = method.lower(), ""
+            if self.server.audit is not None:
+                await self.server.audit_refused(req, resp)
         else:
             resp, verb, resource = await self.server.handle(req)
         if body_stream is not None:
@@ -581,6 +709,19 @@ def peer_certs(scope: dict[str, Any]) -> tuple[bytes, ...]:
     return tuple(ssl.PEM_cert_to_DER_cert(c) if isinstance(c, str) else bytes(c) for c in chain)
 
 
+def request_uri(scope: dict[str, Any]) -> str:
+    """The request target as sent: raw path and query (Go's `URL.RequestURI()`)."""
+    qs = scope.get("query_string", b"")
+    path = _raw_path(scope).decode("latin-1")
+    return f"{path}?{qs.decode('latin-1')}" if qs else path
+
+
+def internal_error(req: Req, e: Exception) -> Resp:
+    """A 500 for an unexpected exception: logged with its traceback, never sent."""
+    log.exception("internal error on %s %s", req.method, req.path, exc_info=e)
+    return Resp.error(errors.InternalError(f"Internal error occurred: {type(e).__name__}: {e}"))
+
+
 def _remote(scope: dict[str, Any]) -> str:
     client = scope.get("client")
     return f"{client[0]}:{client[1]}" if client else ""
@@ -594,6 +735,14 @@ def resource_route_candidate(segs: list[str]) -> list[str] | None:
     if len(segs) >= 4 and segs[0] == "apis":
         return segs
     return None
+
+
+def impersonation_header_error(req: Req, e: ImpersonationHeaderError) -> Resp:
+    """kube-apiserver's answer to malformed Impersonate-* headers: a plain-text 500."""
+    uri = req.path + (f"?{req.raw_query}" if req.raw_query else
+                      (f"?{urlencode(req.query)}" if req.query else ""))
+    return Resp(500, plain_text_body(uri, str(e)), "text/plain; charset=utf-8",
+                {"X-Content-Type-Options": "nosniff"})
 
 
 def _is_node_proxy(segments: list[str]) -> bool:
@@ -723,6 +872,34 @@ async def _stream(body: AsyncIterator[bytes], receive: Any, send: Any) -> None:
         if aclose is not None:
             with trio.CancelScope(shield=True):
                 await aclose()
+
+
+def request_attributes(req: Req) -> Attributes:
+    """What a request asks for as the audit policy sees it (kube-apiserver's RequestInfo):
+    resource attributes for an API path (a Namespace's own name is its namespace),
+    else the non-resource path with the lower-case HTTP verb."""
+    segments = req.segments
+    if len(segments) >= 5 and segments[:3] == ["api", "v1", "nodes"] and segments[4] == "proxy":
+        verb = NODE_PROXY_VERBS.get(req.method, req.method.lower())
+        return Attributes(verb, "", "v1", "nodes", "proxy", "", segments[3])
+    segs = route_segments(segments)
+    route = parse_route(segs) if segs else None
+    if route is None:
+        return non_resource(req.method.lower(), req.path)
+    method = req.method
+    if route.sse_watch or (method == "GET" and req.flag("watch")):
+        verb = "watch"
+    elif method == "GET":
+        verb = "get" if route.name is not None else "list"
+    elif method == "DELETE":
+        verb = "delete" if route.name is not None else "deletecollection"
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+    namespace = route.namespace or ""
+    if not namespace and route.group == "" and route.plural == "namespaces" and route.name:
+        namespace = route.name
+    return Attributes(verb, route.group, route.version, route.plural, route.subresource, namespace,
+                      route.name or "")
 
 
 def request_labels(req: Req) -> tuple[str, str]:

@@ -64,6 +64,10 @@ class Req:
     # The authenticated user when the request impersonates another (then `user` is the
     # impersonated one; fleet/auth/impersonation.py): the audit log records both.
     impersonator: UserInfo | None = None
+    # The client's address ("host:port") and the request target as sent (path, still
+    # percent-encoded, and query: Go's RequestURI), for the log and the audit trail.
+    remote: str = ""
+    request_uri: str = ""
 
     def __post_init__(self) -> None:
         if not self.segments:

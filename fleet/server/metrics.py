@@ -56,6 +56,12 @@ class Metrics:
                                  "API request latency by verb, resource and HTTP code (watches: time to "
                                  "first byte).", ["verb", "resource", "code"], buckets=LATENCY_BUCKETS,
                                  registry=self.registry)
+        # The audit log (fleet/auth/audit_log.py), kube-apiserver's names.
+        self.audit_events = Counter("apiserver_audit_event", "Counter of audit events generated and "
+                                    "sent to the audit backend.", registry=self.registry)
+        self.audit_errors = Counter("apiserver_audit_error", "Counter of audit events that failed to be "
+                                    "audited properly. Plugin identifies the plugin affected by the error.",
+                                    ["plugin"], registry=self.registry)
         self.registry.register(_StoreCollector(stats, watchers))  # type: ignore[arg-type]
         self.registry.register(_ProcessCollector())  # type: ignore[arg-type]
 
@@ -63,6 +69,12 @@ class Metrics:
         c = str(code)
         self.requests.labels(verb, resource, c).inc()
         self.latency.labels(verb, resource, c).observe(seconds)
+
+    def audit_event(self) -> None:
+        self.audit_events.inc()
+
+    def audit_error(self, n: int) -> None:
+        self.audit_errors.labels("log").inc(n)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

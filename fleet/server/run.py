@@ -323,7 +323,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             admission.validating[:0] = sec.validating_admission
             api = APIServer(store, registry, sec.authenticator, sec.authorizer, admission,
                             rest, metrics, watches, f"{host}:{cfg.port}", agent_token=token,
-                            anonymous=cfg.security.anonymous)
+                            anonymous=cfg.security.anonymous, audit=sec.audit)
             api.resource_handlers.update(sec.handlers)
             api.path_handlers.update(sec.paths)
             # Server-side drains (nodes/{name}/drain): resumes the ones a restart interrupted.

@@ -11,7 +11,9 @@ kube-apiserver's order:
   (join) tokens, ServiceAccount tokens, OIDC ID tokens; then anonymous if enabled;
 * authorization (`--authorization-mode`, a union in order): the `system:masters`
   bypass, then Node and RBAC; or AlwaysAllow (a development server, and the
-  baseline of bench/bench_security.py).
+  baseline of bench/bench_security.py);
+* audit (`--audit-log-path`, `--audit-policy-file`; fleet/auth/audit.py): the
+  policy and the log, whose writer loop is one of `tasks`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from fleet.auth import (
     UnionAuthenticator,
     UnionAuthorizer,
 )
+from fleet.auth.audit import Auditor, auditor_from_flags
 from fleet.auth.oidc import OIDCAuthenticator, OIDCConfig
 from fleet.auth.reviews import AllowAllRules, UnionRuleResolver, resolvers_of
 from fleet.auth.reviews import handlers as review_handlers
@@ -64,6 +67,15 @@ class SecurityConfig:
     # None: no OIDC provider).
     service_accounts: ServiceAccountConfig = field(default_factory=ServiceAccountConfig)
     oidc: OIDCConfig | None = None
+    # Audit (fleet/auth/audit.py): --audit-log-path (unset: off; "-": stdout),
+    # --audit-policy-file (unset: Metadata for every request), and the rotation of the
+    # file: --audit-log-maxsize MB (0: 100), --audit-log-maxage days and
+    # --audit-log-maxbackup files (0: keep all).
+    audit_log_path: str = ""
+    audit_policy_file: str = ""
+    audit_log_maxsize: int = 0
+    audit_log_maxage: int = 0
+    audit_log_maxbackup: int = 0
 
 
 @dataclass
@@ -87,6 +99,8 @@ class Security:
     # Non-resource paths served by a handler, for APIServer.path_handlers: path ->
     # async fn(req) -> Resp (the ServiceAccount issuer's OIDC discovery and JWKS).
     paths: dict[str, Any] = field(default_factory=dict)
+    # The audit trail (policy + log) for APIServer(audit=...); None: audit off.
+    audit: Auditor | None = None
 
 
 def parse_authorization_mode(mode: str) -> list[str]:
@@ -155,6 +169,13 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
     # system:masters user the `*` rules.
     resolvers = [AllowAllRules()] if modes == ["AlwaysAllow"] else resolvers_of(authorizers)
     sec.handlers.update(review_handlers(sec.authorizer, UnionRuleResolver(*resolvers)))
+
+    # Audit: a bad policy or an unwritable log path raises here, before the API listens.
+    sec.audit = auditor_from_flags(cfg.audit_log_path, cfg.audit_policy_file,
+                                   max_size_mb=cfg.audit_log_maxsize, max_age_days=cfg.audit_log_maxage,
+                                   max_backups=cfg.audit_log_maxbackup)
+    if sec.audit is not None:
+        sec.tasks.append(("audit-log", sec.audit.sink.run))
 
     sec.authenticator.authenticators = authenticators
     token_api.authenticator = sec.authenticator  # a TokenReview asks every authenticator
