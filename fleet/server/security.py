@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +84,27 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
     authenticators: list[Authenticator] = [TokenAuthenticator({admin_token: ADMIN})]
     modes = parse_authorization_mode(cfg.authorization_mode)
     authorizers: list[Authorizer] = []
+    tasks: list[tuple[str, Callable[..., Awaitable[None]]]] = []
     if modes == ["AlwaysAllow"]:
         authorizers.append(AllowAll())
     else:
         authorizers.append(MastersBypass())
         # Node and RBAC authorizers are added here in `modes` order.
-    return Security(UnionAuthenticator(*authenticators), UnionAuthorizer(*authorizers))
+        for mode in modes:
+            if mode == "Node":
+                node_authorizer, node_task = node_authorization(store)
+                authorizers.append(node_authorizer)
+                tasks.append(node_task)
+    return Security(UnionAuthenticator(*authenticators), UnionAuthorizer(*authorizers), tasks=tasks)
+
+
+def node_authorization(store: Store) -> tuple[Authorizer, tuple[str, Callable[..., Awaitable[None]]]]:
+    """`--authorization-mode Node`: the Node authorizer (fleet/auth/node.py) and the
+    task feeding its graph of pods, volumes and attachments from store watches.  The
+    server starts the task with `nursery.start` before it serves, so the graph has
+    listed everything and no node is refused at start for an object not seen yet.
+    (Its partner, the NodeRestriction admission plugin, is always in the chain.)"""
+    from fleet.auth.node import GraphFeed, NodeAuthorizer
+
+    authorizer = NodeAuthorizer()
+    return authorizer, ("node-authorizer-graph", partial(GraphFeed(authorizer.graph).run, store))
