@@ -636,10 +636,10 @@ def test_teardown_retries_until_the_pod_is_gone_then_finalizes(
     assert not bundle.exists()
 
 
-def test_secret_read_refused_at_first_is_retried(tmp_path: Path, clock: trio.testing.MockClock) -> None:
-    """A 403 reading a secret volume's Secret (the Node authorizer's graph has not seen
-    the pod's binding yet) is a set-up failure retried with back-off, not the end of
-    the pod's worker."""
+def test_config_read_refused_at_first_is_retried(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+    """A 403 reading a configMap volume's ConfigMap (the Node authorizer's graph has not
+    seen the pod's binding yet) is a set-up failure retried with back-off, not the end
+    of the pod's worker.  (A configMap volume: a secret one would be a tmpfs mount.)"""
     from fleet.agent import volumes
     from fleet.client import ApiException
 
@@ -649,15 +649,15 @@ def test_secret_read_refused_at_first_is_retried(tmp_path: Path, clock: trio.tes
     class RefusingOnce(FakeClient):
         async def get_object(self, api_version: str, plural: str, name: str, namespace: str | None = None,
                              **kw: Any) -> dict[str, Any]:
-            assert (plural, name, namespace) == ("secrets", "creds", "ns")
+            assert (plural, name, namespace) == ("configmaps", "creds", "ns")
             reads.append(trio.current_time())
             if len(reads) == 1:
-                raise ApiException({"code": 403, "reason": "Forbidden", "message": "secrets is forbidden: ... "
+                raise ApiException({"code": 403, "reason": "Forbidden", "message": "configmaps is forbidden: ... "
                                     "no relationship found between node 'n' and this object"})
-            return {"metadata": {"name": "creds"}, "data": {"k": "dg=="}}
+            return {"metadata": {"name": "creds"}, "data": {"k": "v"}}
 
     pod = make_pod()
-    pod["spec"]["volumes"] = [{"name": "s", "secret": {"secretName": "creds"}}]
+    pod["spec"]["volumes"] = [{"name": "s", "configMap": {"name": "creds"}}]
 
     async def main() -> None:
         async with trio.open_nursery() as n:
@@ -675,4 +675,5 @@ def test_secret_read_refused_at_first_is_retried(tmp_path: Path, clock: trio.tes
             n.cancel_scope.cancel()
 
     trio.run(main, clock=clock)
+    assert str(tmp_path) not in Path("/proc/mounts").read_text()
     assert len(reads) >= 2 and reads[1] - reads[0] >= 1.0  # retried after the back-off
