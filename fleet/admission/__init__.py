@@ -5,7 +5,7 @@ update/delete).  Mutating plugins return the (possibly changed) object;
 validating plugins raise an `APIError` to refuse.  Built-in plugins live one
 per module beside this one (`priority.py`, `default_toleration_seconds.py`,
 `limitranger.py`, `resourcequota.py`, `defaultingressclass.py`, `defaultstorageclass.py`,
-`storageprotection.py`, `pvcresize.py`); service accounts and webhooks join the
+`storageprotection.py`, `pvcresize.py`, `noderestriction.py`); service accounts and webhooks join the
 same chain later without changing the server.
 
 The server runs the two halves around the kind's validation, as
@@ -74,7 +74,8 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
                   storage_class_cache: Any = None) -> AdmissionChain:
     """The chain `fleet server` runs, in kube-apiserver's recommended plugin order
     (LimitRanger, then Priority before DefaultTolerationSeconds; ResourceQuota last,
-    so it charges exactly what the others let through).
+    so it charges exactly what the others let through).  NodeRestriction judges
+    writes by nodes first (it only concerns users `system:node:<name>`).
 
     `priority_cache` is a running `priority.ClassCache`; without one the
     Priority plugin reads PriorityClasses from `store` on every pod create.
@@ -94,6 +95,7 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
     from fleet.admission.defaultingressclass import DefaultIngressClass
     from fleet.admission.defaultstorageclass import DefaultStorageClass, StorageClassCache
     from fleet.admission.limitranger import LimitRanger
+    from fleet.admission.noderestriction import NodeRestriction
     from fleet.admission.priority import Priority
     from fleet.admission.pvcresize import PersistentVolumeClaimResize
     from fleet.admission.resourcequota import ResourceQuota
@@ -106,6 +108,7 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
         mutating=[limit_ranger, priority, DefaultTolerationSeconds(not_ready_seconds, unreachable_seconds),
                   DefaultStorageClass(store, storage_classes), StorageObjectInUseProtection(),
                   DefaultIngressClass(store, ingress_class_cache)],
-        validating=[limit_ranger, priority, PersistentVolumeClaimResize(store, storage_classes),
+        validating=[NodeRestriction(store), limit_ranger, priority,
+                    PersistentVolumeClaimResize(store, storage_classes),
                     ResourceQuota(store, quota_cache)],
     )

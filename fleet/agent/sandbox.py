@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 
 from fleet.agent.dnsconfig import (
@@ -24,6 +25,7 @@ from fleet.agent.dnsconfig import (
     parse_resolv_conf,
     pod_dns,
 )
+from fleet.client import ApiException
 from fleet.runtime.driver import Device, Mount, RuntimeDriverError, SandboxSpec
 
 log = logging.getLogger("fleet.agent.worker")
@@ -57,7 +59,11 @@ class PodSandbox:
                 await self._setup()
                 self._message = ""
                 return
-            except (SetupError, RuntimeDriverError, OSError) as e:
+            except (SetupError, RuntimeDriverError, OSError, ApiException, httpx.TransportError) as e:
+                # API errors reading the pod's Secrets and ConfigMaps are retried too: a
+                # server restarting, or a 403 from the Node authorizer in the moment
+                # before its graph has seen the pod bound here (as a kubelet retries
+                # MountVolume.SetUp).
                 log.warning("pod %s/%s: sandbox setup failed: %s", self.namespace, self.name, e)
                 self._message = f"sandbox setup failed: {e}"
                 for c in self.containers():

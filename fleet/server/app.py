@@ -34,6 +34,7 @@ from fleet import __version__
 from fleet.admission import AdmissionChain
 from fleet.api import errors
 from fleet.api.registry import Registry
+from fleet.api.selectors import parse_field_selector
 from fleet.auth import (
     ANONYMOUS,
     Attributes,
@@ -389,7 +390,7 @@ class APIServer:
         assert req.user is not None
         decision = self.authorizer.authorize(req.user, Attributes(
             verb, route.group, route.version, route.plural, route.subresource,
-            route.namespace or "", route.name or ""))
+            route.namespace or "", request_name(route, verb, req)))
         record_decision(decision)
         if not decision.allowed:
             raise errors.Forbidden(self.forbidden_message(req.user, verb, info.plural, info.group,
@@ -613,6 +614,24 @@ class APIServer:
         msg = (f'{head} is forbidden: User "{user.name}" cannot {verb} resource "{resource}" '
                f'in API group "{group}"{scope}')
         return msg + (f": {reason}" if reason else "")
+
+
+def request_name(route: Route, verb: str, req: Req) -> str:
+    """The object a request names, as kube-apiserver's RequestInfo has it: the URL's
+    name, or for a list or watch a `fieldSelector` pinning `metadata.name` — so
+    `watch secrets?fieldSelector=metadata.name=x` (how a kubelet follows one Secret)
+    is authorized as a read of `x` (RBAC resourceNames, the Node authorizer).  A
+    selector that does not parse names nothing here; the list answers its 400."""
+    if route.name is not None or verb not in ("list", "watch"):
+        return route.name or ""
+    try:
+        name = parse_field_selector(req.query.get("fieldSelector", ""), lambda _path: True
+                                    ).exact_value("metadata.name")
+    except errors.APIError:
+        return ""
+    if not name or name in (".", "..") or "/" in name or "%" in name:
+        return ""
+    return name
 
 
 class FleetASGI:

@@ -158,6 +158,10 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
         authorizers.append(MastersBypass())
         # Node and RBAC authorizers are added here in `modes` order.
         for mode in modes:
+            if mode == "Node":
+                node_authorizer, node_task = node_authorization(store)
+                authorizers.append(node_authorizer)
+                sec.tasks.append(node_task)
             if mode == "RBAC":
                 authorizers.append(_rbac(sec, store))
     assert isinstance(sec.authorizer, UnionAuthorizer)
@@ -195,3 +199,15 @@ def _rbac(sec: Security, store: Store) -> Authorizer:
     # Escalation asks the whole union (`escalate`/`bind` may come from any authorizer).
     sec.validating_admission.append(RBACEscalation(sec.authorizer, rbac))
     return rbac
+
+
+def node_authorization(store: Store) -> tuple[Authorizer, tuple[str, Callable[..., Awaitable[None]]]]:
+    """`--authorization-mode Node`: the Node authorizer (fleet/auth/node.py) and the
+    task feeding its graph of pods, volumes and attachments from store watches.  The
+    server starts the task with `nursery.start` before it serves, so the graph has
+    listed everything and no node is refused at start for an object not seen yet.
+    (Its partner, the NodeRestriction admission plugin, is always in the chain.)"""
+    from fleet.auth.node import GraphFeed, NodeAuthorizer
+
+    authorizer = NodeAuthorizer()
+    return authorizer, ("node-authorizer-graph", partial(GraphFeed(authorizer.graph).run, store))

@@ -16,7 +16,7 @@ real server — so that deleting a namespace ends as it does in a cluster.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ import trio
 from fleet.admission import AdmissionChain, builtin_chain
 from fleet.api import meta
 from fleet.api.registry import default_registry
-from fleet.auth import ADMIN, AllowAll, TokenAuthenticator
+from fleet.auth import ADMIN, AllowAll, TokenAuthenticator, UserInfo
 from fleet.client import Client, ClientConfig
 from fleet.controllers.namespace import NamespaceController
 from fleet.controllers.runtime import Context
@@ -38,6 +38,8 @@ from fleet.server.metrics import Metrics
 from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI
 from fleet.server.run import ensure_default_namespaces, ensure_system_priority_classes
+from fleet.server.security import SecurityConfig
+from fleet.server.security import build as build_security
 from fleet.server.svcalloc import ServiceAllocator
 from fleet.server.watch import WatchCounter
 from fleet.store import DELETED, Store, open_store
@@ -88,13 +90,17 @@ class InProcessAPI:
 @asynccontextmanager
 async def open_api(data_dir: Path, *, builtin_admission: bool = False, maintenance: bool = False,
                    namespace_controller: bool = True, service_allocator: Callable[[Store], ServiceAllocator] | None = None,
+                   security: SecurityConfig | None = None, tokens: Mapping[str, UserInfo] | None = None,
                    **store_kw: Any) -> AsyncIterator[InProcessAPI]:
     """The API over a fresh store.  `builtin_admission` runs `fleet server`'s admission
     chain (Priority, DefaultTolerationSeconds) instead of an empty one;
     `maintenance` runs the node drain runner (nodes/{name}/drain) with short intervals;
     `namespace_controller` runs the namespace controller (see the module docstring);
     `service_allocator(store)` builds the Services' ClusterIP/NodePort allocator
-    (fleet/server/svcalloc.py) to run, as `fleet server` does (None: Services get none)."""
+    (fleet/server/svcalloc.py) to run, as `fleet server` does (None: Services get none).
+    `security` assembles authentication and authorization as `fleet server` does
+    (fleet/server/security.py, its tasks started first) instead of allowing all;
+    `tokens` are extra static bearer tokens (token → user), e.g. a node's identity."""
     async with open_store(Path(data_dir) / "fleet.db", **store_kw) as store:
         registry = default_registry()
         await ensure_default_namespaces(store, registry)
@@ -109,7 +115,16 @@ async def open_api(data_dir: Path, *, builtin_admission: bool = False, maintenan
                 allocator = service_allocator(store)
                 await nursery.start(allocator.run, store)
                 resources.allocators[("", "services")] = allocator
-            server = APIServer(store, registry, TokenAuthenticator({TOKEN: ADMIN}), AllowAll(), admission,
+            authenticator: Any = TokenAuthenticator({TOKEN: ADMIN, **(tokens or {})})
+            authorizer: Any = AllowAll()
+            if security is not None:
+                sec = await build_security(security, data_dir=Path(data_dir), store=store, registry=registry,
+                                           admin_token=TOKEN)
+                for _name, task in sec.tasks:
+                    await nursery.start(task)
+                sec.authenticator.authenticators.append(TokenAuthenticator(dict(tokens or {})))
+                authenticator, authorizer = sec.authenticator, sec.authorizer
+            server = APIServer(store, registry, authenticator, authorizer, admission,
                                resources, Metrics(store.stats, lambda: watches.open), watches, "127.0.0.1:0",
                                maintenance=NodeMaintenance(resources, poll_interval=0.05, retry_interval=0.2))
             if maintenance:

@@ -634,3 +634,46 @@ def test_teardown_retries_until_the_pod_is_gone_then_finalizes(
     assert "container c0 still there" in failed_kill[0][2]
     assert inventory.failures("teardown", "sandbox") == before + 2
     assert not bundle.exists()
+
+
+def test_config_read_refused_at_first_is_retried(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+    """A 403 reading a configMap volume's ConfigMap (the Node authorizer's graph has not
+    seen the pod's binding yet) is a set-up failure retried with back-off, not the end
+    of the pod's worker.  (A configMap volume: a secret one would be a tmpfs mount.)"""
+    from fleet.agent import volumes
+    from fleet.client import ApiException
+
+    driver = FakeDriver(script=[(10_000, 0)])
+    reads: list[float] = []
+
+    class RefusingOnce(FakeClient):
+        async def get_object(self, api_version: str, plural: str, name: str, namespace: str | None = None,
+                             **kw: Any) -> dict[str, Any]:
+            assert (plural, name, namespace) == ("configmaps", "creds", "ns")
+            reads.append(trio.current_time())
+            if len(reads) == 1:
+                raise ApiException({"code": 403, "reason": "Forbidden", "message": "configmaps is forbidden: ... "
+                                    "no relationship found between node 'n' and this object"})
+            return {"metadata": {"name": "creds"}, "data": {"k": "v"}}
+
+    pod = make_pod()
+    pod["spec"]["volumes"] = [{"name": "s", "configMap": {"name": "creds"}}]
+
+    async def main() -> None:
+        async with trio.open_nursery() as n:
+            driver._nursery = n  # type: ignore[attr-defined]
+            env = WorkerEnv(client=RefusingOnce(driver), driver=driver, images=FakeImages(), data_dir=tmp_path,
+                            host_ip="10.0.0.1", status_min_interval=0, volumes=volumes)
+            w = PodWorker(pod, env)
+            n.start_soon(w.run)
+            # Set-up writes files in worker threads, during which MockClock's autojump
+            # moves time: wait for the outcome, bounded, rather than a fixed while.
+            with trio.fail_after(600):
+                while not _starts(driver):
+                    await trio.sleep(0.5)
+            assert (tmp_path / "pods" / "uid1" / "volumes" / "s" / "k").read_text() == "v"
+            n.cancel_scope.cancel()
+
+    trio.run(main, clock=clock)
+    assert str(tmp_path) not in Path("/proc/mounts").read_text()
+    assert len(reads) >= 2 and reads[1] - reads[0] >= 1.0  # retried after the back-off
