@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleet.admission import certificates as certificate_admission
 from fleet.api.registry import Registry
 from fleet.auth import (
     ADMIN,
@@ -31,6 +32,7 @@ from fleet.auth import (
     TokenAuthenticator,
     UnionAuthenticator,
     UnionAuthorizer,
+    bootstrap,
 )
 from fleet.store import Store
 
@@ -46,6 +48,9 @@ class SecurityConfig:
     anonymous: bool = False
     # --authorization-mode: "AlwaysAllow", or authorizers in order ("Node,RBAC").
     authorization_mode: str = "AlwaysAllow"
+    # --enable-bootstrap-token-auth: join tokens (kube-system/bootstrap-token-*
+    # Secrets) authenticate as system:bootstrap:<id> (fleet/auth/bootstrap.py).
+    bootstrap_tokens: bool = True
 
 
 @dataclass
@@ -61,6 +66,9 @@ class Security:
     # Background loops the server runs supervised (caches fed by watches, key and
     # certificate refresh): (name, async fn taking task_status) pairs.
     tasks: list[tuple[str, Callable[..., Awaitable[None]]]] = field(default_factory=list)
+    # Validating admission plugins that need the authorizer (CSR approval and
+    # signing, fleet/admission/certificates.py); run.py appends them to the chain.
+    validating_admission: list[Any] = field(default_factory=list)
 
 
 def parse_authorization_mode(mode: str) -> list[str]:
@@ -81,6 +89,12 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
                 admin_token: str) -> Security:
     """Assemble the authenticators and authorizers `cfg` asks for."""
     authenticators: list[Authenticator] = [TokenAuthenticator({admin_token: ADMIN})]
+    tasks: list[tuple[str, Callable[..., Awaitable[None]]]] = []
+    if cfg.bootstrap_tokens:
+        # Join tokens: kube-system Secrets from a watch-fed cache (store read on a miss).
+        secrets = bootstrap.SecretSource(store)
+        authenticators.append(bootstrap.BootstrapTokenAuthenticator(secrets))
+        tasks.append(("bootstrap-token-cache", secrets.run))
     modes = parse_authorization_mode(cfg.authorization_mode)
     authorizers: list[Authorizer] = []
     if modes == ["AlwaysAllow"]:
@@ -88,4 +102,6 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
     else:
         authorizers.append(MastersBypass())
         # Node and RBAC authorizers are added here in `modes` order.
-    return Security(UnionAuthenticator(*authenticators), UnionAuthorizer(*authorizers))
+    authorizer = UnionAuthorizer(*authorizers)
+    return Security(UnionAuthenticator(*authenticators), authorizer, tasks=tasks,
+                    validating_admission=certificate_admission.plugins(authorizer))

@@ -12,6 +12,7 @@ from fleet.api.kinds import (
     apps,
     autoscaling,
     batch,
+    certificates,
     controllerrevision,
     coordination,
     core,
@@ -53,6 +54,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *csi.KINDS,
     *autoscaling.KINDS,
     *metrics.KINDS,
+    *certificates.KINDS,
     events.EVENTS_EVENT,
 )
 
