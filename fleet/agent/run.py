@@ -51,6 +51,7 @@ import httpx
 import trio
 
 from fleet.agent import api, imagegc, inventory
+from fleet.agent import bootstrap as node_bootstrap
 from fleet.agent import env as agent_env
 from fleet.agent import volumes as agent_volumes
 from fleet.agent.config import AgentConfig
@@ -119,6 +120,11 @@ async def run(cfg: AgentConfig, *,
     prefer = None if cfg.driver in ("", "auto") else cfg.driver
     driver = select_driver(cfg.data_dir / "runtime", prefer=prefer)
     store = await ImageStore.open(cfg.data_dir / "images")
+    # A bootstrap token: join (or reuse the kubeconfig of an earlier join) and
+    # authenticate as system:node:<name> from then on (fleet/agent/bootstrap.py).
+    joined = await node_bootstrap.node_credentials(cfg)
+    if joined is not None:
+        cfg.kubeconfig = str(cfg.data_dir / node_bootstrap.KUBECONFIG_NAME)
     client_cfg = cfg.client_config()
     async with cfg.make_client() as client:
         node = NodeAgent(cfg, client, driver_name=driver.name)
@@ -165,6 +171,9 @@ async def run(cfg: AgentConfig, *,
             if env.events is not None:
                 await n.start(env.events.run)
             n.start_soon(node.lease_loop)
+            if joined is not None:
+                # Renew the node's client certificate at 2/3 of its lifetime.
+                n.start_soon(node_bootstrap.rotate_client_certificate, client, cfg.node_name, cfg.data_dir)
             if isinstance(network, PeerRouting):
                 n.start_soon(PeerSync(client, cfg.node_name, network).run)
             n.start_soon(node.status_loop)
@@ -194,7 +203,9 @@ async def run(cfg: AgentConfig, *,
             n.start_soon(partial(imagegc.run, store, cfg.data_dir / "images",
                                  lambda: imagegc.images_in_use(w.pod for w in list(sync.workers.values()))))
             api_url = None
-            token = client_cfg.token or cfg.token
+            # A joined node has no bearer token the server would present: its agent API
+            # waits for the PKI's mutual TLS (the join token must never open it).
+            token = client_cfg.token or (cfg.token if joined is None else None)
             if token:
                 address = cfg.address or "0.0.0.0"
                 api_url = await n.start(lambda task_status: api.serve(
