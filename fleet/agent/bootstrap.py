@@ -135,10 +135,30 @@ def _refused(e: ApiException) -> JoinError:
                      "deleted or wrong; create a new one with `fleet token create`")
 
 
+class _NotYet(JoinError):
+    """Worth asking again: the server is not up yet, or has not signed for the token."""
+
+
 async def discover(server: str, token: str, *, ca_cert_hashes: Iterable[str] = (),
-                   unsafe_skip_ca_verification: bool = False) -> ClusterInfo:
+                   timeout: float = 120.0) -> ClusterInfo:
     """The cluster's CA, proven by the token's JWS over cluster-info (kubeadm's
-    token discovery).  `server` stays the URL the agent was given."""
+    token discovery, retried like kubeadm's until `timeout` while the server cannot
+    be reached or has not signed cluster-info for the token yet).  `server` stays
+    the URL the agent was given."""
+    last: Exception | None = None
+    with trio.move_on_after(timeout):
+        while True:
+            try:
+                return await _discover_once(server, token, ca_cert_hashes)
+            except (_NotYet, httpx.TransportError) as e:
+                if last is None or str(last) != str(e):
+                    log.info("discovery: %s; retrying", e)
+                last = e
+            await trio.sleep(1.0)
+    raise JoinError(f"discovery failed after {timeout:.0f}s: {last}")
+
+
+async def _discover_once(server: str, token: str, ca_cert_hashes: Iterable[str]) -> ClusterInfo:
     parsed = bootstrap.parse_token(token)
     if parsed is None:
         raise JoinError("the join token is not a bootstrap token (<6 chars>.<16 chars>)")
@@ -158,7 +178,7 @@ async def discover(server: str, token: str, *, ca_cert_hashes: Iterable[str] = (
         raise JoinError("cluster-info has no kubeconfig")
     jws = data.get(bootstrap.JWS_PREFIX + token_id)
     if not isinstance(jws, str):
-        raise JoinError(f"there is no JWS signed token in the cluster-info ConfigMap for token ID "
+        raise _NotYet(f"there is no JWS signed token in the cluster-info ConfigMap for token ID "
                         f"\"{token_id}\" (the bootstrap signer has not signed it yet, or the token is "
                         "not a signing token)")
     if not bootstrap.verify_detached_signature(kubeconfig, jws, token_id, token_sec):
@@ -171,7 +191,7 @@ async def discover(server: str, token: str, *, ca_cert_hashes: Iterable[str] = (
         if got not in hashes_:
             raise JoinError(f"cluster CA found in cluster-info ConfigMap is not trusted: public key "
                             f"hash {got} does not match --ca-cert-hash")
-    elif not unsafe_skip_ca_verification:
+    else:
         log.warning("joining without --ca-cert-hash: the CA is trusted on the token's signature only")
     # Confirm over a verified connection that this server holds that CA's key.
     async with Client(ClientConfig(server=server, token=token, ca_data=ca_pem),

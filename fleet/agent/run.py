@@ -109,6 +109,12 @@ async def run(cfg: AgentConfig, *,
 
     cfg.data_dir = Path(cfg.data_dir)
     await trio.to_thread.run_sync(lambda: cfg.data_dir.mkdir(parents=True, exist_ok=True))
+    # A bootstrap token: join (or reuse the kubeconfig of an earlier join) and
+    # authenticate as system:node:<name> from then on (fleet/agent/bootstrap.py).
+    # First of all: a refused token leaves nothing behind on the machine.
+    joined = await node_bootstrap.node_credentials(cfg)
+    if joined is not None:
+        cfg.kubeconfig = str(cfg.data_dir / node_bootstrap.KUBECONFIG_NAME)
     storage_registry.load_plugins(cfg.storage_plugins)
     bridge = (cfg.bridge_name or "fleet0") if cfg.network_driver == "bridge" else None
     proxy_table = (inventory.proxy_table_for(cfg.bridge_name)
@@ -120,11 +126,6 @@ async def run(cfg: AgentConfig, *,
     prefer = None if cfg.driver in ("", "auto") else cfg.driver
     driver = select_driver(cfg.data_dir / "runtime", prefer=prefer)
     store = await ImageStore.open(cfg.data_dir / "images")
-    # A bootstrap token: join (or reuse the kubeconfig of an earlier join) and
-    # authenticate as system:node:<name> from then on (fleet/agent/bootstrap.py).
-    joined = await node_bootstrap.node_credentials(cfg)
-    if joined is not None:
-        cfg.kubeconfig = str(cfg.data_dir / node_bootstrap.KUBECONFIG_NAME)
     client_cfg = cfg.client_config()
     async with cfg.make_client() as client:
         node = NodeAgent(cfg, client, driver_name=driver.name)
