@@ -63,6 +63,7 @@ QUANTITY: Final = "resource.Quantity"  # string=1
 TIME: Final = "meta.v1.Time"  # seconds=1, nanos=2; RFC 3339, seconds precision
 MICROTIME: Final = "meta.v1.MicroTime"  # seconds=1, nanos=2; RFC 3339 with microseconds
 FIELDS: Final = "meta.v1.FieldsV1"  # Raw=1: JSON bytes
+STRLIST: Final = "ExtraValue"  # a Go []string type as a message (items=1 repeated): a JSON list
 
 # Field flags.
 REP: Final = 1  # repeated
@@ -264,6 +265,8 @@ def _value(kind: str, msg: str | None, wire: int, val: int | bytes, where: str) 
         return _time(buf, micro=kind == MICROTIME, where=where)
     if kind == FIELDS:
         return _fields_v1(buf, where)
+    if kind == STRLIST:
+        return [_str(fwire, fval, where) for num, fwire, fval in _fields(buf, where) if num == 1]
     raise AssertionError(f"unknown field kind {kind!r} at {where}")
 
 
@@ -1509,6 +1512,26 @@ SCHEMA: Final[dict[str, Message]] = {
         2: ("namespaceSelector", MSG, "meta.v1.LabelSelector", 0), 3: ("ipBlock", MSG, "networking.v1.IPBlock", 0),
     },
     "networking.v1.IPBlock": {1: ("cidr", STR, None, 0), 2: ("except", STR, None, REP)},
+    # certificates.k8s.io/v1 (kubectl certificate approve|deny PUTs the whole object).
+    "certificates.v1.CertificateSigningRequest": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0),
+        2: ("spec", MSG, "certificates.v1.CertificateSigningRequestSpec", 0),
+        3: ("status", MSG, "certificates.v1.CertificateSigningRequestStatus", 0),
+    },
+    "certificates.v1.CertificateSigningRequestSpec": {
+        1: ("request", BYTES, None, 0), 2: ("username", STR, None, 0), 3: ("uid", STR, None, 0),
+        4: ("groups", STR, None, REP), 5: ("usages", STR, None, REP), 6: ("extra", STRLIST, None, MAP),
+        7: ("signerName", STR, None, 0), 8: ("expirationSeconds", INT, None, PTR),
+    },
+    "certificates.v1.CertificateSigningRequestStatus": {
+        1: ("conditions", MSG, "certificates.v1.CertificateSigningRequestCondition", REP),
+        2: ("certificate", BYTES, None, 0),
+    },
+    "certificates.v1.CertificateSigningRequestCondition": {
+        1: ("type", STR, None, 0), 6: ("status", STR, None, 0), 2: ("reason", STR, None, 0),
+        3: ("message", STR, None, 0), 4: ("lastUpdateTime", TIME, None, 0),
+        5: ("lastTransitionTime", TIME, None, 0),
+    },
 }
 
 KINDS: Final[dict[tuple[str, str], str]] = {
@@ -1542,4 +1565,5 @@ KINDS: Final[dict[tuple[str, str], str]] = {
     ("networking.k8s.io/v1", "NetworkPolicy"): "networking.v1.NetworkPolicy",
     ("v1", "DeleteOptions"): "meta.v1.DeleteOptions",
     ("meta.k8s.io/v1", "DeleteOptions"): "meta.v1.DeleteOptions",
+    ("certificates.k8s.io/v1", "CertificateSigningRequest"): "certificates.v1.CertificateSigningRequest",
 }
