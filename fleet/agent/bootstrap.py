@@ -340,7 +340,7 @@ async def serving_certificate(client: Client, node_name: str, data_dir: Path, ad
         except ValueError:
             pass
     ips, dns = [], [node_name]
-    for a in addresses:
+    for a in dict.fromkeys(addresses):
         try:
             ips.append(str(ipaddress.ip_address(a)))
         except ValueError:
@@ -351,3 +351,22 @@ async def serving_certificate(client: Client, node_name: str, data_dir: Path, ad
     await trio.to_thread.run_sync(_write_private, key_path, key_pem(key))
     await trio.to_thread.run_sync(_write_private, cert_path, cert)
     return cert_path, key_path
+
+
+async def keep_serving_certificate(client: Client, node_name: str, data_dir: Path, addresses: Iterable[str],
+                                   *, retry: float = 30.0) -> None:
+    """The agent API's serving certificate, obtained as the node (a kubelet-serving CSR
+    the approver grants for the node's own name) and renewed at 2/3 of its lifetime,
+    for ever.  The files are `<data-dir>/kubelet-serving.crt|key`, what the agent
+    API's TLS listener serves (fleet/agent/api.py)."""
+    addresses = [a for a in addresses if a]
+    while True:
+        try:
+            cert_path, _ = await serving_certificate(client, node_name, data_dir, addresses)
+            cert = await trio.to_thread.run_sync(cert_path.read_bytes)
+        except (ApiException, JoinError, httpx.HTTPError, OSError, ValueError) as e:
+            log.warning("kubelet serving certificate: %s; retrying in %.0fs", e, retry)
+            await trio.sleep(retry)
+            continue
+        wait = (renew_at(cert) - dt.datetime.now(dt.UTC)).total_seconds()
+        await trio.sleep(max(wait, 1.0))

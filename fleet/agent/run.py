@@ -173,8 +173,11 @@ async def run(cfg: AgentConfig, *,
                 await n.start(env.events.run)
             n.start_soon(node.lease_loop)
             if joined is not None:
-                # Renew the node's client certificate at 2/3 of its lifetime.
+                # Renew the node's client certificate at 2/3 of its lifetime, and keep a
+                # kubelet-serving certificate for the agent API (<data-dir>/kubelet-serving.*).
                 n.start_soon(node_bootstrap.rotate_client_certificate, client, cfg.node_name, cfg.data_dir)
+                n.start_soon(node_bootstrap.keep_serving_certificate, client, cfg.node_name, cfg.data_dir,
+                             [node.address, cfg.address])
             if isinstance(network, PeerRouting):
                 n.start_soon(PeerSync(client, cfg.node_name, network).run)
             n.start_soon(node.status_loop)

@@ -169,6 +169,16 @@ def test_a_machine_joins_with_a_token(cluster: MultiNodeCluster) -> None:
     ns = cluster.create_namespace()
     cluster.create_pod(ns, cluster.pod("joined", node, ["sleep", "3600"]))
     cluster.wait_pod_ready(ns, "joined")
+    # As itself, the node obtains a serving certificate for its agent API.
+    serving = wait_for("the node's kubelet-serving certificate",
+                       lambda: [c for c in csrs(cluster) if c["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
+                                and c["spec"]["username"] == f"system:node:{node.name}"
+                                and (c.get("status") or {}).get("certificate")])
+    assert serving[0]["status"]["conditions"][0]["reason"] == "AutoApproved"
+    leaf = chains_to(wait_for("kubelet-serving.crt", lambda: (node.data_dir / "kubelet-serving.crt").exists()
+                              and (node.data_dir / "kubelet-serving.crt").read_bytes()), ca_pem(cluster))
+    sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert node.address in [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
 
 
 def test_a_restarted_joined_agent_needs_no_token(cluster: MultiNodeCluster) -> None:
