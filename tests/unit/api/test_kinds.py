@@ -67,6 +67,8 @@ IDENTITY = [
     ("storage.k8s.io", "v1", "CSINode", "csinodes", "csinode", False, (), (), ()),
     ("storage.k8s.io", "v1", "CSIStorageCapacity", "csistoragecapacities", "csistoragecapacity", True, (), (),
      ()),
+    ("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests",
+     "certificatesigningrequest", False, ("csr",), (), ("status", "approval")),
     # Served from memory (fleet/server/resource_metrics.py): get and list only, no singular name.
     ("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", False, (), (), ()),
     ("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", True, (), (), ()),
