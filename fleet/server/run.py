@@ -321,9 +321,10 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             admission.validating.extend(sec.validating_admission)
             # kube-public/cluster-info: the server URL and CA a joining node discovers
             # with its bootstrap token (signed per token by the bootstrap signer).
-            await bootstrap.ensure_cluster_info(
-                store, registry, f"https://{cfg.advertise_address or systemsvc.default_advertise_address(cfg.address)}"
-                f":{cfg.port}", tls.ca_cert_pem)
+            advertised = cfg.advertise_address or systemsvc.default_advertise_address(cfg.address)
+            advertised = f"[{advertised}]" if ":" in advertised else advertised
+            await bootstrap.ensure_cluster_info(store, registry, f"https://{advertised}:{cfg.port}",
+                                                tls.ca_cert_pem)
             api = APIServer(store, registry, sec.authenticator, sec.authorizer, admission,
                             rest, metrics, watches, f"{host}:{cfg.port}", agent_token=token,
                             anonymous=cfg.security.anonymous)

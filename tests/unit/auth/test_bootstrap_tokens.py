@@ -166,3 +166,45 @@ def test_token_list_rows_and_durations() -> None:
     assert parse_duration("0") == dt.timedelta(0)
     with pytest.raises(ValueError):
         parse_duration("tomorrow")
+
+
+async def test_ensure_cluster_info_creates_and_refreshes(tmp_path: Any) -> None:
+    from fleet.testing.apiserver import open_api
+
+    async with open_api(tmp_path, namespace_controller=False) as api:
+        store, registry = api.store, api.server.registry
+        await b.ensure_cluster_info(store, registry, "https://10.0.0.1:9300", b"CA1")
+        code, cm = await api.json("GET", "/api/v1/namespaces/kube-public/configmaps/cluster-info")
+        assert code == 200
+        assert b.parse_cluster_info_kubeconfig(cm["data"]["kubeconfig"]) == ("https://10.0.0.1:9300", b"CA1")
+        rv = cm["metadata"]["resourceVersion"]
+        await b.ensure_cluster_info(store, registry, "https://10.0.0.1:9300", b"CA1")  # unchanged: no write
+        _, same = await api.json("GET", "/api/v1/namespaces/kube-public/configmaps/cluster-info")
+        assert same["metadata"]["resourceVersion"] == rv
+        # A new CA (rotation): the kubeconfig is replaced, stale signatures dropped.
+        same["data"]["jws-kubeconfig-abcdef"] = "stale"
+        await api.json("PUT", "/api/v1/namespaces/kube-public/configmaps/cluster-info", same)
+        await b.ensure_cluster_info(store, registry, "https://10.0.0.1:9300", b"CA2")
+        _, new = await api.json("GET", "/api/v1/namespaces/kube-public/configmaps/cluster-info")
+        assert set(new["data"]) == {"kubeconfig"}
+        assert b.parse_cluster_info_kubeconfig(new["data"]["kubeconfig"])[1] == b"CA2"
+
+
+async def test_secret_source_reads_the_store_on_a_cache_miss(tmp_path: Any) -> None:
+    import trio
+
+    from fleet.testing.apiserver import open_api
+
+    async with open_api(tmp_path, namespace_controller=False) as api:
+        source = b.SecretSource(api.store)
+        async with trio.open_nursery() as n:
+            await n.start(source.run)
+            secret = b.token_secret(TOKEN)
+            code, _ = await api.json("POST", "/api/v1/namespaces/kube-system/secrets", secret)
+            assert code == 201
+            got = await source(b.secret_name("abcdef"))  # cache or store: either way, at once
+            assert got is not None and b.secret_data(got)["token-id"] == "abcdef"
+            assert await source(b.secret_name("zzzzzz")) is None
+            user = await b.BootstrapTokenAuthenticator(source).authenticate(creds(TOKEN))
+            assert user is not None and user.name == "system:bootstrap:abcdef"
+            n.cancel_scope.cancel()
