@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import importlib.util
 import json
 import subprocess
 import sys
@@ -31,6 +32,14 @@ from tests.e2e.multinode import MultiNodeCluster, multinode_cluster, problem
 
 CSRS = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 JOINER = 1
+
+# A joined node authenticates with its client certificate: that needs the PKI's x509
+# authenticator and TLS client-certificate plumbing (fleet/auth/x509.py,
+# fleet/server/tlsconn.py), merged separately.  Until they are, the tests that need
+# the node to talk as itself are expected to fail (strict: they must fail, and must
+# pass once x509 is there).  Drop this marker at merge.
+needs_x509 = pytest.mark.xfail(importlib.util.find_spec("fleet.auth.x509") is None, strict=True,
+                               reason="client-certificate authentication (PKI, issue 14) not merged yet")
 
 
 @pytest.fixture(scope="module")
@@ -163,8 +172,13 @@ def test_a_machine_joins_with_a_token(cluster: MultiNodeCluster) -> None:
     assert rc == 0, err
     assert out.split()[:6] == ["NAME", "AGE", "SIGNERNAME", "REQUESTOR", "REQUESTEDDURATION", "CONDITION"]
     assert "kubernetes.io/kube-apiserver-client-kubelet" in out and "Approved,Issued" in out
+
+
+@needs_x509
+def test_the_joined_node_goes_ready_and_runs_a_pod(cluster: MultiNodeCluster) -> None:
     # From now on the node is system:node:<name> (its client certificate): it registers,
     # goes Ready and runs pods.
+    node = cluster.nodes[JOINER]
     cluster.wait_node_ready(node, timeout=90)
     ns = cluster.create_namespace()
     cluster.create_pod(ns, cluster.pod("joined", node, ["sleep", "3600"]))
@@ -181,6 +195,7 @@ def test_a_machine_joins_with_a_token(cluster: MultiNodeCluster) -> None:
     assert node.address in [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
 
 
+@needs_x509
 def test_a_restarted_joined_agent_needs_no_token(cluster: MultiNodeCluster) -> None:
     node = cluster.nodes[JOINER]
     before = (node.data_dir / "kubelet.kubeconfig").read_bytes()
@@ -193,6 +208,7 @@ def test_a_restarted_joined_agent_needs_no_token(cluster: MultiNodeCluster) -> N
     assert len(csrs(cluster)) == count  # no new CSR
 
 
+@needs_x509
 def test_a_node_cannot_get_another_nodes_certificate(cluster: MultiNodeCluster) -> None:
     node = cluster.nodes[JOINER]
     other = cluster.nodes[0].name
