@@ -31,6 +31,10 @@ class AgentConfig:
     insecure: bool = False
     # A kubeconfig to read server/token/CA from instead of the fields above.
     kubeconfig: str | None = None
+    # Joining with a bootstrap token (fleet/agent/bootstrap.py): the cluster CA's
+    # public key hashes to accept (--ca-cert-hash sha256:...); empty: trust the CA on
+    # the token's JWS over cluster-info alone.
+    ca_cert_hashes: list[str] = field(default_factory=list)
     data_dir: Path = Path("/var/lib/fleet-agent")
     node_name: str = field(default_factory=lambda: socket.gethostname().lower())
     port: int = DEFAULT_PORT

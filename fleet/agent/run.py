@@ -51,6 +51,7 @@ import httpx
 import trio
 
 from fleet.agent import api, imagegc, inventory
+from fleet.agent import bootstrap as node_bootstrap
 from fleet.agent import env as agent_env
 from fleet.agent import volumes as agent_volumes
 from fleet.agent.config import AgentConfig
@@ -108,6 +109,12 @@ async def run(cfg: AgentConfig, *,
 
     cfg.data_dir = Path(cfg.data_dir)
     await trio.to_thread.run_sync(lambda: cfg.data_dir.mkdir(parents=True, exist_ok=True))
+    # A bootstrap token: join (or reuse the kubeconfig of an earlier join) and
+    # authenticate as system:node:<name> from then on (fleet/agent/bootstrap.py).
+    # First of all: a refused token leaves nothing behind on the machine.
+    joined = await node_bootstrap.node_credentials(cfg)
+    if joined is not None:
+        cfg.kubeconfig = str(cfg.data_dir / node_bootstrap.KUBECONFIG_NAME)
     storage_registry.load_plugins(cfg.storage_plugins)
     bridge = (cfg.bridge_name or "fleet0") if cfg.network_driver == "bridge" else None
     proxy_table = (inventory.proxy_table_for(cfg.bridge_name)
@@ -165,6 +172,12 @@ async def run(cfg: AgentConfig, *,
             if env.events is not None:
                 await n.start(env.events.run)
             n.start_soon(node.lease_loop)
+            if joined is not None:
+                # Renew the node's client certificate at 2/3 of its lifetime, and keep a
+                # kubelet-serving certificate for the agent API (<data-dir>/kubelet-serving.*).
+                n.start_soon(node_bootstrap.rotate_client_certificate, client, cfg.node_name, cfg.data_dir)
+                n.start_soon(node_bootstrap.keep_serving_certificate, client, cfg.node_name, cfg.data_dir,
+                             [node.address, cfg.address])
             if isinstance(network, PeerRouting):
                 n.start_soon(PeerSync(client, cfg.node_name, network).run)
             n.start_soon(node.status_loop)
@@ -194,7 +207,9 @@ async def run(cfg: AgentConfig, *,
             n.start_soon(partial(imagegc.run, store, cfg.data_dir / "images",
                                  lambda: imagegc.images_in_use(w.pod for w in list(sync.workers.values()))))
             api_url = None
-            token = client_cfg.token or cfg.token
+            # A joined node has no bearer token the server would present: its agent API
+            # waits for the PKI's mutual TLS (the join token must never open it).
+            token = client_cfg.token or (cfg.token if joined is None else None)
             if token:
                 address = cfg.address or "0.0.0.0"
                 api_url = await n.start(lambda task_status: api.serve(

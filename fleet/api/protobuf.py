@@ -1624,6 +1624,26 @@ SCHEMA: Final[dict[str, Message]] = {
         2: ("status", MSG, "authentication.v1.SelfSubjectReviewStatus", 0),
     },
     "authentication.v1.SelfSubjectReviewStatus": {1: ("userInfo", MSG, "authentication.v1.UserInfo", 0)},
+    # certificates.k8s.io/v1 (kubectl certificate approve|deny PUTs the whole object).
+    "certificates.v1.CertificateSigningRequest": {
+        1: ("metadata", MSG, "meta.v1.ObjectMeta", 0),
+        2: ("spec", MSG, "certificates.v1.CertificateSigningRequestSpec", 0),
+        3: ("status", MSG, "certificates.v1.CertificateSigningRequestStatus", 0),
+    },
+    "certificates.v1.CertificateSigningRequestSpec": {
+        1: ("request", BYTES, None, 0), 2: ("username", STR, None, 0), 3: ("uid", STR, None, 0),
+        4: ("groups", STR, None, REP), 5: ("usages", STR, None, REP), 6: ("extra", STRINGS, None, MAP),
+        7: ("signerName", STR, None, 0), 8: ("expirationSeconds", INT, None, PTR),
+    },
+    "certificates.v1.CertificateSigningRequestStatus": {
+        1: ("conditions", MSG, "certificates.v1.CertificateSigningRequestCondition", REP),
+        2: ("certificate", BYTES, None, 0),
+    },
+    "certificates.v1.CertificateSigningRequestCondition": {
+        1: ("type", STR, None, 0), 6: ("status", STR, None, 0), 2: ("reason", STR, None, 0),
+        3: ("message", STR, None, 0), 4: ("lastUpdateTime", TIME, None, 0),
+        5: ("lastTransitionTime", TIME, None, 0),
+    },
 }
 
 KINDS: Final[dict[tuple[str, str], str]] = {
@@ -1669,4 +1689,5 @@ KINDS: Final[dict[tuple[str, str], str]] = {
     ("authentication.k8s.io/v1", "TokenRequest"): "authentication.v1.TokenRequest",
     ("authentication.k8s.io/v1", "TokenReview"): "authentication.v1.TokenReview",
     ("authentication.k8s.io/v1", "SelfSubjectReview"): "authentication.v1.SelfSubjectReview",
+    ("certificates.k8s.io/v1", "CertificateSigningRequest"): "certificates.v1.CertificateSigningRequest",
 }

@@ -117,6 +117,14 @@ class KindInfo:
     # runs on `/status` writes at the same point (a PersistentVolume restamps
     # status.lastPhaseTransitionTime when its phase changes).
     prepare_status_update: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    # Strategy: kube's PrepareForCreate with the request's user — `prepare_create(obj,
+    # user)` runs after defaulting, before admission (a CertificateSigningRequest
+    # gets its requester's username, uid, groups and extra stamped into its spec).
+    prepare_create: Callable[[dict[str, Any], Any], None] | None = None
+    # Strategy: PrepareForUpdate of the `approval` subresource (CSRs): like a status
+    # write, the body's status is taken, then `prepare_approval_update(new, old)`
+    # keeps what the approver may not change.
+    prepare_approval_update: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
 
     @property
     def api_version(self) -> str:

@@ -1,4 +1,5 @@
-"""`fleet`: every role of Fleet by subcommand (server, scheduler, agent, killall, shim).
+"""`fleet`: every role of Fleet by subcommand (server, scheduler, agent, killall, shim,
+token).
 
 `fleet ctl ...` is the same CLI as `kfleet`.
 """
@@ -359,7 +360,11 @@ def scheduler(
 def agent(
     *,
     server: Annotated[str | None, cyclopts.Parameter(help="API server URL.")] = None,
-    token: Annotated[str | None, cyclopts.Parameter(help="Bearer token.")] = None,
+    token: Annotated[str | None, cyclopts.Parameter(
+        help="A join token from `fleet token create` (<6>.<16>: the node joins and gets its own "
+             "certificate), or a bearer token.")] = None,
+    ca_cert_hash: Annotated[list[str] | None, cyclopts.Parameter(
+        help="Joining: the cluster CA's public key hash (sha256:<hex>) to accept (repeatable).")] = None,
     ca_file: Annotated[str | None, cyclopts.Parameter(help="CA bundle to trust the server with.")] = None,
     kubeconfig: Annotated[str | None, cyclopts.Parameter(help="Read server, token and CA from here.")] = None,
     insecure: bool = False,
@@ -443,7 +448,8 @@ def agent(
                       insecure_registries=list(insecure_registry or []),
                       cluster_dns=[a.strip() for a in cluster_dns.split(",") if a.strip()],
                       cluster_domain=cluster_domain, resolv_conf=resolv_conf,
-                      storage_plugins=list(storage_plugin or []))
+                      storage_plugins=list(storage_plugin or []),
+                      ca_cert_hashes=list(ca_cert_hash or []))
     if not simulate:
         cfg.registries = _registries(registries, data_dir, disable_default_registry_endpoint,
                                      "fleet agent")
@@ -463,8 +469,14 @@ def agent(
 
     # A start-up failure (a port in use, a bad flag) still ends the process; once
     # running, a crash restarts the agent in-process, which re-adopts its containers.
+    from fleet.agent.bootstrap import JoinError
+
     try:
         trio.run(partial(supervise, "agent", partial(run, cfg), retry_start=False))
+    except* JoinError as group:
+        for e in _leaves(group):
+            print(f"fleet agent: cannot join the cluster: {e}", file=sys.stderr)
+        sys.exit(1)
     except* KeyboardInterrupt:
         pass
 
@@ -599,7 +611,10 @@ def main() -> None:
 
     restore_interrupt()  # every command stops on SIGINT, even below a parent ignoring it
 
+    from fleet.cli.token import app as token_app
+
     app.command(kfleet_app, name="ctl")
+    app.command(token_app, name="token")
     app()
 
 

@@ -155,10 +155,11 @@ class Client:
                    "Accept": "application/json"}
         if config.token:
             headers["Authorization"] = f"Bearer {config.token}"
+        self._ssl = ssl_context(config)
         self._http = httpx.AsyncClient(
             base_url=config.server,
             headers=headers,
-            verify=ssl_context(config),
+            verify=self._ssl,
             timeout=httpx.Timeout(timeout),
             # Watches hold connections too: past httpx's default 20 kept-alive ones the
             # pool closes every returned connection, and each request then pays a TLS
@@ -168,6 +169,17 @@ class Client:
         )
         self._discovery: list[APIResource] | None = None
         self._discovery_lock = trio.Lock()
+
+    def reload_client_certificate(self, cert_pem: bytes, key_pem: bytes) -> None:
+        """Present a new client certificate from now on (a node's rotated one): new
+        connections use it; pooled ones keep the old, still valid, certificate."""
+        from dataclasses import replace
+
+        if not isinstance(self._ssl, ssl.SSLContext):
+            raise ValueError("client certificates need an https server")
+        self.config = replace(self.config, client_cert_data=cert_pem, client_key_data=key_pem,
+                              client_cert_file=None, client_key_file=None)
+        _load_client_cert(self._ssl, self.config)
 
     async def __aenter__(self) -> Client:
         return self

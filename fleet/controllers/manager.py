@@ -23,9 +23,16 @@ if TYPE_CHECKING:
 def default_controllers(*, hpa_sync_period: float = 15.0,
                         node_lifecycle: NodeLifecycleConfig | None = None,
                         node_ipam: NodeIPAMConfig | None = None,
-                        max_endpoints_per_slice: int = 100) -> list[Controller]:
+                        max_endpoints_per_slice: int = 100,
+                        csr_signer: Any = None) -> list[Controller]:
+    """`csr_signer` (an object with `sign_csr`, fleet/auth/localsigner.py) enables the
+    csrsigning controller: it needs the cluster CA's key, which only the server has."""
+    from fleet.controllers.bootstrapsigner import BootstrapSigner
     from fleet.controllers.clusterroleaggregation import ClusterRoleAggregationController
     from fleet.controllers.cronjob import CronJobController
+    from fleet.controllers.csrapproving import CSRApprovingController
+    from fleet.controllers.csrcleaner import CSRCleanerController
+    from fleet.controllers.csrsigning import CSRSigningController
     from fleet.controllers.daemonset import DaemonSetController
     from fleet.controllers.deployment import DeploymentController
     from fleet.controllers.disruption import DisruptionController
@@ -43,7 +50,13 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
     from fleet.controllers.serviceaccount import ServiceAccountController
     from fleet.controllers.servicelb import ServiceLBController
     from fleet.controllers.statefulset import StatefulSetController
+    from fleet.controllers.tokencleaner import TokenCleaner
 
+    # Node join: bootstrap tokens, cluster-info's signatures, CSRs.
+    join: list[Controller] = [TokenCleaner(), BootstrapSigner(), CSRApprovingController(),
+                              CSRCleanerController()]
+    if csr_signer is not None:
+        join.append(CSRSigningController(csr_signer))
     return [
         NodeIPAM(node_ipam), NodeLifecycle(node_lifecycle),
         NamespaceController(), ServiceAccountController(),
@@ -59,6 +72,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
         EndpointSliceMirroringController(),
         ServiceLBController(),
         ClusterRoleAggregationController(),
+        *join,
         *storage_controllers(),
     ]
 
@@ -83,7 +97,7 @@ def storage_controllers() -> list[Controller]:
 
 # Controllers that exist only in some configurations (the server's storage provisioner
 # runs only when a driver that is not node-local is registered), still valid names.
-OPTIONAL_CONTROLLERS = ("storage-provisioner",)
+OPTIONAL_CONTROLLERS = ("storage-provisioner", "csrsigning")
 
 
 def select(controllers: list[Controller], spec: list[str] | None) -> list[Controller]:

@@ -84,6 +84,8 @@ class WriteVerbs(ResourceBase):
             obj.pop("status", None)
         if info.default is not None:
             info.default(obj)
+        if info.prepare_create is not None:
+            info.prepare_create(obj, user)
         if info.namespaced:
             await self.check_namespace(route.namespace or "")
         # kube-apiserver's order: mutating admission, then validation of what it
@@ -207,7 +209,7 @@ class WriteVerbs(ResourceBase):
             if validate_fields:
                 warnings = self.field_validation(info, new, req)
             self.type_check(info, new)
-            if route.subresource == "status":
+            if route.subresource in ("status", "approval"):
                 status = new.get("status")
                 new = copy.deepcopy(old)
                 if status is None:
@@ -230,10 +232,12 @@ class WriteVerbs(ResourceBase):
             new["metadata"]["resourceVersion"] = str(old_rv)
             if info.default is not None:
                 info.default(new)
-            if info.prepare_update is not None and route.subresource != "status":
+            if info.prepare_update is not None and route.subresource not in ("status", "approval"):
                 info.prepare_update(new, old)
             if info.prepare_status_update is not None and route.subresource == "status":
                 info.prepare_status_update(new, old)
+            if info.prepare_approval_update is not None and route.subresource == "approval":
+                info.prepare_approval_update(new, old)
             attrs = Attributes(verb, info.group, info.version, info.plural, route.subresource,
                                route.namespace or "", route.name, is_dry_run(req))
             new = await self.admission.mutate(attrs, user, new, old)

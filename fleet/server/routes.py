@@ -77,6 +77,7 @@ def conflict(info: KindInfo, name: str, why: str = "") -> errors.Conflict:
 SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
     "status": ("get", "patch", "update"),
     "scale": ("get", "patch", "update"),
+    "approval": ("get", "patch", "update"),  # certificatesigningrequests/{name}/approval
     "finalize": ("update",),  # namespaces/{name}/finalize: the namespace controller's PUT
     "binding": ("create",),
     "eviction": ("create",),

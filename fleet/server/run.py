@@ -35,7 +35,8 @@ from fleet.admission.priority import ClassCache
 from fleet.api import meta
 from fleet.api.kinds.scheduling import system_priority_classes
 from fleet.api.registry import Registry, default_registry
-from fleet.auth import bootstrap_policy, load_or_create_admin_token
+from fleet.auth import bootstrap, bootstrap_policy, load_or_create_admin_token
+from fleet.auth.localsigner import csr_signer
 from fleet.auth.pki import ServingTLS, ensure_serving_tls, write_private
 from fleet.client import ClientConfig
 from fleet.controllers.manager import default_manager
@@ -321,6 +322,12 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                 await nursery.start(_supervised(name, task))
             # Security's validating plugins (RBAC escalation prevention) run first.
             admission.validating[:0] = sec.validating_admission
+            # kube-public/cluster-info: the server URL and CA a joining node discovers
+            # with its bootstrap token (signed per token by the bootstrap signer).
+            advertised = cfg.advertise_address or systemsvc.default_advertise_address(cfg.address)
+            advertised = f"[{advertised}]" if ":" in advertised else advertised
+            await bootstrap.ensure_cluster_info(store, registry, f"https://{advertised}:{cfg.port}",
+                                                tls.ca_cert_pem)
             api = APIServer(store, registry, sec.authenticator, sec.authorizer, admission,
                             rest, metrics, watches, f"{host}:{cfg.port}", agent_token=token,
                             anonymous=cfg.security.anonymous, audit=sec.audit)
@@ -385,6 +392,7 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
         cfg.controllers, extra=[provisioner] if provisioner is not None else [],
         hpa_sync_period=cfg.hpa_sync_period,
         max_endpoints_per_slice=cfg.max_endpoints_per_slice,
+        csr_signer=csr_signer(Path(cfg.data_dir)),
         node_ipam=NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr),
         node_lifecycle=NodeLifecycleConfig(
             monitor_grace_period=cfg.node_monitor_grace_period,

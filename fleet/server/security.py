@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.admission import AdmissionChain
+from fleet.admission import certificates as certificate_admission
 from fleet.api.registry import Registry
 from fleet.auth import (
     ADMIN,
@@ -35,6 +36,7 @@ from fleet.auth import (
     TokenAuthenticator,
     UnionAuthenticator,
     UnionAuthorizer,
+    bootstrap,
 )
 from fleet.auth.audit import Auditor, auditor_from_flags
 from fleet.auth.oidc import OIDCAuthenticator, OIDCConfig
@@ -76,6 +78,9 @@ class SecurityConfig:
     audit_log_maxsize: int = 0
     audit_log_maxage: int = 0
     audit_log_maxbackup: int = 0
+    # --enable-bootstrap-token-auth: join tokens (kube-system/bootstrap-token-*
+    # Secrets) authenticate as system:bootstrap:<id> (fleet/auth/bootstrap.py).
+    bootstrap_tokens: bool = True
 
 
 @dataclass
@@ -149,6 +154,12 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
     handlers.update(token_api.handlers())
     paths.update(token_api.paths())
 
+    if cfg.bootstrap_tokens:
+        # Join tokens: kube-system Secrets from a watch-fed cache (store read on a miss).
+        secrets = bootstrap.SecretSource(store)
+        authenticators.append(bootstrap.BootstrapTokenAuthenticator(secrets))
+        tasks.append(("bootstrap-token-cache", secrets.run))
+
     modes = parse_authorization_mode(cfg.authorization_mode)
     authorizers: list[Authorizer] = []
     sec = Security(UnionAuthenticator(), UnionAuthorizer(), handlers, tasks, paths=paths)
@@ -173,6 +184,8 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
     # system:masters user the `*` rules.
     resolvers = [AllowAllRules()] if modes == ["AlwaysAllow"] else resolvers_of(authorizers)
     sec.handlers.update(review_handlers(sec.authorizer, UnionRuleResolver(*resolvers)))
+    # CSR approval and signing need the authorizer (fleet/admission/certificates.py).
+    sec.validating_admission.extend(certificate_admission.plugins(sec.authorizer))
 
     # Audit: a bad policy or an unwritable log path raises here, before the API listens.
     sec.audit = auditor_from_flags(cfg.audit_log_path, cfg.audit_policy_file,

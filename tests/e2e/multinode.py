@@ -51,6 +51,7 @@ API (see `MultiNodeCluster`):
         cluster.wait_pod_ready(ns, "web")["status"]["podIP"]
         run_in_netns(n.ns_path, fn, *args)                    # Python code in a namespace
         cluster.restart_node(i); cluster.stop_node(i)
+        MultiNodeCluster(..., idle=[1]); cluster.start_node(1, ["--server", url, "--token", t])
         cluster.delete_node(i)                               # a node leaving
 """
 
@@ -166,14 +167,18 @@ class Node:
     bridge: str = "fn0"
     argv_extra: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
+    # How the agent authenticates instead of `--kubeconfig <admin>` (a joining node:
+    # `--server URL --token <join token>`); see `MultiNodeCluster.start_node`.
+    credentials: list[str] | None = None
 
     @property
     def ns_path(self) -> str:
         return f"/run/netns/{self.ns}"
 
     def argv(self, kubeconfig: Path) -> list[str]:
+        auth = self.credentials if self.credentials is not None else ["--kubeconfig", str(kubeconfig)]
         return ["nsenter", f"--net={self.ns_path}", sys.executable, "-m", "fleet.cli.main", "agent",
-                "--kubeconfig", str(kubeconfig), "--data-dir", str(self.data_dir),
+                *auth, "--data-dir", str(self.data_dir),
                 "--node-name", self.name, "--port", str(self.port), "--address", self.address,
                 "--driver", "oci", "--network", "bridge", "--bridge-name", self.bridge,
                 "--cluster-cidr", CLUSTER_CIDR, "--lease-interval", "2",
@@ -214,7 +219,8 @@ class MultiNodeCluster:
     """The machines, the server, and how tests reach them (see the module docstring)."""
 
     def __init__(self, base: Path, *, nodes: int = 2, segments: Sequence[int] | None = None,
-                 agent_args: Sequence[str] = (), server_args: Sequence[str] = ()) -> None:
+                 agent_args: Sequence[str] = (), server_args: Sequence[str] = (),
+                 idle: Sequence[int] = ()) -> None:
         self.base = base
         self.tag = uuid.uuid4().hex[:6]
         self.lan = f"fn-{self.tag}-lan"
@@ -226,6 +232,9 @@ class MultiNodeCluster:
         self.nodes: list[Node] = []
         self.agent_args = list(agent_args)
         self.server_args = list(server_args)
+        # Machines built (network, image) but whose agent the test starts itself
+        # (`start_node`): a node joining with a bootstrap token.
+        self.idle = set(idle)
         self.factory = ServerFactory(base)
         self.server: FleetServer | None = None
         self.image = IMAGE
@@ -278,10 +287,12 @@ class MultiNodeCluster:
                 and time.monotonic() < deadline:
             time.sleep(0.05)
         for node in self.nodes:
-            node.start(self.kubeconfig)
+            if node.index not in self.idle:
+                node.start(self.kubeconfig)
         self.server.wait_ready()
         for node in self.nodes:
-            self.wait_node_ready(node)
+            if node.index not in self.idle:
+                self.wait_node_ready(node)
         self.setup_seconds = time.monotonic() - t0
         return self
 
@@ -458,6 +469,14 @@ class MultiNodeCluster:
                 raise AssertionError(f"pod {namespace}/{name} not ready after {timeout}s: "
                                      f"{json.dumps(st)}\n{node.output() if node else ''}")
             time.sleep(0.2)
+
+    def start_node(self, i: int, credentials: list[str] | None = None) -> Node:
+        """Start node i's agent (an idle machine's, or one stopped), authenticating with
+        `credentials` (agent flags) instead of the admin kubeconfig when given."""
+        node = self.nodes[i]
+        node.credentials = credentials
+        node.start(self.kubeconfig)
+        return node
 
     def stop_node(self, i: int) -> None:
         """Stop node i's agent (its pods keep running until teardown)."""

@@ -14,6 +14,7 @@ from fleet.api.kinds import (
     authorization,
     autoscaling,
     batch,
+    certificates,
     controllerrevision,
     coordination,
     core,
@@ -58,6 +59,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *autoscaling.KINDS,
     *metrics.KINDS,
     *rbac.KINDS,
+    *certificates.KINDS,
     events.EVENTS_EVENT,
     *authentication.KINDS,
 )

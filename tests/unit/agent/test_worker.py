@@ -658,6 +658,10 @@ def test_config_read_refused_at_first_is_retried(tmp_path: Path, clock: trio.tes
 
     pod = make_pod()
     pod["spec"]["volumes"] = [{"name": "s", "configMap": {"name": "creds"}}]
+    # Jump the clock only when the run has been idle a little while in real time: the
+    # set-up's file writes in worker threads must not count as idle (they would let the
+    # clock race past the deadline below on a busy machine).
+    clock.autojump_threshold = 0.05
 
     async def main() -> None:
         async with trio.open_nursery() as n:

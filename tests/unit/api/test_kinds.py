@@ -72,6 +72,8 @@ IDENTITY = [
     ("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", True, (), (), ()),
     ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", False,
      (), (), ()),
+    ("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests",
+     "certificatesigningrequest", False, ("csr",), (), ("status", "approval")),
     # Served from memory (fleet/server/resource_metrics.py): get and list only, no singular name.
     ("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", False, (), (), ()),
     ("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", True, (), (), ()),

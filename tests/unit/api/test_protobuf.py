@@ -440,3 +440,22 @@ def test_rest_decode_body_accepts_protobuf() -> None:
               {"content-type": "application/vnd.kubernetes.protobuf"}, b"not protobuf")
     with pytest.raises(errors.BadRequest):
         rest_decode_body(bad)
+
+
+def test_certificate_signing_request_as_kubectl_certificate_approve_sends_it() -> None:
+    spec = (ld(1, b"-----BEGIN CERTIFICATE REQUEST-----") + ld(2, "alice") + ld(4, "dev") + ld(4, "ops")
+            + ld(5, "client auth") + entry(6, "scopes", ld(1, "a") + ld(1, "b"))
+            + ld(7, "kubernetes.io/kube-apiserver-client") + vi(8, 3600))
+    cond = ld(1, "Approved") + ld(6, "True") + ld(2, "KubectlApprove") + ld(3, "ok") + ld(4, vi(1, 1_700_000_000))
+    raw = meta("csr-1") + ld(2, spec) + ld(3, ld(1, cond))
+    got = protobuf.decode_body(envelope("certificates.k8s.io/v1", "CertificateSigningRequest", raw))
+    assert got == {
+        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": "csr-1"},
+        "spec": {"request": base64.b64encode(b"-----BEGIN CERTIFICATE REQUEST-----").decode(),
+                 "username": "alice", "groups": ["dev", "ops"], "usages": ["client auth"],
+                 "extra": {"scopes": ["a", "b"]}, "signerName": "kubernetes.io/kube-apiserver-client",
+                 "expirationSeconds": 3600},
+        "status": {"conditions": [{"type": "Approved", "status": "True", "reason": "KubectlApprove",
+                                   "message": "ok", "lastUpdateTime": "2023-11-14T22:13:20Z"}]},
+    }

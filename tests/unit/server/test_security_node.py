@@ -28,10 +28,10 @@ async def test_node_mode_puts_the_node_authorizer_after_the_masters_bypass(tmp_p
         sec = await build(SecurityConfig(authorization_mode="Node"), data_dir=tmp_path, store=store,
                           registry=default_registry(), admin_token="admin-token")
         assert [type(a).__name__ for a in sec.authorizer.authorizers] == ["MastersBypass", "NodeAuthorizer"]  # type: ignore[attr-defined]
-        assert [name for name, _ in sec.tasks] == ["node-authorizer-graph"]
+        graph_task = dict(sec.tasks)["node-authorizer-graph"]
         secret = Attributes("get", "", "v1", "secrets", "", "default", "s")
         async with trio.open_nursery() as n:
-            await n.start(sec.tasks[0][1])  # started = the graph has listed pods, volumes, attachments
+            await n.start(graph_task)  # started = the graph has listed pods, volumes, attachments
             assert sec.authorizer.authorize(NODE_A, secret).allowed
             d = sec.authorizer.authorize(UserInfo("system:node:b", groups=("system:nodes",)), secret)
             assert (d.allowed, d.reason) == (False, "no relationship found between node 'b' and this object")
@@ -54,7 +54,7 @@ async def test_no_node_authorizer_unless_asked(tmp_path: Path, mode: str) -> Non
         sec = await build(SecurityConfig(authorization_mode=mode), data_dir=tmp_path, store=store,
                           registry=default_registry(), admin_token="t")
         assert not any(isinstance(a, NodeAuthorizer) for a in getattr(sec.authorizer, "authorizers", []))
-        assert sec.tasks == []
+        assert "node-authorizer-graph" not in dict(sec.tasks)
 
 
 def req(query: dict[str, str]) -> Req:
