@@ -32,6 +32,7 @@ from fleet.admission.defaultingressclass import IngressClassCache
 from fleet.admission.defaultstorageclass import StorageClassCache
 from fleet.admission.objcache import NamespacedCache
 from fleet.admission.priority import ClassCache
+from fleet.admission.serviceaccount import ServiceAccountCache
 from fleet.api import meta
 from fleet.api.kinds.scheduling import system_priority_classes
 from fleet.api.registry import Registry, default_registry
@@ -64,6 +65,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# The TokenRequest subresource's handler key (fleet/server/security.py `Security.handlers`):
+# pods get the `kube-api-access-*` token volume only when the server serves it.
+TOKEN_REQUEST = ("", "v1", "serviceaccounts", "token")
 
 
 def default_data_dir() -> Path:
@@ -186,6 +190,25 @@ async def ensure_default_namespaces(store: Store, registry: Registry) -> None:
             pass
 
 
+async def ensure_default_service_accounts(store: Store, registry: Registry) -> None:
+    """The `default` ServiceAccount of each default namespace, before the API listens.
+
+    The ServiceAccount controller creates them too, but only once the controller
+    manager runs; a pod created in the first moments of a new server would otherwise
+    wait out the ServiceAccount admission plugin's retries and be refused."""
+    info = registry.get("", "v1", "serviceaccounts")
+    assert info is not None
+    for ns in DEFAULT_NAMESPACES:
+        obj: dict[str, Any] = {"apiVersion": "v1", "kind": "ServiceAccount",
+                               "metadata": {"name": "default", "namespace": ns}}
+        if info.default is not None:
+            info.default(obj)
+        try:
+            await store.create(info.key(ns, "default"), obj)
+        except KeyExists:
+            pass
+
+
 def kubeconfig_text(url: str, token: str, ca_pem: bytes) -> str:
     return (
         "apiVersion: v1\n"
@@ -257,6 +280,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                           compact_interval=cfg.compact_interval) as store:
         registry = default_registry()
         await ensure_default_namespaces(store, registry)
+        await ensure_default_service_accounts(store, registry)
         await ensure_system_priority_classes(store, registry)
         await ensure_default_storage(store, registry)
         async with trio.open_nursery() as nursery:
@@ -282,12 +306,22 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             await nursery.start(_supervised("ingress-class-cache", ingress_classes.run, store))
             storage_classes = StorageClassCache()  # DefaultStorageClass, PersistentVolumeClaimResize
             await nursery.start(_supervised("storage-class-cache", storage_classes.run, store))
+            sec = await security.build(cfg.security, data_dir=data_dir, store=store, registry=registry,
+                                       admin_token=token)
+            for name, task in sec.tasks:
+                await nursery.start(_supervised(name, task))
+            # ServiceAccount admission: accounts by namespace/name (watch-fed); the token
+            # volume only when this server issues bound tokens (serviceaccounts/token).
+            service_accounts = ServiceAccountCache()
+            await nursery.start(_supervised("service-account-cache", service_accounts.run, store))
             # One chain for both: ResourceAPI runs it on every write; APIServer keeps
             # it for the pipeline stages it runs itself.
             admission = builtin_chain(store, priority_cache=priority_classes,
                                       limit_range_cache=limit_ranges, quota_cache=quotas,
                                       ingress_class_cache=ingress_classes,
                                       storage_class_cache=storage_classes,
+                                      service_account_cache=service_accounts,
+                                      mount_service_account_tokens=TOKEN_REQUEST in sec.handlers,
                                       not_ready_seconds=cfg.default_not_ready_toleration_seconds,
                                       unreachable_seconds=cfg.default_unreachable_toleration_seconds)
             rest = ResourceAPI(store, registry, admission, namespaces)
@@ -313,10 +347,6 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                                    cfg.dns, server_address=cfg.advertise_address
                                                    or cfg.address)))
             await systemsvc.ensure_all(system_services)
-            sec = await security.build(cfg.security, data_dir=data_dir, store=store, registry=registry,
-                                       admin_token=token)
-            for name, task in sec.tasks:
-                await nursery.start(_supervised(name, task))
             api = APIServer(store, registry, sec.authenticator, sec.authorizer, admission,
                             rest, metrics, watches, f"{host}:{cfg.port}", agent_token=token,
                             anonymous=cfg.security.anonymous)
