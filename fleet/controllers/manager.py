@@ -18,12 +18,14 @@ from fleet.controllers.runtime import Controller, Manager
 if TYPE_CHECKING:
     from fleet.controllers.nodeipam import NodeIPAMConfig
     from fleet.controllers.nodelifecycle import NodeLifecycleConfig
+    from fleet.controllers.rootcacertpublisher import RootCAPublisherConfig
 
 
 def default_controllers(*, hpa_sync_period: float = 15.0,
                         node_lifecycle: NodeLifecycleConfig | None = None,
                         node_ipam: NodeIPAMConfig | None = None,
-                        max_endpoints_per_slice: int = 100) -> list[Controller]:
+                        max_endpoints_per_slice: int = 100,
+                        root_ca: RootCAPublisherConfig | None = None) -> list[Controller]:
     from fleet.controllers.cronjob import CronJobController
     from fleet.controllers.daemonset import DaemonSetController
     from fleet.controllers.deployment import DeploymentController
@@ -39,13 +41,14 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
     from fleet.controllers.nodelifecycle import NodeLifecycle
     from fleet.controllers.replicaset import ReplicaSetController
     from fleet.controllers.resourcequota import ResourceQuotaController
+    from fleet.controllers.rootcacertpublisher import RootCACertPublisher
     from fleet.controllers.serviceaccount import ServiceAccountController
     from fleet.controllers.servicelb import ServiceLBController
     from fleet.controllers.statefulset import StatefulSetController
 
     return [
         NodeIPAM(node_ipam), NodeLifecycle(node_lifecycle),
-        NamespaceController(), ServiceAccountController(),
+        NamespaceController(), ServiceAccountController(), RootCACertPublisher(root_ca),
         GarbageCollector(),
         ReplicaSetController(), DeploymentController(),
         StatefulSetController(),

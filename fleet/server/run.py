@@ -42,6 +42,7 @@ from fleet.client import ClientConfig
 from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.controllers.nodelifecycle import NodeLifecycleConfig
+from fleet.controllers.rootcacertpublisher import RootCAPublisherConfig
 from fleet.network.cluster_dns import ClusterDNSConfig, kube_dns_spec, run_cluster_dns
 from fleet.network.dns import DNSStats
 from fleet.network.ingress import IngressConfig, run_ingress
@@ -411,6 +412,9 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
         hpa_sync_period=cfg.hpa_sync_period,
         max_endpoints_per_slice=cfg.max_endpoints_per_slice,
         node_ipam=NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr),
+        # kube-root-ca.crt in every namespace: the server CA bundle as the PKI keeps it.
+        root_ca=RootCAPublisherConfig(ca_bundle=partial(server_ca_bundle, Path(cfg.data_dir),
+                                                        client_cfg.ca_data)),
         node_lifecycle=NodeLifecycleConfig(
             monitor_grace_period=cfg.node_monitor_grace_period,
             startup_grace_period=cfg.node_startup_grace_period,
@@ -419,6 +423,17 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
             unhealthy_zone_threshold=cfg.unhealthy_zone_threshold,
             large_cluster_size_threshold=cfg.large_cluster_size_threshold))
     await manager.run(client_cfg, task_status=task_status)
+
+
+def server_ca_bundle(data_dir: Path, fallback: bytes | None = None) -> bytes:
+    """The CA bundle that verifies this server: `<data-dir>/tls/ca.crt` (during a CA
+    rotation it holds the old and the new CA), else `fallback` (the client's ca_data).
+    Blocking: the root CA publisher calls it in a worker thread."""
+    path = Path(data_dir) / "tls" / "ca.crt"
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return fallback or b""
 
 
 def serving_names(cfg: ServerConfig) -> list[str]:
