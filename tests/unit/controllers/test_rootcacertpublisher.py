@@ -113,7 +113,7 @@ class FakeAPI:
                      namespace: str | None = None, **kw: Any) -> dict[str, Any]:
         assert plural == "configmaps"
         if namespace in self.configmaps:
-            raise ApiException(409, "AlreadyExists")
+            raise ApiException({"reason": "AlreadyExists", "message": "exists"}, 409)
         obj = copy.deepcopy(body)
         obj["metadata"]["resourceVersion"] = str(next(self.rv))
         self.configmaps[namespace or ""] = obj
@@ -125,9 +125,9 @@ class FakeAPI:
                       namespace: str | None = None, **kw: Any) -> dict[str, Any]:
         cur = self.configmaps.get(namespace or "")
         if cur is None:
-            raise ApiException(404, "NotFound")
+            raise ApiException({"reason": "NotFound", "message": "not found"}, 404)
         if cur["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"]:
-            raise ApiException(409, "Conflict")
+            raise ApiException({"reason": "Conflict", "message": "conflict"}, 409)
         obj = copy.deepcopy(body)
         obj["metadata"]["resourceVersion"] = str(next(self.rv))
         self.configmaps[namespace or ""] = obj
