@@ -7,9 +7,11 @@ kube-apiserver's plugin (plugin/pkg/admission/serviceaccount, as of 1.32), on po
   mirrors it);
 * the account must exist, else 403 `error looking up service account ns/name:
   serviceaccount "name" not found`.  The lookup asks the watch-fed cache, then the
-  store — for `default` up to 10 times 100-200 ms apart, because the ServiceAccount
-  controller creates it a moment after the namespace and a pod created right then
-  should not fail;
+  store — for `default` again every 100-200 ms, because the ServiceAccount controller
+  creates it a moment after the namespace and a pod created right then should not
+  fail.  Kubernetes tries 10 times (1-2 s); we keep trying for up to 5 s, since a
+  freshly started server's controller manager (or a loaded test machine) can take
+  longer than that to list and react, and a pod refused for it is a flake;
 * unless `automountServiceAccountToken` says false (the pod's setting wins over the
   account's; unset on both means true), a projected volume `kube-api-access-<5
   random chars>` — a bound token (3607 s, `token`), `ca.crt` from the
@@ -67,8 +69,8 @@ MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 ENFORCE_MOUNTABLE_SECRETS_ANNOTATION = "kubernetes.io/enforce-mountable-secrets"
 PREFIX = meta.store_key("", "serviceaccounts", None)
 
-# getServiceAccount: the `default` account is looked up this many times.
-DEFAULT_ACCOUNT_ATTEMPTS = 10
+# getServiceAccount: how long the `default` account is waited for (see the docstring).
+DEFAULT_ACCOUNT_WAIT = 5.0
 
 # names.SimpleNameGenerator's alphabet (no vowels, no look-alike digits).
 _ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"
@@ -261,17 +263,18 @@ class ServiceAccount:
             found = self.cache.get(f"{namespace}/{name}")
             if found is not None:
                 return found
-        attempts = DEFAULT_ACCOUNT_ATTEMPTS if name == DEFAULT_SERVICE_ACCOUNT_NAME else 1
+        wait = DEFAULT_ACCOUNT_WAIT if name == DEFAULT_SERVICE_ACCOUNT_NAME else 0.0
+        deadline = trio.current_time() + wait
         interval = (100 + random.randrange(100)) / 1000
         key = meta.store_key("", "serviceaccounts", namespace, name)
-        for i in range(attempts):
-            if i:
-                await trio.sleep(interval)
+        while True:
             try:
                 return await self.store.get(key)
             except KeyNotFound:
-                continue
-        raise AccountNotFound(f'serviceaccount "{name}" not found')
+                pass
+            if trio.current_time() + interval > deadline:
+                raise AccountNotFound(f'serviceaccount "{name}" not found')
+            await trio.sleep(interval)
 
     async def _account(self, attrs: Attributes, namespace: str, name: str) -> dict[str, Any]:
         try:

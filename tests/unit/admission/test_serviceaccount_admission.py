@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from fleet.admission.serviceaccount import (
+    DEFAULT_ACCOUNT_WAIT,
     DEFAULT_API_TOKEN_MOUNT_PATH,
     ServiceAccount,
     ServiceAccountCache,
@@ -166,6 +168,11 @@ def test_secret_reference_rules():
         'reference that imagePullSecret')
 
 
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
 # -- the plugin over a store -------------------------------------------------------------
 
 
@@ -236,13 +243,19 @@ async def test_missing_account_is_403_in_kubes_words(store_plugin):
                                      'default/ghost: serviceaccount "ghost" not found')
 
 
-async def test_missing_default_account_is_retried_then_403(store_plugin):
+async def test_missing_default_account_is_waited_for_then_403(store_plugin, autojump_clock):
     plugin, _ = store_plugin
-    with trio.fail_after(5):
-        with pytest.raises(errors.Forbidden) as e:
-            await admit(plugin, pod(), attrs(ns="fresh"))
+    start = trio.current_time()
+    with pytest.raises(errors.Forbidden) as e:
+        await plugin.mutate(attrs(ns="fresh"), ADMIN, pod(), None)
     assert 'error looking up service account fresh/default: serviceaccount "default" not found' \
         in e.value.message
+    assert DEFAULT_ACCOUNT_WAIT - 0.2 <= trio.current_time() - start <= DEFAULT_ACCOUNT_WAIT
+    # Any other name is looked up once.
+    start = trio.current_time()
+    with pytest.raises(errors.Forbidden):
+        await plugin.mutate(attrs(ns="fresh"), ADMIN, pod(serviceAccountName="builder"), None)
+    assert trio.current_time() == start
 
 
 async def test_default_account_created_during_the_retries_is_found(store_plugin):

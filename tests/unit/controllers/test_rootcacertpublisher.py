@@ -195,3 +195,13 @@ async def test_without_a_bundle_publishes_nothing() -> None:
         await trio.sleep(0.3)
         assert api.configmaps == {} and ctl.queue.metrics.processed >= 1
         n.cancel_scope.cancel()
+
+
+def test_server_ca_bundle_reads_the_pki_file_else_the_fallback(tmp_path: Any) -> None:
+    from fleet.server.run import server_ca_bundle
+
+    assert server_ca_bundle(tmp_path, b"from-client") == b"from-client"
+    assert server_ca_bundle(tmp_path, None) == b""
+    (tmp_path / "tls").mkdir()
+    (tmp_path / "tls" / "ca.crt").write_text(CA2)  # old + new CA during a rotation
+    assert server_ca_bundle(tmp_path, b"from-client") == CA2.encode()
