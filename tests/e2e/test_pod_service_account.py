@@ -190,6 +190,10 @@ def test_pod_gets_a_bound_service_account_token(cluster: tuple[FleetServer, str,
     assert bound["pod"] == {"name": "sa", "uid": pod["metadata"]["uid"]}
     assert bound["serviceaccount"]["name"] == "default"
     assert claims["exp"] > claims["iat"]
+    # On the node the volume is a tmpfs: the token never reaches the disk.
+    host_dir = srv.data_dir / "agent" / "pods" / pod["metadata"]["uid"] / "volumes" / vol["name"]
+    assert os.path.ismount(host_dir), host_dir
+    assert (host_dir / "token").read_text() == token
     # Read-only; and the token authenticates as the pod's account (whatever RBAC then
     # says): asked from here, as the pod's busybox has no HTTPS client.
     assert "Read-only file system" in _exec(srv, ns, "sa", f"touch {SA_DIR}/x 2>&1 || true")

@@ -8,6 +8,7 @@ answers as kube-apiserver does (status.token + status.expirationTimestamp).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -223,6 +224,36 @@ async def test_kube_api_access_volume_is_written_and_refreshed(pod_dir: Path) ->
     assert seen(vol)["token"] == "tok-2"
     assert (vol / DATA_DIR_NAME).readlink() != first and not (vol / first).exists()
     await vm.teardown()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+async def test_token_volume_is_a_tmpfs(pod_dir: Path) -> None:
+    tokens, _ = manager([T0])
+    vm = VolumeManager(pod_dir, root_ca, token_source=tokens)
+    vol = (await vm.setup(api_access_pod()))["kube-api-access-abcde"]
+    assert os.path.ismount(vol) and mounts_under(pod_dir) == [vol]
+    await vm.teardown()
+    assert mounts_under(pod_dir) == [] and not pod_dir.exists()
+
+
+async def test_a_restarted_agent_writes_a_fresh_token_over_the_old(pod_dir: Path) -> None:
+    """After a restart the cache is empty: set-up runs again on the same volume, asks
+    for a new token and swaps it in; the layout (and a tmpfs) stays as it was."""
+    clock = [T0]
+    before, _ = manager(clock)
+    vm = VolumeManager(pod_dir, root_ca, token_source=before)
+    vol = (await vm.setup(api_access_pod()))["kube-api-access-abcde"]
+    mounted = mounts_under(pod_dir)
+    clock[0] = T0 + 60
+    after = FakeTokenAPI(clock)
+    after.requests = [("", "", {})] * 5  # its tokens are numbered on from here: tok-6
+    vm2 = VolumeManager(pod_dir, root_ca, token_source=ServiceAccountTokens(
+        after, clock=lambda: clock[0], jitter=lambda: 0.0))
+    assert (await vm2.setup(api_access_pod()))["kube-api-access-abcde"] == vol
+    assert seen(vol) == {"token": "tok-6", "ca.crt": CA, "namespace": "team"}
+    assert mounts_under(pod_dir) == mounted
+    assert len([p for p in vol.iterdir() if p.name.startswith("..") and not p.is_symlink()]) == 1
+    await vm2.teardown()
 
 
 async def test_token_failure_is_failed_mount(pod_dir: Path) -> None:
