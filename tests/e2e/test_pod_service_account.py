@@ -128,12 +128,16 @@ def _client_hello() -> str:
     return base64.b64encode(outgoing.read()).decode()
 
 
-def _tls_answer_from_pod(srv: FleetServer, ns: str, pod: str) -> str:
+def _tls_answer_from_pod(srv: FleetServer, ns: str, pod: str) -> list[str]:
     """The first bytes (hex) the API server answers a ClientHello sent from `pod` to
-    $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT."""
-    return _exec(srv, ns, pod, f"echo {_client_hello()} | base64 -d | "
-                               "nc -w 5 $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT | "
-                               "head -c 3 | od -An -tx1").split()
+    $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.  Asked until there is an answer:
+    the node's Service rules are not waited for at agent start, so the first pod may
+    run before the `kubernetes` Service is programmed."""
+    script = (f"echo {_client_hello()} | base64 -d | "
+              "nc -w 5 $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT 2>/dev/null | "
+              "head -c 3 | od -An -tx1")
+    return wait_until(lambda: _exec(srv, ns, pod, script).split(), timeout=30, interval=1,
+                      what=f"a TLS answer to {pod} through the kubernetes Service")
 
 
 def _jwt_claims(token: str) -> dict[str, Any]:
