@@ -5,7 +5,7 @@ update/delete).  Mutating plugins return the (possibly changed) object;
 validating plugins raise an `APIError` to refuse.  Built-in plugins live one
 per module beside this one (`priority.py`, `default_toleration_seconds.py`,
 `limitranger.py`, `resourcequota.py`, `defaultingressclass.py`, `defaultstorageclass.py`,
-`storageprotection.py`, `pvcresize.py`, `noderestriction.py`); service accounts and webhooks join the
+`storageprotection.py`, `pvcresize.py`, `noderestriction.py`, `serviceaccount.py`); webhooks join the
 same chain later without changing the server.
 
 The server runs the two halves around the kind's validation, as
@@ -71,11 +71,12 @@ class AdmissionChain:
 def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_seconds: int = 300,
                   priority_cache: Any = None, limit_range_cache: Any = None,
                   quota_cache: Any = None, ingress_class_cache: Any = None,
-                  storage_class_cache: Any = None) -> AdmissionChain:
+                  storage_class_cache: Any = None, service_account_cache: Any = None,
+                  mount_service_account_tokens: bool = False) -> AdmissionChain:
     """The chain `fleet server` runs, in kube-apiserver's recommended plugin order
-    (LimitRanger, then Priority before DefaultTolerationSeconds; ResourceQuota last,
-    so it charges exactly what the others let through).  NodeRestriction judges
-    writes by nodes first (it only concerns users `system:node:<name>`).
+    (LimitRanger, ServiceAccount, then Priority before DefaultTolerationSeconds;
+    ResourceQuota last, so it charges exactly what the others let through).  NodeRestriction
+    judges writes by nodes first (it only concerns users `system:node:<name>`).
 
     `priority_cache` is a running `priority.ClassCache`; without one the
     Priority plugin reads PriorityClasses from `store` on every pod create.
@@ -88,6 +89,10 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
     DefaultStorageClass and PersistentVolumeClaimResize (kube's order puts them, with
     StorageObjectInUseProtection, after DefaultTolerationSeconds); without one they list
     StorageClasses from the store.
+    `service_account_cache` is a running `serviceaccount.ServiceAccountCache` (the
+    ServiceAccount plugin; without one it reads the store), and
+    `mount_service_account_tokens` makes it add the `kube-api-access-*` token volume
+    (on when the server serves TokenRequest).
     """
     # Imported here: the plugins import the store and the kinds, which need not
     # load for code that only wants the chain's types.
@@ -99,16 +104,19 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
     from fleet.admission.priority import Priority
     from fleet.admission.pvcresize import PersistentVolumeClaimResize
     from fleet.admission.resourcequota import ResourceQuota
+    from fleet.admission.serviceaccount import ServiceAccount
     from fleet.admission.storageprotection import StorageObjectInUseProtection
 
     priority = Priority(store, priority_cache)
+    service_account = ServiceAccount(store, service_account_cache,
+                                     mount_tokens=mount_service_account_tokens)
     limit_ranger = LimitRanger(store, limit_range_cache)
     storage_classes = storage_class_cache if storage_class_cache is not None else StorageClassCache()
     return AdmissionChain(
-        mutating=[limit_ranger, priority, DefaultTolerationSeconds(not_ready_seconds, unreachable_seconds),
+        mutating=[limit_ranger, service_account, priority, DefaultTolerationSeconds(not_ready_seconds, unreachable_seconds),
                   DefaultStorageClass(store, storage_classes), StorageObjectInUseProtection(),
                   DefaultIngressClass(store, ingress_class_cache)],
-        validating=[NodeRestriction(store), limit_ranger, priority,
+        validating=[NodeRestriction(store), limit_ranger, service_account, priority,
                     PersistentVolumeClaimResize(store, storage_classes),
                     ResourceQuota(store, quota_cache)],
     )

@@ -62,6 +62,7 @@ from fleet.agent.images import StoreImages
 from fleet.agent.netpolicy import EnforcerConfig, PolicyEnforcer
 from fleet.agent.node import NodeAgent
 from fleet.agent.podnet import PeerSync
+from fleet.agent.satokens import ServiceAccountTokens
 from fleet.agent.sync import PodSync
 from fleet.agent.worker import WorkerEnv
 from fleet.client import ApiException
@@ -157,6 +158,9 @@ async def run(cfg: AgentConfig, *,
                         # No pod network, no way to the cluster DNS ClusterIP.
                         dns=NodeDNS(tuple(cfg.cluster_dns) if network is not None else (),
                                     cfg.cluster_domain, cfg.resolv_conf))
+        # Projected serviceAccountToken sources: bound tokens via TokenRequest, cached
+        # and refreshed before they expire (fleet.agent.satokens).
+        env.tokens = ServiceAccountTokens(client)
         # Claimed volumes (persistentVolumeClaim / ephemeral) through the storage
         # drivers registered above (fleet.agent.csivolumes).
         env.csi = NodeVolumes(client, cfg.data_dir, cfg.node_name, events=events,

@@ -143,7 +143,11 @@ class PodSandbox:
             # fleet.agent.volumes: every volume type, configMap/secret kept up to date.
             if self._vm is None:
                 # Claimed volumes go through the node's CSI volume manager, if any.
-                extra = {"csi": self.env.csi} if getattr(self.env, "csi", None) is not None else {}
+                extra: dict[str, Any] = ({"csi": self.env.csi}
+                                         if getattr(self.env, "csi", None) is not None else {})
+                if getattr(self.env, "tokens", None) is not None:
+                    # Bound ServiceAccount tokens for serviceAccountToken projections.
+                    extra["token_source"] = self.env.tokens
                 self._vm = self.env.volumes.VolumeManager(self.pod_dir, self._lookup,
                                                           await self._allocatable(), **extra)
             try:

@@ -132,6 +132,8 @@ class PodTeardown:
                 await self.env.driver.remove_sandbox(self.sandbox)
             except (RuntimeDriverError, OSError) as e:
                 failed("sandbox", "removing the sandbox", e)
+        if getattr(self.env, "tokens", None) is not None:
+            self.env.tokens.forget(self.uid)  # its bound tokens are dead with it
         if self._vm is not None:
             try:
                 await self._vm.teardown()

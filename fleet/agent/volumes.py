@@ -71,7 +71,10 @@ log = logging.getLogger(__name__)
 
 FAILED_MOUNT = "FailedMount"
 
-# token_source(pod, audience, expiration_seconds) -> a bound service-account token.
+# token_source(pod, audience, expiration_seconds) -> a bound service-account token
+# (fleet.agent.satokens.ServiceAccountTokens: cached, refreshed at 80% of its life).
+# An exception from it fails the volume's set-up (FailedMount, retried); on refresh
+# the old content stays.
 TokenSource = Callable[[Mapping[str, Any], str, int], Awaitable[str]]
 
 DATA_DIR_NAME = "..data"
@@ -365,8 +368,12 @@ class VolumeManager:
                     log.warning("volume %s: no service-account token source on this agent; "
                                 "not writing %s", volume, path)
                     continue
-                token = await self._token_source(pod, s.get("audience", ""),
-                                                 int(s.get("expirationSeconds") or 3600))
+                try:
+                    token = await self._token_source(pod, s.get("audience", ""),
+                                                     int(s.get("expirationSeconds") or 3600))
+                except Exception as e:  # noqa: BLE001 - fleet.agent.satokens.TokenError and kin
+                    # "failed to fetch token: ..." — the kubelet's words after the prefix.
+                    raise _setup_failed(volume, str(e)) from e
                 payload[path] = FileContent(token.encode(), default_mode)
             else:
                 log.warning("volume %s: unsupported projected source %s", volume, sorted(source))

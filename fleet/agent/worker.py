@@ -156,6 +156,9 @@ class WorkerEnv:
     # fleet.agent.csivolumes.NodeVolumes: persistentVolumeClaim / ephemeral volumes
     # (staged and published through the storage drivers); None: not supported.
     csi: Any = None
+    # fleet.agent.satokens.ServiceAccountTokens: bound tokens for projected
+    # serviceAccountToken sources (TokenRequest as this node); None: not written.
+    tokens: Any = None
 
 
 # ---------------------------------------------------------------------------------------

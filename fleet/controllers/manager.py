@@ -18,13 +18,15 @@ from fleet.controllers.runtime import Controller, Manager
 if TYPE_CHECKING:
     from fleet.controllers.nodeipam import NodeIPAMConfig
     from fleet.controllers.nodelifecycle import NodeLifecycleConfig
+    from fleet.controllers.rootcacertpublisher import RootCAPublisherConfig
 
 
 def default_controllers(*, hpa_sync_period: float = 15.0,
                         node_lifecycle: NodeLifecycleConfig | None = None,
                         node_ipam: NodeIPAMConfig | None = None,
                         max_endpoints_per_slice: int = 100,
-                        csr_signer: Any = None) -> list[Controller]:
+                        csr_signer: Any = None,
+                        root_ca: RootCAPublisherConfig | None = None) -> list[Controller]:
     """`csr_signer` (an object with `sign_csr`, fleet/auth/localsigner.py) enables the
     csrsigning controller: it needs the cluster CA's key, which only the server has."""
     from fleet.controllers.bootstrapsigner import BootstrapSigner
@@ -47,6 +49,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
     from fleet.controllers.nodelifecycle import NodeLifecycle
     from fleet.controllers.replicaset import ReplicaSetController
     from fleet.controllers.resourcequota import ResourceQuotaController
+    from fleet.controllers.rootcacertpublisher import RootCACertPublisher
     from fleet.controllers.serviceaccount import ServiceAccountController
     from fleet.controllers.servicelb import ServiceLBController
     from fleet.controllers.statefulset import StatefulSetController
@@ -59,7 +62,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
         join.append(CSRSigningController(csr_signer))
     return [
         NodeIPAM(node_ipam), NodeLifecycle(node_lifecycle),
-        NamespaceController(), ServiceAccountController(),
+        NamespaceController(), ServiceAccountController(), RootCACertPublisher(root_ca),
         GarbageCollector(),
         ReplicaSetController(), DeploymentController(),
         StatefulSetController(),

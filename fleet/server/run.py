@@ -32,6 +32,7 @@ from fleet.admission.defaultingressclass import IngressClassCache
 from fleet.admission.defaultstorageclass import StorageClassCache
 from fleet.admission.objcache import NamespacedCache
 from fleet.admission.priority import ClassCache
+from fleet.admission.serviceaccount import ServiceAccountCache
 from fleet.api import meta
 from fleet.api.kinds.scheduling import system_priority_classes
 from fleet.api.registry import Registry, default_registry
@@ -42,6 +43,7 @@ from fleet.client import ClientConfig
 from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.controllers.nodelifecycle import NodeLifecycleConfig
+from fleet.controllers.rootcacertpublisher import RootCAPublisherConfig
 from fleet.network.cluster_dns import ClusterDNSConfig, kube_dns_spec, run_cluster_dns
 from fleet.network.dns import DNSStats
 from fleet.network.ingress import IngressConfig, run_ingress
@@ -65,6 +67,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# The TokenRequest subresource's handler key (fleet/server/security.py `Security.handlers`):
+# pods get the `kube-api-access-*` token volume only when the server serves it.
+TOKEN_REQUEST = ("", "v1", "serviceaccounts", "token")
 
 
 def default_data_dir() -> Path:
@@ -187,6 +192,25 @@ async def ensure_default_namespaces(store: Store, registry: Registry) -> None:
             pass
 
 
+async def ensure_default_service_accounts(store: Store, registry: Registry) -> None:
+    """The `default` ServiceAccount of each default namespace, before the API listens.
+
+    The ServiceAccount controller creates them too, but only once the controller
+    manager runs; a pod created in the first moments of a new server would otherwise
+    wait out the ServiceAccount admission plugin's retries and be refused."""
+    info = registry.get("", "v1", "serviceaccounts")
+    assert info is not None
+    for ns in DEFAULT_NAMESPACES:
+        obj: dict[str, Any] = {"apiVersion": "v1", "kind": "ServiceAccount",
+                               "metadata": {"name": "default", "namespace": ns}}
+        if info.default is not None:
+            info.default(obj)
+        try:
+            await store.create(info.key(ns, "default"), obj)
+        except KeyExists:
+            pass
+
+
 def kubeconfig_text(url: str, token: str, ca_pem: bytes) -> str:
     return (
         "apiVersion: v1\n"
@@ -258,6 +282,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                           compact_interval=cfg.compact_interval) as store:
         registry = default_registry()
         await ensure_default_namespaces(store, registry)
+        await ensure_default_service_accounts(store, registry)
         await ensure_system_priority_classes(store, registry)
         await ensure_default_storage(store, registry)
         # kube-apiserver's rbac/bootstrap-roles hook: the default roles and bindings.
@@ -285,12 +310,22 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             await nursery.start(_supervised("ingress-class-cache", ingress_classes.run, store))
             storage_classes = StorageClassCache()  # DefaultStorageClass, PersistentVolumeClaimResize
             await nursery.start(_supervised("storage-class-cache", storage_classes.run, store))
+            sec = await security.build(cfg.security, data_dir=data_dir, store=store, registry=registry,
+                                       admin_token=token)
+            for name, task in sec.tasks:
+                await nursery.start(_supervised(name, task))
+            # ServiceAccount admission: accounts by namespace/name (watch-fed); the token
+            # volume only when this server issues bound tokens (serviceaccounts/token).
+            service_accounts = ServiceAccountCache()
+            await nursery.start(_supervised("service-account-cache", service_accounts.run, store))
             # One chain for both: ResourceAPI runs it on every write; APIServer keeps
             # it for the pipeline stages it runs itself.
             admission = builtin_chain(store, priority_cache=priority_classes,
                                       limit_range_cache=limit_ranges, quota_cache=quotas,
                                       ingress_class_cache=ingress_classes,
                                       storage_class_cache=storage_classes,
+                                      service_account_cache=service_accounts,
+                                      mount_service_account_tokens=TOKEN_REQUEST in sec.handlers,
                                       not_ready_seconds=cfg.default_not_ready_toleration_seconds,
                                       unreachable_seconds=cfg.default_unreachable_toleration_seconds)
             rest = ResourceAPI(store, registry, admission, namespaces)
@@ -316,10 +351,8 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                                    cfg.dns, server_address=cfg.advertise_address
                                                    or cfg.address)))
             await systemsvc.ensure_all(system_services)
-            sec = await security.build(cfg.security, data_dir=data_dir, store=store, registry=registry,
-                                       admin_token=token, admission=admission)
-            for name, task in sec.tasks:
-                await nursery.start(_supervised(name, task))
+            # The TokenRequest handler runs the chain built above (NodeRestriction sees it).
+            sec.set_admission(admission)
             # Security's validating plugins (RBAC escalation prevention) run first.
             admission.validating[:0] = sec.validating_admission
             # kube-public/cluster-info: the server URL and CA a joining node discovers
@@ -394,6 +427,9 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
         max_endpoints_per_slice=cfg.max_endpoints_per_slice,
         csr_signer=csr_signer(Path(cfg.data_dir)),
         node_ipam=NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr),
+        # kube-root-ca.crt in every namespace: the server CA bundle as the PKI keeps it.
+        root_ca=RootCAPublisherConfig(ca_bundle=partial(server_ca_bundle, Path(cfg.data_dir),
+                                                        client_cfg.ca_data)),
         node_lifecycle=NodeLifecycleConfig(
             monitor_grace_period=cfg.node_monitor_grace_period,
             startup_grace_period=cfg.node_startup_grace_period,
@@ -402,6 +438,17 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
             unhealthy_zone_threshold=cfg.unhealthy_zone_threshold,
             large_cluster_size_threshold=cfg.large_cluster_size_threshold))
     await manager.run(client_cfg, task_status=task_status)
+
+
+def server_ca_bundle(data_dir: Path, fallback: bytes | None = None) -> bytes:
+    """The CA bundle that verifies this server: `<data-dir>/tls/ca.crt` (during a CA
+    rotation it holds the old and the new CA), else `fallback` (the client's ca_data).
+    Blocking: the root CA publisher calls it in a worker thread."""
+    path = Path(data_dir) / "tls" / "ca.crt"
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return fallback or b""
 
 
 def serving_names(cfg: ServerConfig) -> list[str]:

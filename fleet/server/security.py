@@ -106,6 +106,13 @@ class Security:
     paths: dict[str, Any] = field(default_factory=dict)
     # The audit trail (policy + log) for APIServer(audit=...); None: audit off.
     audit: Auditor | None = None
+    # Handlers that run the server's admission chain (TokenRequest), given it by
+    # `set_admission` once the chain is built (the chain itself needs `handlers`).
+    admitting: list[Any] = field(default_factory=list)
+
+    def set_admission(self, admission: AdmissionChain) -> None:
+        for h in self.admitting:
+            h.admission = admission
 
 
 def parse_authorization_mode(mode: str) -> list[str]:
@@ -152,6 +159,7 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
                          extend_expiration=sa_cfg.extend_token_expiration, jwks_uri=sa_cfg.jwks_uri,
                          admission=admission)
     handlers.update(token_api.handlers())
+    admitting = [token_api]
     paths.update(token_api.paths())
 
     if cfg.bootstrap_tokens:
@@ -162,7 +170,7 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
 
     modes = parse_authorization_mode(cfg.authorization_mode)
     authorizers: list[Authorizer] = []
-    sec = Security(UnionAuthenticator(), UnionAuthorizer(), handlers, tasks, paths=paths)
+    sec = Security(UnionAuthenticator(), UnionAuthorizer(), handlers, tasks, paths=paths, admitting=admitting)
     if modes == ["AlwaysAllow"]:
         authorizers.append(AllowAll())
     else:

@@ -11,6 +11,9 @@ Unless told otherwise, `open_api` also runs the namespace controller
 (fleet/controllers/namespace.py) over that client, fed from a store watch on
 namespaces instead of an informer — what the controller manager does for a
 real server — so that deleting a namespace ends as it does in a cluster.
+With the built-in admission chain it also gives every namespace its `default`
+ServiceAccount, as the ServiceAccount controller does (the ServiceAccount admission
+plugin refuses pods whose account does not exist).
 """
 
 from __future__ import annotations
@@ -132,6 +135,8 @@ async def open_api(data_dir: Path, *, builtin_admission: bool = False, maintenan
             api = InProcessAPI(server)
             if namespace_controller:
                 await nursery.start(run_namespace_controller, api)
+            if builtin_admission:
+                await nursery.start(run_default_service_accounts, api)
             yield api
             nursery.cancel_scope.cancel()
 
@@ -148,6 +153,33 @@ async def run_namespace_controller(api: InProcessAPI, controller: NamespaceContr
             nursery.start_soon(_feed_namespaces, api.store, controller)
             nursery.start_soon(controller.run, controller.ctx)
             task_status.started(controller)
+
+
+async def run_default_service_accounts(api: InProcessAPI, *,
+                                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                                       ) -> None:
+    """The ServiceAccount controller's job, fed from a store watch: each active
+    namespace gets a `default` ServiceAccount (fleet/controllers/serviceaccount.py)."""
+    from fleet.controllers.serviceaccount import DEFAULT, needs_default
+
+    prefix = meta.store_key("", "namespaces", None)
+
+    async def ensure(ns: dict[str, Any]) -> None:
+        name = ns["metadata"]["name"]
+        if not needs_default(ns, []):
+            return
+        await api.call("POST", f"/api/v1/namespaces/{name}/serviceaccounts", {
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": DEFAULT, "namespace": name}})  # 409: there already
+
+    listed = await api.store.list(prefix)
+    watch = await api.store.watch(prefix, from_revision=listed.revision)
+    for ns in listed.items:
+        await ensure(ns)
+    task_status.started()
+    async for ev in watch:
+        if ev.type != DELETED:
+            await ensure(ev.obj)
 
 
 async def _feed_namespaces(store: Store, controller: NamespaceController) -> None:

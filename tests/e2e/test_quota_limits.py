@@ -112,18 +112,20 @@ def test_concurrent_creates_never_exceed_the_quota(fleet_server: FleetServer, ku
 
 def test_object_count_quotas(fleet_server: FleetServer, kubectl, namespace: str) -> None:
     ns = namespace
+    # Every namespace holds the `kube-root-ca.crt` ConfigMap (root-ca-cert-publisher),
+    # and it counts, as in Kubernetes: one of the two allowed is taken.
     ok(kubectl("apply", "-n", ns, "-f", "-", input=dump_all(
-        quota("objects", {"configmaps": "1", "count/deployments.apps": "0", "services": "1"}))))
-    wait_used(fleet_server, ns, "objects", {"configmaps": "0", "count/deployments.apps": "0", "services": "0"})
+        quota("objects", {"configmaps": "2", "count/deployments.apps": "0", "services": "1"}))))
+    wait_used(fleet_server, ns, "objects", {"configmaps": "1", "count/deployments.apps": "0", "services": "0"})
     ok(kubectl("create", "configmap", "one", "-n", ns, "--from-literal=a=b"))
     err = fails(kubectl("create", "configmap", "two", "-n", ns))
     assert 'configmaps "two" is forbidden: exceeded quota: objects, requested: configmaps=1, used: ' \
-           "configmaps=1, limited: configmaps=1" in err, err
+           "configmaps=2, limited: configmaps=2" in err, err
     err = fails(kubectl("create", "deployment", "web", "-n", ns, "--image=busybox:1.36"))
     assert 'deployments.apps "web" is forbidden: exceeded quota: objects, requested: ' \
            "count/deployments.apps=1, used: count/deployments.apps=0, limited: count/deployments.apps=0" in err
     ok(kubectl("delete", "configmap", "one", "-n", ns))
-    wait_used(fleet_server, ns, "objects", {"configmaps": "0", "count/deployments.apps": "0", "services": "0"})
+    wait_used(fleet_server, ns, "objects", {"configmaps": "1", "count/deployments.apps": "0", "services": "0"})
     ok(kubectl("create", "configmap", "two", "-n", ns))
 
 

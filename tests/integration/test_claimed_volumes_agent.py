@@ -125,12 +125,13 @@ async def _wait(pred: Any, what: str, timeout: float = 30.0) -> Any:
 
 @contextlib.asynccontextmanager
 async def running(tmp_path: Path, runtime: str) -> AsyncIterator[tuple[Any, ...]]:
-    """An in-process server (no scheduler, only the garbage collector) and the
+    """An in-process server (no scheduler; the garbage collector, and the publisher of
+    `kube-root-ca.crt` that pods' kube-api-access volumes read) and the
     config and starter of an agent with runtime driver `runtime`, its image imported;
     yields (nursery, server info, agent config, agent starter, API client)."""
     scfg = server_run.ServerConfig(
         data_dir=tmp_path / "server", port=_free_port(), metrics_port=_free_port(),
-        agent=False, scheduler=False, controllers=["garbagecollector"],
+        agent=False, scheduler=False, controllers=["garbagecollector", "root-ca-cert-publisher"],
         dns=ClusterDNSConfig(bind=""), ingress=IngressConfig(enabled=False))
     async with trio.open_nursery() as n:
         info = await n.start(server_run.run, scfg)

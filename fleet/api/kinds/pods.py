@@ -110,10 +110,13 @@ def default_pod(obj: dict[str, Any]) -> None:
     default_pod_spec(spec)
     if isinstance(spec, dict):
         # What the ServiceAccount admission plugin does for every Pod (but not
-        # for templates): run as the namespace's "default" account.
-        if not spec.get("serviceAccountName"):
-            spec["serviceAccountName"] = "default"
-        spec["serviceAccount"] = spec["serviceAccountName"]
+        # for templates, nor mirror pods, which may not name an account): run as
+        # the namespace's "default" account.
+        annotations = (obj.get("metadata") or {}).get("annotations")
+        if not (isinstance(annotations, dict) and "kubernetes.io/config.mirror" in annotations):
+            if not spec.get("serviceAccountName"):
+                spec["serviceAccountName"] = "default"
+            spec["serviceAccount"] = spec["serviceAccountName"]
         # A pod without any status is being created (the server drops a
         # client's status on create, and updates keep the stored one): give it
         # what kube-apiserver's PrepareForCreate does, Pending and its QoS class.
