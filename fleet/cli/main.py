@@ -136,6 +136,8 @@ def server(
     authorization_mode: Annotated[str, cyclopts.Parameter(
         help="Authorizers in order, comma-separated: Node, RBAC; or AlwaysAllow alone "
              "(development only: every authenticated request is allowed).")] = "AlwaysAllow",
+    cert_lifetime: Annotated[float | None, cyclopts.Parameter(
+        show=False, help="Leaf certificate lifetime in seconds (tests).")] = None,
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -161,6 +163,7 @@ def server(
     except ValueError as e:
         sys.exit(f"fleet server: {e}")
     cfg.security.anonymous, cfg.security.authorization_mode = anonymous_auth, authorization_mode
+    cfg.security.cert_lifetime = cert_lifetime
     if controllers:
         from fleet.controllers.manager import default_controllers, select
 
@@ -280,6 +283,12 @@ def agent(
     ca_file: Annotated[str | None, cyclopts.Parameter(help="CA bundle to trust the server with.")] = None,
     kubeconfig: Annotated[str | None, cyclopts.Parameter(help="Read server, token and CA from here.")] = None,
     insecure: bool = False,
+    tls_cert_file: Annotated[str | None, cyclopts.Parameter(
+        help="The agent API's serving certificate (from the cluster's server CA).")] = None,
+    tls_private_key_file: Annotated[str | None, cyclopts.Parameter(
+        help="Its key.")] = None,
+    client_ca_file: Annotated[str | None, cyclopts.Parameter(
+        help="CA bundle whose client certificates may call the agent API (the cluster's client CA).")] = None,
     data_dir: Annotated[Path, cyclopts.Parameter(help="Agent state directory.")] = Path("/var/lib/fleet-agent"),
     node_name: Annotated[str | None, cyclopts.Parameter(help="Node name (default: host name).")] = None,
     port: Annotated[int, cyclopts.Parameter(help="Agent API port.")] = 9301,
@@ -360,7 +369,9 @@ def agent(
                       insecure_registries=list(insecure_registry or []),
                       cluster_dns=[a.strip() for a in cluster_dns.split(",") if a.strip()],
                       cluster_domain=cluster_domain, resolv_conf=resolv_conf,
-                      storage_plugins=list(storage_plugin or []))
+                      storage_plugins=list(storage_plugin or []),
+                      tls_cert_file=tls_cert_file, tls_key_file=tls_private_key_file,
+                      client_ca_file=client_ca_file)
     if not simulate:
         cfg.registries = _registries(registries, data_dir, disable_default_registry_endpoint,
                                      "fleet agent")
@@ -497,7 +508,10 @@ def main() -> None:
 
     restore_interrupt()  # every command stops on SIGINT, even below a parent ignoring it
 
+    from fleet.cli.certs import app as certs_app
+
     app.command(kfleet_app, name="ctl")
+    app.command(certs_app, name="certs")
     app()
 
 

@@ -97,7 +97,8 @@ class APIServer:
                  authorizer: Authorizer, admission: AdmissionChain, resources: ResourceAPI,
                  metrics: Metrics, watches: WatchCounter, server_address: str, *,
                  agent_token: str | None = None, maintenance: NodeMaintenance | None = None,
-                 resource_metrics: ResourceMetrics | None = None, anonymous: bool = False) -> None:
+                 resource_metrics: ResourceMetrics | None = None, anonymous: bool = False,
+                 agent_tls: ssl.SSLContext | None = None) -> None:
         self.store = store
         # --anonymous-auth: a request with no credentials is system:anonymous (and
         # RBAC decides what it may see) instead of a 401.
@@ -114,15 +115,17 @@ class APIServer:
         # Agents accept the cluster's admin token; without an explicit one the
         # server presents the admin token its own authenticator knows.
         agent_token = agent_token or admin_token_from(authenticator)
-        self.pods = PodProxy(store, registry, agent_token)
+        # `agent_tls`: the client context for agents' HTTPS (fleet/server/proxy.py).
+        self.pods = PodProxy(store, registry, agent_token, tls=agent_tls)
         self.portforward = PortForwardProxy(self.pods)
-        self.nodes = NodeProxy(store, registry, agent_token)
+        self.nodes = NodeProxy(store, registry, agent_token, tls=agent_tls)
         # nodes/drain and nodes/schedulable; its runner (`maintenance.run`) is
         # started by whoever runs the server (fleet/server/run.py).
         self.maintenance = maintenance or NodeMaintenance(resources)
         # metrics.k8s.io (kubectl top, the HPA): served from what `resource_metrics.run`
         # scrapes from the agents; run.py starts that loop.
-        self.resource_metrics = resource_metrics or ResourceMetrics(store, registry, agent_token)
+        self.resource_metrics = resource_metrics or ResourceMetrics(store, registry, agent_token,
+                                                                    tls=agent_tls)
         # autoscaling/v1 horizontalpodautoscalers: the stored v2 objects, converted.
         self.hpa_v1 = AutoscalingV1(resources, registry, watches)
         # Resources served by their own handler instead of the generic REST one (the

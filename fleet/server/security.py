@@ -16,6 +16,7 @@ kube-apiserver's order:
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,9 @@ from fleet.auth import (
     UnionAuthenticator,
     UnionAuthorizer,
 )
+from fleet.auth.certrotation import CertRotator
+from fleet.auth.pki import ClusterPKI
+from fleet.auth.x509 import X509Authenticator
 from fleet.store import Store
 
 AUTHORIZATION_MODES = ("AlwaysAllow", "Node", "RBAC")
@@ -46,6 +50,11 @@ class SecurityConfig:
     anonymous: bool = False
     # --authorization-mode: "AlwaysAllow", or authorizers in order ("Node,RBAC").
     authorization_mode: str = "AlwaysAllow"
+    # PKI (fleet/auth/pki.py): leaf certificate lifetime in seconds (None: 365 days;
+    # tests use seconds to watch renewals), and how often the renewal loop looks
+    # (None: a twentieth of the lifetime, between 0.5 and 30 seconds).
+    cert_lifetime: float | None = None
+    cert_check_interval: float | None = None
 
 
 @dataclass
@@ -61,6 +70,10 @@ class Security:
     # Background loops the server runs supervised (caches fed by watches, key and
     # certificate refresh): (name, async fn taking task_status) pairs.
     tasks: list[tuple[str, Callable[..., Awaitable[None]]]] = field(default_factory=list)
+    # The cluster PKI and its renewal loop (also in `tasks`): run.py registers the
+    # serving certificate, the admin kubeconfig and the components' contexts with it.
+    pki: ClusterPKI | None = None
+    certs: CertRotator | None = None
 
 
 def parse_authorization_mode(mode: str) -> list[str]:
@@ -77,10 +90,25 @@ def parse_authorization_mode(mode: str) -> list[str]:
     return modes
 
 
+def open_pki(cfg: SecurityConfig, data_dir: Path) -> ClusterPKI:
+    """The cluster PKI of `data_dir` with the configured leaf lifetime (not loaded yet)."""
+    lifetime = dt.timedelta(seconds=cfg.cert_lifetime) if cfg.cert_lifetime else None
+    return ClusterPKI(data_dir, leaf_lifetime=lifetime)
+
+
 async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: Registry,
-                admin_token: str) -> Security:
+                admin_token: str, pki: ClusterPKI | None = None) -> Security:
     """Assemble the authenticators and authorizers `cfg` asks for."""
     authenticators: list[Authenticator] = [TokenAuthenticator({admin_token: ADMIN})]
+    tasks: list[tuple[str, Callable[..., Awaitable[None]]]] = []
+    # --- pki: x509 client certificates first (kube-apiserver's order), verified
+    # against the client CA bundle as it is now; the certificate renewal loop.
+    if pki is None:
+        pki = open_pki(cfg, data_dir)
+        pki.refresh()
+    certs = CertRotator(pki, cfg.cert_check_interval)
+    authenticators.insert(0, X509Authenticator(pki.client_ca_bundle))
+    tasks.append(("cert-rotation", certs.run))
     modes = parse_authorization_mode(cfg.authorization_mode)
     authorizers: list[Authorizer] = []
     if modes == ["AlwaysAllow"]:
@@ -88,4 +116,5 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
     else:
         authorizers.append(MastersBypass())
         # Node and RBAC authorizers are added here in `modes` order.
-    return Security(UnionAuthenticator(*authenticators), UnionAuthorizer(*authorizers))
+    return Security(UnionAuthenticator(*authenticators), UnionAuthorizer(*authorizers),
+                    tasks=tasks, pki=pki, certs=certs)
