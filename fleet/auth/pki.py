@@ -38,6 +38,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import secrets
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -146,10 +147,13 @@ def _leaf_key_usage(key_encipherment: bool = False) -> x509.KeyUsage:
 
 def new_ca(common_name: str, lifetime: dt.timedelta = DEFAULT_CA_LIFETIME, *,
            now: dt.datetime | None = None) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    """A self-signed CA (its CN carries the creation time, so rotated CAs differ by name)."""
+    """A self-signed CA.  Its CN carries the creation time (kube's `<name>@<unix time>`)
+    and a random tag, so CAs rotated within one second still differ by name (chain
+    building goes by name)."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = now or now_utc()
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{common_name}@{int(now.timestamp())}")])
+    cn = f"{common_name}@{int(now.timestamp())}-{secrets.token_hex(3)}"
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - BACKDATE).not_valid_after(now + lifetime)
