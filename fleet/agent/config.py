@@ -71,7 +71,7 @@ class AgentConfig:
     heartbeat: float = 10.0
     status_interval: float = 20.0
     labels: dict[str, str] = field(default_factory=dict)
-    # Slow clients on the agent API port (plain HTTP; fleet/server/limits.py, as
+    # Slow clients on the agent API port (fleet/server/limits.py, as
     # on the API server's): how long a connection may stay idle or take to send a
     # request's line and headers, and how long a request body may stall between
     # chunks (the request is then dropped).  Streaming responses (logs -f, exec,

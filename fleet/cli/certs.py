@@ -12,9 +12,12 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import cyclopts
+
+if TYPE_CHECKING:
+    from fleet.auth.pki import ClusterPKI
 
 app = cyclopts.App(name="certs", help="Inspect and rotate the cluster's certificates.")
 
@@ -22,7 +25,7 @@ DataDir = Annotated[Path | None, cyclopts.Parameter(
     help="The server's state directory (default /var/lib/fleet as root, else ~/.local/share/fleet).")]
 
 
-def _pki(data_dir: Path | None):  # type: ignore[no-untyped-def]
+def _pki(data_dir: Path | None) -> ClusterPKI:
     from fleet.auth.pki import ClusterPKI
     from fleet.client.kubeconfig import default_data_dir
 

@@ -34,7 +34,8 @@ required.
 agent: any agent endpoint (`kfleet image import` uploads archives to the
 agent's `/images/import` this way) is reached through the API server, so
 clients need only the API's address and credentials.  The caller's
-credentials stay at the server; the agent sees the server's token.  Request
+credentials stay at the server; the agent sees the server's client certificate
+(or, over plain HTTP, its token).  Request
 and response bodies are streamed both ways, never held whole.
 
 The pure parts — container choice, agent address, query translation,
