@@ -462,7 +462,7 @@ def serving_names(cfg: ServerConfig) -> list[str]:
 
 
 async def _run_agent(cfg: ServerConfig, url: str, node_name: str, client: ClientConfig,
-                     serving: PKIServingSource, check_interval: float, *,
+                     serving: PKIServingSource | None = None, check_interval: float = 30.0, *,
                      task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
     from fleet.agent.config import AgentConfig
     from fleet.agent.run import run as run_agent
