@@ -113,3 +113,19 @@ def test_union_puts_a_bad_certificate_as_401_even_with_no_other_credentials() ->
         trio.run(a.authenticate, Credentials({}, (leaf(issuer=OTHER, key=OTHER_KEY),)))
     user = trio.run(a.authenticate, Credentials({}, (leaf(),)))
     assert user is not None and "system:authenticated" in user.groups
+
+
+def test_remembered_result_still_honours_expiry_and_bundle_changes() -> None:
+    now = [NOW]
+    bundle: list[x509.Certificate] = [CA]
+    a = X509Authenticator(lambda: bundle, clock=lambda: now[0])
+    cert = leaf(not_after=NOW + dt.timedelta(minutes=10))
+    assert a.verify((cert,)) is not None
+    assert a.verify((cert,)) is not None  # from the cache
+    now[0] = NOW + dt.timedelta(minutes=11)
+    with pytest.raises(AuthenticationError, match="expired"):
+        a.verify((cert,))
+    now[0] = NOW
+    bundle[:] = [OTHER]  # the CA left the bundle (end of a rotation overlap)
+    with pytest.raises(AuthenticationError, match="unknown authority"):
+        a.verify((cert,))
