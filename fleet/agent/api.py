@@ -21,7 +21,10 @@ So the paths are the kubelet's and need no translation on the way:
     GET /healthz                                           "ok", no authentication
 
 (`{container}` may be left out when the pod has exactly one container.)  Every other
-request must carry `Authorization: Bearer <token>`; errors are `meta/v1 Status` JSON.
+request must be authenticated: with TLS (fleet/agent/tls.py, the default) by a client
+certificate of the cluster's client CA in `system:masters` (the API server's), or by
+`Authorization: Bearer <token>` when the agent has a token; errors are `meta/v1
+Status` JSON.
 
 What the API knows about pods comes through a `ContainerLocator`, which the agent's
 pod sync implements: it maps (namespace, pod, container) to the driver, the running
@@ -34,8 +37,8 @@ plain HTTP Status (hypercorn's `websocket.http.response` extension), and quart-t
 cancels the handler when the client goes away — which is what bounds a `follow` log
 stream and kills an exec'd process whose client vanished.
 
-Plain HTTP for now; TLS and the API server's client certificate come with the
-security issue.
+HTTPS with a certificate from the cluster's server CA when given an `AgentTLS`;
+plain HTTP otherwise (a token-only agent, and tests of the endpoints themselves).
 """
 
 from __future__ import annotations
@@ -62,8 +65,9 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from fleet.agent import channels, logs, portforward
+from fleet.agent.tls import AgentTLS, authorize_request
 from fleet.api import meta
-from fleet.api.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
+from fleet.api.errors import APIError, BadRequest, Forbidden, InternalError, NotFound, Unauthorized
 from fleet.runtime import shim
 from fleet.runtime.driver import (
     ContainerHandle,
@@ -73,6 +77,7 @@ from fleet.runtime.driver import (
     RuntimeDriverError,
 )
 from fleet.server.limits import BodyIdleTimeout, ClientTimeouts
+from fleet.server.tlsconn import scope_peer_certs
 
 log = logging.getLogger(__name__)
 
@@ -226,8 +231,8 @@ def _is_running_fn(located: LocatedContainer) -> Callable[[], Awaitable[bool]]:
     return is_running
 
 
-def _authorized(header: str | None, token: str) -> bool:
-    if not header or not header.startswith("Bearer "):
+def _authorized(header: str | None, token: str | None) -> bool:
+    if not token or not header or not header.startswith("Bearer "):
         return False
     # Constant time: the token is the only thing between a client and exec as root.
     return hmac.compare_digest(header[len("Bearer "):].strip().encode(), token.encode())
@@ -668,8 +673,8 @@ async def resource_metrics(locator: ContainerLocator) -> str:
 # The app
 
 
-def create_app(locator: ContainerLocator, *, token: str, node_name: str = "",
-               extra_routes: ExtraRoutes | None = None) -> QuartTrio:
+def create_app(locator: ContainerLocator, *, token: str | None, node_name: str = "",
+               extra_routes: ExtraRoutes | None = None, tls: AgentTLS | None = None) -> QuartTrio:
     """The Quart app serving the endpoints in the module docstring."""
     app = QuartTrio("fleet-agent")
     # Quart's default 60 s response timeout would cut `logs -f` short.
@@ -686,8 +691,13 @@ def create_app(locator: ContainerLocator, *, token: str, node_name: str = "",
         path = websocket.path if has_websocket_context() else request.path
         if path == "/healthz":
             return None
-        if not _authorized(headers.get("Authorization"), token):
+        scope = (websocket if has_websocket_context() else request).scope
+        code = authorize_request(tls, scope_peer_certs(scope),
+                                 lambda: _authorized(headers.get("Authorization"), token))
+        if code == 401:
             return _status_response(Unauthorized("Unauthorized"))
+        if code == 403:
+            return _status_response(Forbidden(f"Forbidden (path={path})"))
         return None
 
     app.before_request(check_auth)
@@ -774,19 +784,21 @@ def create_app(locator: ContainerLocator, *, token: str, node_name: str = "",
 
 
 async def serve(locator: ContainerLocator, *, address: str = "0.0.0.0",
-                port: int = DEFAULT_PORT, token: str, node_name: str = "",
+                port: int = DEFAULT_PORT, token: str | None, node_name: str = "",
                 extra_routes: ExtraRoutes | None = None,
-                timeouts: ClientTimeouts | None = None,
+                timeouts: ClientTimeouts | None = None, tls: AgentTLS | None = None,
                 task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the agent API on address:port until cancelled.
 
     `task_status.started(url)` once listening, with the URL actually bound (so
     `port=0` picks a free port and the caller learns which).  `timeouts` bound
     slow clients (fleet/server/limits.py); the defaults are kube-apiserver's."""
-    if not token:
-        raise ValueError("the agent API needs a token: it grants exec into containers")
-    app = create_app(locator, token=token, node_name=node_name, extra_routes=extra_routes)
-    cfg = HyperConfig()
+    if not token and tls is None:
+        raise ValueError("the agent API needs TLS or a token: it grants exec into containers")
+    app = create_app(locator, token=token, node_name=node_name, extra_routes=extra_routes, tls=tls)
+    # With TLS: the live context of `tls` (renewed certificates, client certificates
+    # asked for and checked by `tls`); else plain HTTP.
+    cfg = tls.config if tls is not None else HyperConfig()
     cfg.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
     cfg.accesslog = None
     cfg.errorlog = logging.getLogger("hypercorn.error")
@@ -799,4 +811,5 @@ async def serve(locator: ContainerLocator, *, address: str = "0.0.0.0",
 
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(hypercorn_serve, BodyIdleTimeout(app, timeouts.body_timeout), cfg)
-        task_status.started(binds[0] if binds else f"http://{address}:{port}")
+        scheme = "https" if tls is not None else "http"
+        task_status.started(binds[0] if binds else f"{scheme}://{address}:{port}")

@@ -9,10 +9,14 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from fleet.client import Client, ClientConfig, load_kubeconfig
 from fleet.runtime.images.mirrors import RegistriesConfig, load_registries
 from fleet.server.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT
+
+if TYPE_CHECKING:
+    from fleet.agent.tls import ServingSource
 
 DEFAULT_PORT = 9301
 DEFAULT_CLUSTER_CIDR = "10.42.0.0/16"
@@ -71,7 +75,7 @@ class AgentConfig:
     heartbeat: float = 10.0
     status_interval: float = 20.0
     labels: dict[str, str] = field(default_factory=dict)
-    # Slow clients on the agent API port (plain HTTP; fleet/server/limits.py, as
+    # Slow clients on the agent API port (fleet/server/limits.py, as
     # on the API server's): how long a connection may stay idle or take to send a
     # request's line and headers, and how long a request body may stall between
     # chunks (the request is then dropped).  Streaming responses (logs -f, exec,
@@ -83,6 +87,30 @@ class AgentConfig:
     cluster_dns: list[str] = field(default_factory=lambda: ["10.43.0.10"])
     cluster_domain: str = "cluster.local"
     resolv_conf: str = "/etc/resolv.conf"
+    # The agent API's TLS (fleet/agent/tls.py; kubelet's --tls-cert-file,
+    # --tls-private-key-file, --client-ca-file), or a ServingSource (the built-in
+    # agent's: the server's PKI).  Without either the API is plain HTTP with the token.
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    client_ca_file: str | None = None
+    serving_source: ServingSource | None = None
+    tls_check_interval: float = 30.0
+    # A ready client TLS context for the API (the built-in agent's node identity,
+    # kept current by the server's certificate rotation); see ClientConfig.ssl_context.
+    client_ssl_context: Any = None
+
+    @property
+    def api_tls(self) -> bool:
+        return self.serving_source is not None or bool(self.tls_cert_file and self.tls_key_file)
+
+    def tls_source(self) -> ServingSource | None:
+        if self.serving_source is not None:
+            return self.serving_source
+        if self.tls_cert_file and self.tls_key_file:
+            from fleet.agent.tls import FileSource
+
+            return FileSource(self.tls_cert_file, self.tls_key_file, self.client_ca_file)
+        return None
 
     @property
     def pod_networking(self) -> bool:
@@ -94,7 +122,8 @@ class AgentConfig:
         if not self.server_url:
             raise ValueError("the agent needs a server URL (or a kubeconfig)")
         return ClientConfig(server=self.server_url, token=self.token, ca_data=self.ca_data,
-                            ca_file=self.ca_file, insecure_skip_tls_verify=self.insecure)
+                            ca_file=self.ca_file, insecure_skip_tls_verify=self.insecure,
+                            ssl_context=self.client_ssl_context)
 
     def make_client(self) -> Client:
         return Client(self.client_config(), user_agent=f"fleet-agent/{self.node_name}")

@@ -190,6 +190,8 @@ def runtime_version(driver_name: str) -> str:
     return "oci://unknown"
 
 
+AGENT_API_SCHEME = "fleet.dev/agent-api-scheme"
+
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le",
          "s390x": "s390x", "riscv64": "riscv64"}
 
@@ -284,9 +286,12 @@ class NodeAgent:
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                   "kubernetes.io/arch": node_arch(), **self.cfg.labels}
         want_cidr = self.cfg.pod_cidr or self.pod_cidr_in_use
+        # How the API server reaches this agent's API (fleet.server.proxy.agent_address):
+        # HTTPS unless this agent has no TLS material (a token-only agent).
+        annotations = {AGENT_API_SCHEME: "https" if self.cfg.api_tls else "http"}
         try:
             node = await self.client.get_object("v1", "nodes", name)
-            patch: dict[str, Any] = {"metadata": {"labels": labels}}
+            patch: dict[str, Any] = {"metadata": {"labels": labels, "annotations": annotations}}
             if want_cidr and not _mapping(node.get("spec")).get("podCIDR"):
                 patch["spec"] = {"podCIDR": want_cidr, "podCIDRs": [want_cidr]}
             node = await self.client.patch("v1", "nodes", name, patch, MERGE_PATCH)
@@ -297,7 +302,8 @@ class NodeAgent:
             if want_cidr:
                 spec = {"podCIDR": want_cidr, "podCIDRs": [want_cidr]}
             body = {"apiVersion": "v1", "kind": "Node",
-                    "metadata": {"name": name, "labels": labels}, "spec": spec}
+                    "metadata": {"name": name, "labels": labels, "annotations": annotations},
+                    "spec": spec}
             try:
                 node = await self.client.create("v1", "nodes", body)
             except ApiException as e2:

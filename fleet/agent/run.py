@@ -64,6 +64,7 @@ from fleet.agent.node import NodeAgent
 from fleet.agent.podnet import PeerSync
 from fleet.agent.satokens import ServiceAccountTokens
 from fleet.agent.sync import PodSync
+from fleet.agent.tls import AgentTLS
 from fleet.agent.worker import WorkerEnv
 from fleet.client import ApiException
 from fleet.client.informer import Informer
@@ -212,19 +213,28 @@ async def run(cfg: AgentConfig, *,
                                  lambda: imagegc.images_in_use(w.pod for w in list(sync.workers.values()))))
             api_url = None
             # A joined node has no bearer token the server would present: its agent API
-            # waits for the PKI's mutual TLS (the join token must never open it).
+            # serves mutual TLS only (the join token must never open it).
             token = client_cfg.token or (cfg.token if joined is None else None)
-            if token:
+            source = cfg.tls_source()
+            agent_tls = (AgentTLS(source, cfg.data_dir / "tls", check_interval=cfg.tls_check_interval)
+                         if source is not None else None)
+            if agent_tls is not None or token:
                 address = cfg.address or "0.0.0.0"
+                if agent_tls is not None:
+                    # The names the API server may dial: the node's address and name.
+                    agent_tls.start([node.address, cfg.node_name, "localhost", "127.0.0.1", "::1",
+                                     *([cfg.address] if cfg.address else [])])
+                    n.start_soon(agent_tls.run)
                 api_url = await n.start(lambda task_status: api.serve(
                     sync, address=address, port=cfg.port, token=token,
                     node_name=cfg.node_name, extra_routes=image_routes(store),
                     timeouts=ClientTimeouts(keep_alive_timeout=cfg.keep_alive_timeout,
                                             body_timeout=cfg.request_body_timeout),
-                    task_status=task_status))
+                    tls=agent_tls, task_status=task_status))
                 log.info("agent API on %s", api_url)
             else:
-                log.warning("no bearer token: the agent API (logs, exec, attach) is off")
+                log.warning("no TLS certificate and no bearer token: the agent API (logs, exec, "
+                            "attach) is off")
             log.info("agent for node %s running (driver %s, pid %d)", cfg.node_name,
                      driver.name, os.getpid())
             task_status.started(AgentInfo(node_name=cfg.node_name, address=node.address,

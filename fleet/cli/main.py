@@ -185,6 +185,8 @@ def server(
         help="Remove rotated audit logs older than this many days (0: keep them).")] = 0,
     audit_log_maxbackup: Annotated[int, cyclopts.Parameter(
         help="Keep at most this many rotated audit logs (0: keep all).")] = 0,
+    cert_lifetime: Annotated[float | None, cyclopts.Parameter(
+        show=False, help="Leaf certificate lifetime in seconds (tests).")] = None,
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -245,6 +247,7 @@ def server(
     cfg.security.audit_log_path, cfg.security.audit_policy_file = audit_log_path, audit_policy_file
     cfg.security.audit_log_maxsize, cfg.security.audit_log_maxage = audit_log_maxsize, audit_log_maxage
     cfg.security.audit_log_maxbackup = audit_log_maxbackup
+    cfg.security.cert_lifetime = cert_lifetime
     if controllers:
         from fleet.controllers.manager import default_controllers, select
 
@@ -368,6 +371,12 @@ def agent(
     ca_file: Annotated[str | None, cyclopts.Parameter(help="CA bundle to trust the server with.")] = None,
     kubeconfig: Annotated[str | None, cyclopts.Parameter(help="Read server, token and CA from here.")] = None,
     insecure: bool = False,
+    tls_cert_file: Annotated[str | None, cyclopts.Parameter(
+        help="The agent API's serving certificate (from the cluster's server CA).")] = None,
+    tls_private_key_file: Annotated[str | None, cyclopts.Parameter(
+        help="Its key.")] = None,
+    client_ca_file: Annotated[str | None, cyclopts.Parameter(
+        help="CA bundle whose client certificates may call the agent API (the cluster's client CA).")] = None,
     data_dir: Annotated[Path, cyclopts.Parameter(help="Agent state directory.")] = Path("/var/lib/fleet-agent"),
     node_name: Annotated[str | None, cyclopts.Parameter(help="Node name (default: host name).")] = None,
     port: Annotated[int, cyclopts.Parameter(help="Agent API port.")] = 9301,
@@ -449,7 +458,9 @@ def agent(
                       cluster_dns=[a.strip() for a in cluster_dns.split(",") if a.strip()],
                       cluster_domain=cluster_domain, resolv_conf=resolv_conf,
                       storage_plugins=list(storage_plugin or []),
-                      ca_cert_hashes=list(ca_cert_hash or []))
+                      ca_cert_hashes=list(ca_cert_hash or []),
+                      tls_cert_file=tls_cert_file, tls_key_file=tls_private_key_file,
+                      client_ca_file=client_ca_file)
     if not simulate:
         cfg.registries = _registries(registries, data_dir, disable_default_registry_endpoint,
                                      "fleet agent")
@@ -611,10 +622,12 @@ def main() -> None:
 
     restore_interrupt()  # every command stops on SIGINT, even below a parent ignoring it
 
+    from fleet.cli.certs import app as certs_app
     from fleet.cli.token import app as token_app
 
     app.command(kfleet_app, name="ctl")
     app.command(token_app, name="token")
+    app.command(certs_app, name="certs")
     app()
 
 

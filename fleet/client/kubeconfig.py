@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,10 @@ class ClientConfig:
     namespace_from_context: bool = False
     context: str | None = None
     source: str | None = None  # the file the config was read from
+    # A ready TLS context (CA trust + client certificate) that its owner keeps
+    # current (fleet.auth.certrotation: certificates renewed, CA bundles grown during a
+    # rotation); when set, `ssl_context(cfg)` returns it instead of building one.
+    ssl_context: Any = field(default=None, repr=False, compare=False)
 
 
 def default_data_dir() -> Path:

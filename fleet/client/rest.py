@@ -106,6 +106,8 @@ def ssl_context(cfg: ClientConfig) -> ssl.SSLContext | bool:
     """
     if not cfg.server.startswith("https"):
         return True
+    if cfg.ssl_context is not None:
+        return cfg.ssl_context
     if cfg.insecure_skip_tls_verify:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False

@@ -115,7 +115,7 @@ class APIServer:
                  metrics: Metrics, watches: WatchCounter, server_address: str, *,
                  agent_token: str | None = None, maintenance: NodeMaintenance | None = None,
                  resource_metrics: ResourceMetrics | None = None, anonymous: bool = False,
-                 audit: Auditor | None = None) -> None:
+                 audit: Auditor | None = None, agent_tls: ssl.SSLContext | None = None) -> None:
         self.store = store
         # The audit trail (fleet/auth/audit.py; None: off, and the hooks cost one check).
         self.audit = audit
@@ -136,15 +136,17 @@ class APIServer:
         # Agents accept the cluster's admin token; without an explicit one the
         # server presents the admin token its own authenticator knows.
         agent_token = agent_token or admin_token_from(authenticator)
-        self.pods = PodProxy(store, registry, agent_token)
+        # `agent_tls`: the client context for agents' HTTPS (fleet/server/proxy.py).
+        self.pods = PodProxy(store, registry, agent_token, tls=agent_tls)
         self.portforward = PortForwardProxy(self.pods)
-        self.nodes = NodeProxy(store, registry, agent_token)
+        self.nodes = NodeProxy(store, registry, agent_token, tls=agent_tls)
         # nodes/drain and nodes/schedulable; its runner (`maintenance.run`) is
         # started by whoever runs the server (fleet/server/run.py).
         self.maintenance = maintenance or NodeMaintenance(resources)
         # metrics.k8s.io (kubectl top, the HPA): served from what `resource_metrics.run`
         # scrapes from the agents; run.py starts that loop.
-        self.resource_metrics = resource_metrics or ResourceMetrics(store, registry, agent_token)
+        self.resource_metrics = resource_metrics or ResourceMetrics(store, registry, agent_token,
+                                                                    tls=agent_tls)
         # autoscaling/v1 horizontalpodautoscalers: the stored v2 objects, converted.
         self.hpa_v1 = AutoscalingV1(resources, registry, watches)
         # Resources served by their own handler instead of the generic REST one (the

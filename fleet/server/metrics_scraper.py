@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import ssl
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -210,10 +211,14 @@ class MetricsScraper:
 
     def __init__(self, store: Store, registry: Registry, token: str | None, *,
                  resolution: float = DEFAULT_RESOLUTION, concurrency: int = DEFAULT_CONCURRENCY,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.store = store
         self.registry = registry
         self.token = token
+        # The agent client context (fleet.server.proxy: server CA trust, the server's
+        # client certificate) for agents served over HTTPS.
+        self.tls = tls
         self.resolution = resolution
         self.concurrency = concurrency
         self._transport = transport
@@ -233,6 +238,7 @@ class MetricsScraper:
             await nursery.start(self._watch_nodes)
             timeout = httpx.Timeout(max(1.0, min(10.0, self.resolution * 0.8)))
             async with httpx.AsyncClient(timeout=timeout, transport=self._transport,
+                                         verify=self.tls if self.tls is not None else True,
                                          limits=httpx.Limits(max_keepalive_connections=64)) as http:
                 task_status.started()
                 while True:
@@ -284,8 +290,9 @@ class MetricsScraper:
 
     async def fetch(self, http: httpx.AsyncClient, name: str, node: dict[str, Any]) -> NodeScrape:
         addr = agent_address(node)
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        resp = await http.get(f"http://{addr.netloc}{METRICS_PATH}", headers=headers)
+        headers = ({"Authorization": f"Bearer {self.token}"}
+                   if self.token and addr.scheme == "http" else {})
+        resp = await http.get(addr.url(METRICS_PATH), headers=headers)
         if resp.status_code != 200:
             raise ValueError(f"the agent answered {resp.status_code}")
         return parse_resource_metrics(resp.text, time.time_ns() // 1_000_000)

@@ -216,8 +216,8 @@ class AgentPodStream:
 
 @asynccontextmanager
 async def agent_pod_stream(host: str, port: int, namespace: str, pod: str, pod_port: int,
-                           token: str | None, *, connect_timeout: float = 10.0
-                           ) -> AsyncIterator[AgentPodStream]:
+                           token: str | None, *, connect_timeout: float = 10.0,
+                           ssl_context: Any = None) -> AsyncIterator[AgentPodStream]:
     """The agent's WebSocket for one connection; ForwardError on entry, with the text the
     client should see, when the agent (or the pod's port) refuses."""
     resource = (f"/portForward/{quote(namespace, safe='')}/{quote(pod, safe='')}"
@@ -226,7 +226,7 @@ async def agent_pod_stream(host: str, port: int, namespace: str, pod: str, pod_p
     entered = False
     try:
         async with trio_websocket.open_websocket(
-                host, port, resource, use_ssl=False, extra_headers=headers,
+                host, port, resource, use_ssl=ssl_context or False, extra_headers=headers,
                 max_message_size=AGENT_MESSAGE_LIMIT, connect_timeout=connect_timeout,
                 disconnect_timeout=5) as conn:
             try:
@@ -558,9 +558,10 @@ class PortForwardProxy:
 
     def dialer(self, namespace: str, name: str, agent: Any) -> Dialer:
         def dial(port: int) -> AbstractAsyncContextManager[PodStream]:
+            ctx = agent.ssl_context(self.pods.tls) if hasattr(agent, "ssl_context") else None
             return agent_pod_stream(agent.host, agent.port, namespace, name, port,
-                                    self.pods.token,
-                                    connect_timeout=self.pods.connect_timeout)
+                                    self.pods.token if ctx is None else None,
+                                    connect_timeout=self.pods.connect_timeout, ssl_context=ctx)
         return dial
 
     async def websocket(self, namespace: str, name: str, query: list[tuple[str, str]],

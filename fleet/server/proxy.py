@@ -2,7 +2,13 @@
 
 Like kube-apiserver, the server does not run containers: it finds the node a
 pod is bound to and relays the request to that node's agent, which serves
-kubelet-style endpoints on its own port (plain HTTP, the admin bearer token):
+kubelet-style endpoints on its own port: HTTPS, the agent's certificate verified
+against the server CA bundle and the server's own client certificate
+(CN=fleet-apiserver-kubelet-client, O=system:masters) presented to it, as
+kube-apiserver does with --kubelet-certificate-authority and
+--kubelet-client-certificate.  A node annotated `fleet.dev/agent-api-scheme: http`
+(an agent with no TLS material, started with a token) is reached over plain HTTP
+with the server's token:
 
     GET /containerLogs/{ns}/{pod}/{container}?follow=&tailLines=&...   text stream
     GET /exec/{ns}/{pod}/{container}?command=..&stdin=&stdout=&stderr=&tty=   WebSocket
@@ -28,7 +34,8 @@ required.
 agent: any agent endpoint (`kfleet image import` uploads archives to the
 agent's `/images/import` this way) is reached through the API server, so
 clients need only the API's address and credentials.  The caller's
-credentials stay at the server; the agent sees the server's token.  Request
+credentials stay at the server; the agent sees the server's client certificate
+(or, over plain HTTP, its token).  Request
 and response bodies are streamed both ways, never held whole.
 
 The pure parts — container choice, agent address, query translation,
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -137,14 +145,32 @@ def select_container(pod: Mapping[str, Any], requested: str | None) -> str:
     raise errors.BadRequest(msg)
 
 
+AGENT_API_SCHEME = "fleet.dev/agent-api-scheme"
+
+
 @dataclass(frozen=True)
 class AgentAddress:
     host: str
     port: int
+    scheme: str = "https"
 
     @property
     def netloc(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def url(self, path: str) -> str:
+        return f"{self.scheme}://{self.netloc}{path}"
+
+    @property
+    def ws_scheme(self) -> str:
+        return "wss" if self.scheme == "https" else "ws"
+
+    def ssl_context(self, tls: ssl.SSLContext | None) -> ssl.SSLContext | None:
+        """The client context for this agent: `tls` (server CA trust, the server's client
+        certificate) over HTTPS; None over plain HTTP."""
+        if self.scheme != "https":
+            return None
+        return tls if tls is not None else ssl.create_default_context()
 
 
 def agent_address(node: Mapping[str, Any]) -> AgentAddress:
@@ -165,7 +191,9 @@ def agent_address(node: Mapping[str, Any]) -> AgentAddress:
     if not isinstance(port, int) or not 0 < port < 65536:
         raise errors.ServiceUnavailable(f"node {name} does not report its agent port "
                                         "(status.daemonEndpoints.kubeletEndpoint.Port)")
-    return AgentAddress(host, port)
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    scheme = "http" if annotations.get(AGENT_API_SCHEME) == "http" else "https"
+    return AgentAddress(host, port, scheme)
 
 
 def _path(kind: str, namespace: str, pod: str, container: str) -> str:
@@ -200,7 +228,7 @@ def log_query(query: Mapping[str, str]) -> dict[str, str]:
 def log_url(addr: AgentAddress, namespace: str, pod: str, container: str,
             query: Mapping[str, str]) -> str:
     params = log_query(query)
-    url = f"http://{addr.netloc}{_path('containerLogs', namespace, pod, container)}"
+    url = addr.url(_path('containerLogs', namespace, pod, container))
     return url + ("?" + urlencode(params) if params else "")
 
 
@@ -400,10 +428,12 @@ class PodProxy:
     """Relays pod log streams and exec/attach sessions to node agents."""
 
     def __init__(self, store: Store, registry: Registry, token: str | None, *,
-                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> None:
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.store = store
         self.registry = registry
         self.token = token
+        self.tls = tls  # the agent client context (see the module docstring)
         self.connect_timeout = connect_timeout
         # (subresource, namespace, pod) -> (when, error) of recent WebSocket refusals.
         self._refusals: dict[tuple[str, str, str], tuple[float, errors.APIError]] = {}
@@ -451,8 +481,11 @@ class PodProxy:
             raise errors.NotFound(f'nodes "{node_name}" not found', name=node_name, kind="nodes") from None
         return agent_address(node)
 
-    def _auth_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+    def _auth_headers(self, agent: AgentAddress) -> dict[str, str]:
+        # The token only to a token-only agent (plain HTTP); over HTTPS the server's
+        # client certificate speaks for it and the token never leaves the server.
+        return ({"Authorization": f"Bearer {self.token}"}
+                if self.token and agent.scheme == "http" else {})
 
     # ---------------------------------------------------------------- logs
     async def logs(self, namespace: str, name: str, query: Mapping[str, str]) -> Resp:
@@ -461,7 +494,8 @@ class PodProxy:
         url = log_url(target.agent, namespace, name, target.container, query)
         # Reads wait as long as the container is quiet (follow); connecting may not.
         timeout = httpx.Timeout(self.connect_timeout, read=None)
-        http = httpx.AsyncClient(timeout=timeout, headers=self._auth_headers())
+        http = httpx.AsyncClient(timeout=timeout, headers=self._auth_headers(target.agent),
+                                 verify=target.agent.ssl_context(self.tls) or True)
         try:
             resp = await http.send(http.build_request("GET", url), stream=True)
         except httpx.TransportError as e:
@@ -520,11 +554,12 @@ class PodProxy:
             # No need to remember these: the SPDY retry's own lookup finds them again.
             await reject_websocket(send, extensions, e)
             return e.code
-        headers = [(k.lower().encode(), v.encode()) for k, v in self._auth_headers().items()]
+        headers = [(k.lower().encode(), v.encode()) for k, v in self._auth_headers(target.agent).items()]
         accepted = False
         try:
             async with trio_websocket.open_websocket(
-                target.agent.host, target.agent.port, resource, use_ssl=False,
+                target.agent.host, target.agent.port, resource,
+                use_ssl=target.agent.ssl_context(self.tls) or False,
                 subprotocols=protocols or ["channel.k8s.io"], extra_headers=headers,
                 max_message_size=MAX_MESSAGE_SIZE, connect_timeout=self.connect_timeout,
                 disconnect_timeout=5,
@@ -562,7 +597,7 @@ class PodProxy:
                 # mid-close); the session itself already ended.
                 log.debug("pods/%s %s/%s: agent close: %r", subresource, namespace, name, e)
                 return 101
-            where = f"ws://{target.agent.netloc}{resource.split('?')[0]}"
+            where = f"{target.agent.ws_scheme}://{target.agent.netloc}{resource.split('?')[0]}"
             err = errors.ServiceUnavailable(f"error dialing the agent at {where}: "
                                             f"{e.__cause__ or e or type(e).__name__}")
         self._remember_refusal((subresource, namespace, name), err)
@@ -695,13 +730,15 @@ def proxy_response_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]
 
 
 class NodeProxy:
-    """Relays `nodes/{name}/proxy/{path}` requests to the node's agent over plain HTTP."""
+    """Relays `nodes/{name}/proxy/{path}` requests to the node's agent."""
 
     def __init__(self, store: Store, registry: Registry, token: str | None, *,
-                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> None:
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.store = store
         self.registry = registry
         self.token = token
+        self.tls = tls
         self.connect_timeout = connect_timeout
 
     async def agent_for(self, name: str) -> AgentAddress:
@@ -724,15 +761,15 @@ class NodeProxy:
         becomes a 503 Status of the server's.
         """
         addr = await self.agent_for(name)
-        url = f"http://{addr.netloc}{quote(path, safe=_PATH_SAFE)}"
+        url = addr.url(quote(path, safe=_PATH_SAFE))
         target = url + (f"?{query}" if query else "")
         # The agent may take long to answer (importing a large image happens before
         # the response); only connecting is bounded, like the log stream.
         timeout = httpx.Timeout(self.connect_timeout, read=None, write=None)
-        http = httpx.AsyncClient(timeout=timeout)
+        http = httpx.AsyncClient(timeout=timeout, verify=addr.ssl_context(self.tls) or True)
         try:
             request = http.build_request(method, target, headers=proxy_request_headers(
-                headers, self.token), content=body)
+                headers, self.token if addr.scheme == "http" else None), content=body)
             resp = await http.send(request, stream=True)
         except httpx.TransportError as e:
             await http.aclose()

@@ -8,8 +8,8 @@ read.  Fleet does the same inside the API server, so there is nothing extra
 to deploy:
 
     every `resolution` seconds, for every node that is not simulated:
-        GET http://{node InternalIP}:{kubelet port}/metrics/resource   (the agent, the
-            admin token — the same address and credentials nodes/{name}/proxy uses)
+        GET https://{node InternalIP}:{kubelet port}/metrics/resource   (the agent, the
+            server's client certificate — the same address and credentials nodes/{name}/proxy uses)
         parse the Prometheus text: cumulative cpu seconds, working-set bytes,
             container start times, each with the agent's millisecond timestamp
         cpu usage = (cpu now - cpu before) / (time now - time before), window = that time

@@ -36,9 +36,17 @@ from fleet.admission.serviceaccount import ServiceAccountCache
 from fleet.api import meta
 from fleet.api.kinds.scheduling import system_priority_classes
 from fleet.api.registry import Registry, default_registry
-from fleet.auth import bootstrap, bootstrap_policy, load_or_create_admin_token
-from fleet.auth.localsigner import csr_signer
-from fleet.auth.pki import ServingTLS, ensure_serving_tls, write_private
+from fleet.auth import (
+    KUBE_CONTROLLER_MANAGER_USER,
+    KUBE_SCHEDULER_USER,
+    NODE_USER_PREFIX,
+    NODES_GROUP,
+    bootstrap,
+    bootstrap_policy,
+    load_or_create_admin_token,
+)
+from fleet.auth.certrotation import CertRotator, PKIServingSource, component_client_config
+from fleet.auth.pki import KUBELET_CLIENT_USER, MASTERS, ClusterPKI, write_private
 from fleet.client import ClientConfig
 from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
@@ -47,7 +55,7 @@ from fleet.controllers.rootcacertpublisher import RootCAPublisherConfig
 from fleet.network.cluster_dns import ClusterDNSConfig, kube_dns_spec, run_cluster_dns
 from fleet.network.dns import DNSStats
 from fleet.network.ingress import IngressConfig, run_ingress
-from fleet.server import limits, security, svcrepair, systemsvc, upgrade
+from fleet.server import limits, security, svcrepair, systemsvc, tlsconn, upgrade
 from fleet.server.app import APIServer, FleetASGI, create_app
 from fleet.server.metrics import Metrics
 from fleet.server.nscache import NamespaceCache
@@ -211,7 +219,19 @@ async def ensure_default_service_accounts(store: Store, registry: Registry) -> N
             pass
 
 
-def kubeconfig_text(url: str, token: str, ca_pem: bytes) -> str:
+# The built-in components' users (kube's for the scheduler and controller manager).
+CLUSTER_DNS_USER = "system:fleet:cluster-dns"
+INGRESS_USER = "system:fleet:ingress"
+
+
+def kubeconfig_text(url: str, token: str, ca_pem: bytes, client_cert: bytes | None = None,
+                    client_key: bytes | None = None) -> str:
+    """admin.kubeconfig: the server CA bundle, the admin client certificate
+    (O=system:masters) and the static admin token (`<data-dir>/token`)."""
+    cert_lines = ""
+    if client_cert and client_key:
+        cert_lines = (f"    client-certificate-data: {base64.b64encode(client_cert).decode()}\n"
+                      f"    client-key-data: {base64.b64encode(client_key).decode()}\n")
     return (
         "apiVersion: v1\n"
         "kind: Config\n"
@@ -231,18 +251,24 @@ def kubeconfig_text(url: str, token: str, ca_pem: bytes) -> str:
         "users:\n"
         "- name: admin\n"
         "  user:\n"
+        f"{cert_lines}"
         f"    token: {token}\n"
     )
 
 
-async def _serve(app: QuartTrio | FleetASGI, address: str, port: int, tls: ServingTLS | None = None, *,
+def write_admin_kubeconfig(path: Path, url: str, token: str, pki: ClusterPKI) -> None:
+    cert, key = pki.leaf_pem("admin")
+    write_private(path, kubeconfig_text(url, token, pki.server_ca_bundle_pem(), cert, key))
+
+
+async def _serve(app: QuartTrio | FleetASGI, address: str, port: int,
+                 tls: tlsconn.TLSConfig | None = None, *,
                  timeouts: limits.ClientTimeouts | None = None,
                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    cfg = HyperConfig()
+    # With TLS the listener's config is `tls` itself: its SSL context is the live one
+    # the certificate rotation reloads (fleet/server/tlsconn.py).
+    cfg = tls if tls is not None else HyperConfig()
     cfg.bind = [f"[{address}]:{port}" if ":" in address else f"{address}:{port}"]
-    if tls is not None:
-        cfg.certfile = str(tls.cert_file)
-        cfg.keyfile = str(tls.key_file)
     cfg.accesslog = None
     cfg.errorlog = logging.getLogger("hypercorn.error")
     (timeouts or limits.ClientTimeouts()).apply(cfg)
@@ -277,7 +303,12 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
     # import stops the start, as any bad flag does.
     storage_registry.load_plugins(cfg.storage_plugins)
     token = load_or_create_admin_token(data_dir)
-    tls = ensure_serving_tls(data_dir, serving_names(cfg))
+    # The PKI (fleet/auth/pki.py): CAs created at the first start, leaves current.
+    pki = security.open_pki(cfg.security, data_dir)
+    pki.ensure(serving_names(cfg))
+    serving = tlsconn.TLSConfig()
+    serving.certfile, serving.keyfile = str(pki.serving_cert_file), str(pki.serving_key_file)
+    serving.client_ca_fallback = pki.client_ca_bundle_pem()
     async with open_store(data_dir / "fleet.db", retention=cfg.retention, sync=cfg.sync,
                           compact_interval=cfg.compact_interval) as store:
         registry = default_registry()
@@ -311,7 +342,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             storage_classes = StorageClassCache()  # DefaultStorageClass, PersistentVolumeClaimResize
             await nursery.start(_supervised("storage-class-cache", storage_classes.run, store))
             sec = await security.build(cfg.security, data_dir=data_dir, store=store, registry=registry,
-                                       admin_token=token)
+                                       admin_token=token, pki=pki)
             for name, task in sec.tasks:
                 await nursery.start(_supervised(name, task))
             # ServiceAccount admission: accounts by namespace/name (watch-fed); the token
@@ -360,10 +391,17 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             advertised = cfg.advertise_address or systemsvc.default_advertise_address(cfg.address)
             advertised = f"[{advertised}]" if ":" in advertised else advertised
             await bootstrap.ensure_cluster_info(store, registry, f"https://{advertised}:{cfg.port}",
-                                                tls.ca_cert_pem)
+                                                pki.server_ca_bundle_pem())
+            assert sec.certs is not None
+            certs: CertRotator = sec.certs
+            # The server's client certificate for the agents' HTTPS API (kube-apiserver's
+            # --kubelet-client-certificate), trusting agents' server-CA certificates.
+            kubelet_client = certs.client_tls("apiserver-kubelet-client", KUBELET_CLIENT_USER,
+                                              [MASTERS])
             api = APIServer(store, registry, sec.authenticator, sec.authorizer, admission,
                             rest, metrics, watches, f"{host}:{cfg.port}", agent_token=token,
-                            anonymous=cfg.security.anonymous, audit=sec.audit)
+                            anonymous=cfg.security.anonymous, audit=sec.audit,
+                            agent_tls=kubelet_client.ctx)
             api.resource_handlers.update(sec.handlers)
             api.path_handlers.update(sec.paths)
             # Server-side drains (nodes/{name}/drain): resumes the ones a restart interrupted.
@@ -374,34 +412,56 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             timeouts = limits.ClientTimeouts(cfg.keep_alive_timeout, cfg.tls_handshake_timeout,
                                              cfg.request_body_timeout)
             await nursery.start(partial(_serve, create_app(api, body_timeout=cfg.request_body_timeout),
-                                        cfg.address, cfg.port, tls, timeouts=timeouts))
+                                        cfg.address, cfg.port, serving, timeouts=timeouts))
             await nursery.start(partial(_serve, _metrics_app(metrics), cfg.address, cfg.metrics_port,
                                         timeouts=timeouts))
             kubeconfig = data_dir / "admin.kubeconfig"
-            write_private(kubeconfig, kubeconfig_text(url, token, tls.ca_cert_pem))
+            write_admin_kubeconfig(kubeconfig, url, token, pki)
+
+            def certificates_changed() -> None:
+                # A renewed serving certificate for new connections; the admin
+                # kubeconfig with the renewed admin certificate and the CA bundle.
+                serving.reload(str(pki.serving_cert_file), str(pki.serving_key_file))
+                write_admin_kubeconfig(kubeconfig, url, token, pki)
+
+            certs.on_change(certificates_changed)
+            ca_pem = pki.server_ca_bundle_pem()
             task_status.started(ServerInfo(url, kubeconfig, token, f"http://{host}:{cfg.metrics_port}/metrics",
-                                           tls.ca_cert_pem))
+                                           ca_pem))
             # The scheduler, controllers and the built-in agent are clients of the
             # API like any other (the agent takes exactly the path a remote node
             # does).  They start after `started`, so a SIGTERM during their
             # start-up cannot look like a failed server start.
-            client_cfg = ClientConfig(server=url, token=token, ca_data=tls.ca_cert_pem)
+            # Each runs as its own user, with a client certificate the rotation renews.
+            client_cfg = ClientConfig(server=url, token=token, ca_data=ca_pem)
+
+            def identity(user: str, groups: tuple[str, ...] = ()) -> ClientConfig:
+                return component_client_config(pki, url, user, groups, certs)
+
             nursery.start_soon(_supervised("service-allocation-repair", svcrepair.run_repair, store, allocator,
                                            client_cfg, cfg.service_repair_interval, system_services))
             if cfg.scheduler:
-                nursery.start_soon(_supervised("scheduler", scheduler.run, client_cfg))
+                nursery.start_soon(_supervised("scheduler", scheduler.run, identity(KUBE_SCHEDULER_USER)))
             # Node IPAM and node lifecycle are controllers of the manager, like the others.
-            nursery.start_soon(_supervised("controller-manager", _run_controllers, cfg, client_cfg))
+            nursery.start_soon(_supervised("controller-manager", _run_controllers, cfg,
+                                           identity(KUBE_CONTROLLER_MANAGER_USER), pki))
             if cfg.dns.bind:
-                nursery.start_soon(_supervised("cluster-dns", run_cluster_dns, cfg.dns, client_cfg,
-                                               dns_stats))
+                nursery.start_soon(_supervised("cluster-dns", run_cluster_dns, cfg.dns,
+                                               identity(CLUSTER_DNS_USER), dns_stats))
             if cfg.ingress.active:
                 ingress_cfg = replace(cfg.ingress, data_dir=cfg.ingress.data_dir or data_dir,
                                       server_address=cfg.ingress.server_address
                                       or cfg.advertise_address or cfg.address)
-                nursery.start_soon(_supervised("ingress", run_ingress, ingress_cfg, client_cfg))
+                nursery.start_soon(_supervised("ingress", run_ingress, ingress_cfg, identity(INGRESS_USER)))
             if cfg.agent:
-                nursery.start_soon(_supervised("agent", _run_agent, cfg, url, token, tls.ca_cert_pem))
+                # The built-in agent is node system:node:<name> (group system:nodes); its
+                # API serves a certificate the server issues from its CA directly.
+                from fleet.agent.config import AgentConfig
+
+                node_name = AgentConfig().node_name
+                node_client = identity(NODE_USER_PREFIX + node_name, (NODES_GROUP,))
+                nursery.start_soon(_supervised("agent", _run_agent, cfg, url, node_name, node_client,
+                                               PKIServingSource(pki, node_name), certs.interval))
 
 
 def _supervised(name: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Callable[..., Awaitable[None]]:
@@ -413,7 +473,7 @@ def _supervised(name: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Cal
     return partial(supervise, name, partial(fn, *args))
 
 
-async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
+async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, pki: ClusterPKI, *,
                            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     # A fresh manager per (re)start: controllers keep caches, expectations and
     # queues wired to the informers of the run that failed, and a restart should
@@ -425,11 +485,12 @@ async def _run_controllers(cfg: ServerConfig, client_cfg: ClientConfig, *,
         cfg.controllers, extra=[provisioner] if provisioner is not None else [],
         hpa_sync_period=cfg.hpa_sync_period,
         max_endpoints_per_slice=cfg.max_endpoints_per_slice,
-        csr_signer=csr_signer(Path(cfg.data_dir)),
+        # csrsigning signs with the cluster PKI (client CA for client signers, server CA
+        # for kubelet-serving).
+        csr_signer=pki,
         node_ipam=NodeIPAMConfig(cluster_cidr=cfg.cluster_cidr),
         # kube-root-ca.crt in every namespace: the server CA bundle as the PKI keeps it.
-        root_ca=RootCAPublisherConfig(ca_bundle=partial(server_ca_bundle, Path(cfg.data_dir),
-                                                        client_cfg.ca_data)),
+        root_ca=RootCAPublisherConfig(ca_bundle=pki.server_ca_bundle_pem),
         node_lifecycle=NodeLifecycleConfig(
             monitor_grace_period=cfg.node_monitor_grace_period,
             startup_grace_period=cfg.node_startup_grace_period,
@@ -463,12 +524,15 @@ def serving_names(cfg: ServerConfig) -> list[str]:
     return names
 
 
-async def _run_agent(cfg: ServerConfig, url: str, token: str, ca_pem: bytes, *,
+async def _run_agent(cfg: ServerConfig, url: str, node_name: str, client: ClientConfig,
+                     serving: PKIServingSource | None = None, check_interval: float = 30.0, *,
                      task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
     from fleet.agent.config import AgentConfig
     from fleet.agent.run import run as run_agent
 
-    agent_cfg = AgentConfig(server_url=url, token=token, ca_data=ca_pem,
+    agent_cfg = AgentConfig(server_url=url, ca_data=client.ca_data, node_name=node_name,
+                            client_ssl_context=client.ssl_context, serving_source=serving,
+                            tls_check_interval=check_interval,
                             data_dir=Path(cfg.data_dir) / "agent", port=cfg.agent_port,
                             driver=cfg.agent_driver, network_driver=cfg.agent_network,
                             bridge_name=cfg.agent_bridge, registries=cfg.agent_registries,

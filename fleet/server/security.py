@@ -18,6 +18,7 @@ kube-apiserver's order:
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -39,7 +40,9 @@ from fleet.auth import (
     bootstrap,
 )
 from fleet.auth.audit import Auditor, auditor_from_flags
+from fleet.auth.certrotation import CertRotator
 from fleet.auth.oidc import OIDCAuthenticator, OIDCConfig
+from fleet.auth.pki import ClusterPKI
 from fleet.auth.reviews import AllowAllRules, UnionRuleResolver, resolvers_of
 from fleet.auth.reviews import handlers as review_handlers
 from fleet.auth.serviceaccount import (
@@ -50,6 +53,7 @@ from fleet.auth.serviceaccount import (
     load_or_create_keys,
     store_getter,
 )
+from fleet.auth.x509 import X509Authenticator
 from fleet.server.tokenapi import TokenAPI
 from fleet.store import Store
 
@@ -81,6 +85,11 @@ class SecurityConfig:
     # --enable-bootstrap-token-auth: join tokens (kube-system/bootstrap-token-*
     # Secrets) authenticate as system:bootstrap:<id> (fleet/auth/bootstrap.py).
     bootstrap_tokens: bool = True
+    # PKI (fleet/auth/pki.py): leaf certificate lifetime in seconds (None: 365 days;
+    # tests use seconds to watch renewals), and how often the renewal loop looks
+    # (None: a twentieth of the lifetime, between 0.5 and 30 seconds).
+    cert_lifetime: float | None = None
+    cert_check_interval: float | None = None
 
 
 @dataclass
@@ -113,6 +122,10 @@ class Security:
     def set_admission(self, admission: AdmissionChain) -> None:
         for h in self.admitting:
             h.admission = admission
+    # The cluster PKI and its renewal loop (also in `tasks`): run.py registers the
+    # serving certificate, the admin kubeconfig and the components' contexts with it.
+    pki: ClusterPKI | None = None
+    certs: CertRotator | None = None
 
 
 def parse_authorization_mode(mode: str) -> list[str]:
@@ -129,8 +142,15 @@ def parse_authorization_mode(mode: str) -> list[str]:
     return modes
 
 
+def open_pki(cfg: SecurityConfig, data_dir: Path) -> ClusterPKI:
+    """The cluster PKI of `data_dir` with the configured leaf lifetime (not loaded yet)."""
+    lifetime = dt.timedelta(seconds=cfg.cert_lifetime) if cfg.cert_lifetime else None
+    return ClusterPKI(data_dir, leaf_lifetime=lifetime)
+
+
 async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: Registry,
-                admin_token: str, admission: AdmissionChain | None = None) -> Security:
+                admin_token: str, admission: AdmissionChain | None = None,
+                pki: ClusterPKI | None = None) -> Security:
     """Assemble the authenticators and authorizers `cfg` asks for.  `admission` is the
     server's chain, for the requests security's own handlers serve (TokenRequests)."""
     authenticators: list[Authenticator] = [TokenAuthenticator({admin_token: ADMIN})]
@@ -168,6 +188,14 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
         authenticators.append(bootstrap.BootstrapTokenAuthenticator(secrets))
         tasks.append(("bootstrap-token-cache", secrets.run))
 
+    # --- pki: x509 client certificates first (kube-apiserver's order), verified
+    # against the client CA bundle as it is now; the certificate renewal loop.
+    if pki is None:
+        pki = open_pki(cfg, data_dir)
+        pki.refresh()
+    certs = CertRotator(pki, cfg.cert_check_interval)
+    authenticators.insert(0, X509Authenticator(pki.client_ca_bundle))
+    tasks.append(("cert-rotation", certs.run))
     modes = parse_authorization_mode(cfg.authorization_mode)
     authorizers: list[Authorizer] = []
     sec = Security(UnionAuthenticator(), UnionAuthorizer(), handlers, tasks, paths=paths, admitting=admitting)
@@ -202,6 +230,7 @@ async def build(cfg: SecurityConfig, *, data_dir: Path, store: Store, registry: 
     if sec.audit is not None:
         sec.tasks.append(("audit-log", sec.audit.sink.run))
 
+    sec.pki, sec.certs = pki, certs
     sec.authenticator.authenticators = authenticators
     token_api.authenticator = sec.authenticator  # a TokenReview asks every authenticator
     return sec

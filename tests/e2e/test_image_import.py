@@ -96,7 +96,7 @@ class AgentThread:
 
 def register_node(server: FleetServer, name: str, port: int) -> None:
     with server.client() as http:
-        resp = http.post("/api/v1/nodes", json={"metadata": {"name": name}})
+        resp = http.post("/api/v1/nodes", json={"metadata": {"name": name, "annotations": {"fleet.dev/agent-api-scheme": "http"}}})
         assert resp.status_code == 201, resp.text
         status = {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
                   "daemonEndpoints": {"kubeletEndpoint": {"Port": port}}}

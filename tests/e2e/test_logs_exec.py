@@ -243,7 +243,7 @@ def node(fleet_server: FleetServer, agent: FakeAgent) -> str:
     name = f"fake-node-{uuid.uuid4().hex[:6]}"
     with fleet_server.client() as c:
         r = c.post("/api/v1/nodes", json={"apiVersion": "v1", "kind": "Node",
-                                          "metadata": {"name": name}})
+                                          "metadata": {"name": name, "annotations": {"fleet.dev/agent-api-scheme": "http"}}})
         assert r.status_code == 201, r.text
         r = c.patch(f"/api/v1/nodes/{name}/status", headers={
             "Content-Type": "application/merge-patch+json"}, content=json.dumps({"status": {
@@ -408,7 +408,7 @@ def test_kubectl_agent_down_reports_the_cause(fleet_server: FleetServer, namespa
         dead_port = s.getsockname()[1]  # closed again: nothing listens there
     name = f"dead-node-{uuid.uuid4().hex[:6]}"
     with fleet_server.client() as c:
-        assert c.post("/api/v1/nodes", json={"metadata": {"name": name}}).status_code == 201
+        assert c.post("/api/v1/nodes", json={"metadata": {"name": name, "annotations": {"fleet.dev/agent-api-scheme": "http"}}}).status_code == 201
         r = c.patch(f"/api/v1/nodes/{name}/status", headers={
             "Content-Type": "application/merge-patch+json"}, content=json.dumps({"status": {
                 "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],

@@ -463,7 +463,10 @@ def test_strict_mode_flags_reach_the_agent_config(tmp_path: Any, monkeypatch: py
         seen.append(cfg)
 
     monkeypatch.setattr(agent_run, "run", fake_agent)
-    trio.run(lambda: server_run._run_agent(server_cfg, "https://127.0.0.1:1", "t", b""))
+    from fleet.client import ClientConfig
+
+    trio.run(lambda: server_run._run_agent(server_cfg, "https://127.0.0.1:1", "n1",
+                                           ClientConfig(server="https://127.0.0.1:1")))
     assert seen.pop().network_policy_strict is True
 
 

@@ -82,7 +82,8 @@ async def start_http(nursery: trio.Nursery, app: Any) -> int:
 
 
 async def put_node(api: InProcessAPI, status: dict[str, Any] | None) -> None:
-    code, body = await api.json("POST", "/api/v1/nodes", {"metadata": {"name": NODE}})
+    # A plain-HTTP test agent: the node says so (fleet.server.proxy.agent_address).
+    code, body = await api.json("POST", "/api/v1/nodes", {"metadata": {"name": NODE, "annotations": {"fleet.dev/agent-api-scheme": "http"}}})
     assert code == 201, body
     if status is not None:
         code, body = await api.json("PATCH", f"/api/v1/nodes/{NODE}/status", {"status": status},

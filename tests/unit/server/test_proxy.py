@@ -125,9 +125,19 @@ def test_log_query_errors(query, fragment):
 
 
 def test_log_url_quotes_path_and_passes_options():
-    url = log_url(AgentAddress("127.0.0.1", 9301), "ns", "p", "c/1", {"follow": "true", "tailLines": "2"})
+    url = log_url(AgentAddress("127.0.0.1", 9301, "http"), "ns", "p", "c/1", {"follow": "true", "tailLines": "2"})
     assert url == "http://127.0.0.1:9301/containerLogs/ns/p/c%2F1?tailLines=2&follow=true"
-    assert log_url(AgentAddress("::1", 1), "ns", "p", "c", {}) == "http://[::1]:1/containerLogs/ns/p/c"
+    assert log_url(AgentAddress("::1", 1, "http"), "ns", "p", "c", {}) == "http://[::1]:1/containerLogs/ns/p/c"
+
+
+def test_agent_scheme_from_the_node_annotation():
+    # HTTPS unless the node says its agent has no TLS (a token-only agent).
+    assert agent_address(node([("InternalIP", "10.0.0.1")])).scheme == "https"
+    n = node([("InternalIP", "10.0.0.1")])
+    n["metadata"]["annotations"] = {"fleet.dev/agent-api-scheme": "http"}
+    assert agent_address(n).url("/x") == "http://10.0.0.1:9301/x"
+    n["metadata"]["annotations"] = {"fleet.dev/agent-api-scheme": "bogus"}
+    assert agent_address(n).url("/x") == "https://10.0.0.1:9301/x"
 
 
 # --------------------------------------------------------------- exec query
@@ -248,7 +258,8 @@ NODE_NAME = "n1"
 
 
 async def put_node(api: Any, port: int, *, with_port: bool = True) -> None:
-    code, body = await api.json("POST", "/api/v1/nodes", {"metadata": {"name": NODE_NAME}})
+    # A plain-HTTP test agent: the node says so (fleet.server.proxy.agent_address).
+    code, body = await api.json("POST", "/api/v1/nodes", {"metadata": {"name": NODE_NAME, "annotations": {"fleet.dev/agent-api-scheme": "http"}}})
     assert code == 201, body
     status: dict[str, Any] = {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]}
     if with_port:

@@ -147,7 +147,8 @@ def node(name: str, *, simulated: bool = False, port: int = 10250) -> dict[str, 
     labels = {"kubernetes.io/hostname": name, "role": "sim" if simulated else "real"}
     if simulated:
         labels["fleet.dev/simulated"] = "true"
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels,
+                                                              "annotations": {"fleet.dev/agent-api-scheme": "http"}},
             "status": {"addresses": [{"type": "InternalIP", "address": "10.9.9.9"}],
                        "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
                        "allocatable": {"cpu": "4", "memory": "8Gi"}}}
