@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 KUBECONFIG_NAME = "kubelet.kubeconfig"
 SERVING_CERT, SERVING_KEY = "kubelet-serving.crt", "kubelet-serving.key"
+CLIENT_CA_FILE = "client-ca.crt"
 CLIENT_USAGES = ["digital signature", "client auth"]
 SERVING_USAGES = ["digital signature", "server auth"]
 CSR_API = f"{csrs.GROUP}/v1"
@@ -351,6 +352,21 @@ async def serving_certificate(client: Client, node_name: str, data_dir: Path, ad
     await trio.to_thread.run_sync(_write_private, key_path, key_pem(key))
     await trio.to_thread.run_sync(_write_private, cert_path, cert)
     return cert_path, key_path
+
+
+async def client_ca_bundle(client: Client, data_dir: Path) -> Path:
+    """The cluster's client CA bundle (what signs the API server's client certificate
+    for agents), read from kube-system/extension-apiserver-authentication over the
+    verified connection and kept as `<data-dir>/client-ca.crt`."""
+    from fleet.auth.bootstrap import CLIENT_CA_KEY, CLIENT_CA_NAME, CLIENT_CA_NAMESPACE
+
+    cm = await client.get_object("v1", "configmaps", CLIENT_CA_NAME, CLIENT_CA_NAMESPACE)
+    bundle = str(((cm or {}).get("data") or {}).get(CLIENT_CA_KEY) or "")
+    if "BEGIN CERTIFICATE" not in bundle:
+        raise JoinError(f"{CLIENT_CA_NAMESPACE}/{CLIENT_CA_NAME} holds no {CLIENT_CA_KEY}")
+    path = Path(data_dir) / CLIENT_CA_FILE
+    await trio.to_thread.run_sync(path.write_text, bundle)
+    return path
 
 
 async def keep_serving_certificate(client: Client, node_name: str, data_dir: Path, addresses: Iterable[str],

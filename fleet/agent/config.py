@@ -98,6 +98,13 @@ class AgentConfig:
     # A ready client TLS context for the API (the built-in agent's node identity,
     # kept current by the server's certificate rotation); see ClientConfig.ssl_context.
     client_ssl_context: Any = None
+    # The identity of the node-local storage provisioner (fleet.storage.provisioner),
+    # as a ClientConfig: it lists claims and volumes cluster-wide and writes PVs and
+    # claims' annotations, which neither the Node authorizer nor NodeRestriction allow
+    # a node (Kubernetes runs it as a DaemonSet with its own ServiceAccount).  None:
+    # the agent's own identity — fine for an agent with an admin or provisioner
+    # credential; a joined node (system:node:<name>) then provisions nothing.
+    storage_client: Any = None
 
     @property
     def api_tls(self) -> bool:

@@ -66,7 +66,7 @@ from fleet.agent.satokens import ServiceAccountTokens
 from fleet.agent.sync import PodSync
 from fleet.agent.tls import AgentTLS
 from fleet.agent.worker import WorkerEnv
-from fleet.client import ApiException
+from fleet.client import ApiException, Client
 from fleet.client.informer import Informer
 from fleet.network.driver import PeerRouting
 from fleet.runtime.driver import select_driver
@@ -131,6 +131,9 @@ async def run(cfg: AgentConfig, *,
     client_cfg = cfg.client_config()
     async with cfg.make_client() as client:
         node = NodeAgent(cfg, client, driver_name=driver.name)
+        if joined is not None and not (cfg.tls_cert_file and cfg.tls_key_file):
+            # Before registering: the Node's annotation tells the server to dial HTTPS.
+            await _joined_api_tls(client, cfg, [node.address, cfg.address])
         await node.register()
         pod_cidr: str | None = None
         network = None
@@ -201,7 +204,7 @@ async def run(cfg: AgentConfig, *,
             if storage_registry.names():
                 # Provisioning for the node_local storage drivers: claims whose selected
                 # node is this one, volumes pinned here (fleet.storage.provisioner).
-                n.start_soon(_run_storage_provisioner, client, cfg, node, env.csi.drivers)
+                n.start_soon(_run_storage_provisioner, client, cfg, node, env.csi.drivers, joined)
             if policy is not None:
                 # NetworkPolicy in each local pod's netns (fleet.agent.netpolicy).  Not
                 # waited for either: a new pod's set-up waits for its own rules (bounded).
@@ -240,6 +243,24 @@ async def run(cfg: AgentConfig, *,
             task_status.started(AgentInfo(node_name=cfg.node_name, address=node.address,
                                           driver=driver.name, pod_cidr=pod_cidr,
                                           api_url=api_url, sync=sync))
+
+
+async def _joined_api_tls(client: Any, cfg: AgentConfig, addresses: list[str]) -> None:
+    """A joined node's agent API: its kubelet-serving certificate (a CSR the approver
+    grants for the node's own name) and the client CA that verifies the API server,
+    as files the API's TLS re-reads when `keep_serving_certificate` renews them."""
+    delay = 1.0
+    while True:
+        try:
+            cert, key = await node_bootstrap.serving_certificate(
+                client, cfg.node_name, cfg.data_dir, [a for a in addresses if a])
+            ca = await node_bootstrap.client_ca_bundle(client, cfg.data_dir)
+            break
+        except (ApiException, node_bootstrap.JoinError, httpx.HTTPError, OSError, ValueError) as e:
+            log.warning("agent API certificate: %s; retrying in %.0fs", e, delay)
+            await trio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+    cfg.tls_cert_file, cfg.tls_key_file, cfg.client_ca_file = str(cert), str(key), str(ca)
 
 
 async def collect_garbage(client: Any, cfg: AgentConfig, record: inventory.AgentRecord, *,
@@ -283,15 +304,28 @@ async def _run_service_proxy(client: Any, cfg: AgentConfig, table: str, services
 
 
 async def _run_storage_provisioner(client: Any, cfg: AgentConfig, node: NodeAgent,
-                                   drivers: Any) -> None:
+                                   drivers: Any, joined: Any) -> None:
     from fleet._core.supervise import supervise
     from fleet.storage.provisioner import run_node_provisioner
 
     labels = dict((node.node.get("metadata") or {}).get("labels") or {})
     labels.setdefault("kubernetes.io/hostname", cfg.node_name)
-    await supervise("storage-provisioner", partial(run_node_provisioner, client, node_name=cfg.node_name,
-                                                   node_labels=labels, data_dir=cfg.data_dir,
-                                                   drivers=drivers))
+
+    async def provision(c: Any) -> None:
+        await supervise("storage-provisioner", partial(run_node_provisioner, c, node_name=cfg.node_name,
+                                                       node_labels=labels, data_dir=cfg.data_dir,
+                                                       drivers=drivers))
+
+    if cfg.storage_client is not None:
+        async with Client(cfg.storage_client, user_agent="fleet-storage-provisioner") as own:
+            await provision(own)
+    elif joined is not None:
+        # A node's own rights do not cover provisioning (see AgentConfig.storage_client).
+        log.info("node-local storage provisioning is off on joined node %s: it needs a "
+                 "provisioner credential (the built-in agent has one); volumes of other "
+                 "drivers still mount", cfg.node_name)
+    else:
+        await provision(client)
 
 
 def make_policy_enforcer(cfg: AgentConfig, driver: Any, network: Any, address: str,

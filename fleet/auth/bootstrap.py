@@ -60,6 +60,13 @@ DEFAULT_GROUPS = ("system:bootstrappers:kubeadm:default-node-token",)
 # cluster-info (kubeadm's bootstrapapi constants).
 CLUSTER_INFO_NAMESPACE = "kube-public"
 CLUSTER_INFO_NAME = "cluster-info"
+# The CA bundles that verify client certificates, as kube-apiserver publishes them
+# (kube-system/extension-apiserver-authentication): a joined node's agent API
+# verifies the API server's client certificate against `client-ca-file`.
+CLIENT_CA_NAMESPACE = "kube-system"
+CLIENT_CA_NAME = "extension-apiserver-authentication"
+CLIENT_CA_KEY = "client-ca-file"
+REQUESTHEADER_CA_KEY = "requestheader-client-ca-file"
 KUBECONFIG_KEY = "kubeconfig"
 JWS_PREFIX = "jws-kubeconfig-"
 
@@ -363,29 +370,42 @@ async def ensure_cluster_info(store: Any, registry: Any, server_url: str, ca_pem
     """Create `kube-public/cluster-info`, or refresh its kubeconfig when the server URL
     or the CA changed (kubeadm's `bootstrap-token` phase; the signatures are the
     bootstrap signer's and are dropped with a changed kubeconfig, it re-signs)."""
+    await ensure_configmap(store, registry, CLUSTER_INFO_NAMESPACE, CLUSTER_INFO_NAME,
+                           {KUBECONFIG_KEY: cluster_info_kubeconfig(server_url, ca_pem)},
+                           same=lambda have: have.get(KUBECONFIG_KEY) == cluster_info_kubeconfig(
+                               server_url, ca_pem))
+
+
+async def ensure_configmap(store: Any, registry: Any, namespace: str, name: str, data: dict[str, str],
+                           same: Any = None) -> None:
+    """Create the ConfigMap `namespace/name` with `data`, or replace its data when it
+    differs (`same(have_data)` decides what counts as unchanged; default: equal).
+    The server's own bookkeeping objects: written through the store at start."""
     from fleet.store import KeyExists, KeyNotFound, RevisionConflict
 
     info = registry.get("", "v1", "configmaps")
-    key = info.key(CLUSTER_INFO_NAMESPACE, CLUSTER_INFO_NAME)
-    want = cluster_info_kubeconfig(server_url, ca_pem)
+    key = info.key(namespace, name)
+    unchanged = same or (lambda have: have == data)
     for _ in range(5):
         try:
             cur = await store.get(key)
         except KeyNotFound:
-            obj = cluster_info_configmap(server_url, ca_pem)
+            obj = {"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": name, "namespace": namespace}, "data": dict(data)}
             try:
                 await store.create(key, obj)
                 return
             except KeyExists:
                 continue
-        if (cur.get("data") or {}).get(KUBECONFIG_KEY) == want:
+        if unchanged(cur.get("data") or {}):
             return
-        cur["data"] = {KUBECONFIG_KEY: want}
+        cur["data"] = dict(data)
         try:
             await store.update(key, cur, expected_revision=int(cur["metadata"]["resourceVersion"]))
             return
         except RevisionConflict:
             continue
+    raise RuntimeError(f"configmap {namespace}/{name}: kept conflicting with other writers")
 
 
 def desired_signatures(kubeconfig: str, tokens: Iterable[dict[str, Any]],

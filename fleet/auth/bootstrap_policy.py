@@ -76,9 +76,11 @@ CONTROLLER_MANAGER_ROLE = "system:fleet:controller-manager"
 SCHEDULER_ROLE = "system:fleet:scheduler"
 CLUSTER_DNS_ROLE = "system:fleet:cluster-dns"
 INGRESS_ROLE = "system:fleet:ingress"
-# The users Fleet's in-process DNS and ingress run as once they have their own credentials.
+STORAGE_PROVISIONER_ROLE = "system:fleet:storage-provisioner"
+# The users Fleet's in-process DNS, ingress and node-local storage provisioner run as.
 CLUSTER_DNS_USER = "system:fleet:cluster-dns"
 INGRESS_USER = "system:fleet:ingress"
+STORAGE_PROVISIONER_USER = "system:fleet:storage-provisioner"
 
 
 def rule(verbs: tuple[str, ...] | str, groups: tuple[str, ...] | str, resources: tuple[str, ...] | str,
@@ -308,9 +310,10 @@ def _fleet_roles() -> list[dict[str, Any]]:
             rule(("get", "list", "watch", "patch", "update", "delete", "deletecollection"), "*", "*"),
             # What controllers create: pods (ReplicaSet, StatefulSet, DaemonSet, Job),
             # claims (StatefulSet, generic ephemeral volumes), volumes (PV binder and the
-            # storage provisioner), Endpoints, ServiceAccounts (`default`), events.
+            # storage provisioner), Endpoints, ServiceAccounts (`default`), events,
+            # ConfigMaps (`kube-root-ca.crt` of the root CA publisher).
             rule("create", "", ("pods", "persistentvolumeclaims", "persistentvolumes", "endpoints",
-                                "serviceaccounts", "events")),
+                                "serviceaccounts", "events", "configmaps")),
             rule("create", "events.k8s.io", "events"),
             rule("create", "apps", ("replicasets", "controllerrevisions")),
             rule("create", "batch", "jobs"),
@@ -319,6 +322,13 @@ def _fleet_roles() -> list[dict[str, Any]]:
             rule("create", "coordination.k8s.io", "leases"),
             # The clusterrole-aggregation controller writes rules it need not hold.
             rule("escalate", GROUP, "clusterroles"),
+            # csrapproving approves nodes' own requests; csrsigning signs for the
+            # in-tree signers (the CSR admission checks both verbs per signer name).
+            rule("approve", "certificates.k8s.io", "signers",
+                 names=("kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving")),
+            rule("sign", "certificates.k8s.io", "signers",
+                 names=("kubernetes.io/kube-apiserver-client", "kubernetes.io/kube-apiserver-client-kubelet",
+                        "kubernetes.io/kubelet-serving")),
         ]),
         cluster_role(SCHEDULER_ROLE, [
             # Beyond system:kube-scheduler and system:volume-scheduler: preemption's
@@ -342,6 +352,18 @@ def _fleet_roles() -> list[dict[str, Any]]:
                  ("gatewayclasses/status", "gateways/status", "httproutes/status")),
             rule(READ, "", ("services", "secrets", "namespaces")),
             rule(READ, "discovery.k8s.io", "endpointslices"),
+            events_rule(),
+        ]),
+        # A node's node-local storage provisioner (fleet.storage.provisioner): the
+        # external-provisioner's, -resizer's and -attacher's rights, as the DaemonSet of
+        # a distributed provisioner holds them through its ServiceAccount.
+        cluster_role(STORAGE_PROVISIONER_ROLE, [
+            rule(READ + ("create", "delete", "patch", "update"), "", "persistentvolumes"),
+            rule(READ + ("patch", "update"), "", ("persistentvolumeclaims", "persistentvolumeclaims/status")),
+            rule(READ, "", "nodes"),
+            rule(READ, "storage.k8s.io", ("storageclasses", "csinodes", "csidrivers")),
+            rule(READ + ("patch", "update"), "storage.k8s.io", ("volumeattachments", "volumeattachments/status")),
+            rule(READ_WRITE, "storage.k8s.io", "csistoragecapacities"),
             events_rule(),
         ]),
     ]
@@ -401,6 +423,41 @@ def cluster_role_bindings() -> list[dict[str, Any]]:
         b(SCHEDULER_ROLE, user(KUBE_SCHEDULER_USER)),
         b(CLUSTER_DNS_ROLE, user(CLUSTER_DNS_USER)),
         b(INGRESS_ROLE, user(INGRESS_USER)),
+        b(STORAGE_PROVISIONER_ROLE, user(STORAGE_PROVISIONER_USER)),
+    ]
+
+
+def _namespaced(kind: str, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": kind,
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(BOOTSTRAP_LABEL),
+                         "annotations": {AUTOUPDATE: "true"}}, **body}
+
+
+def namespace_roles() -> list[dict[str, Any]]:
+    """Default Roles (Kubernetes' NamespaceRoles and kubeadm's cluster-info reader)."""
+    return [
+        _namespaced("Role", "kube-system", "extension-apiserver-authentication-reader", {"rules": [
+            rule(READ, "", "configmaps", names=("extension-apiserver-authentication",))]}),
+        _namespaced("Role", "kube-public", "kubeadm:bootstrap-signer-clusterinfo", {"rules": [
+            rule("get", "", "configmaps", names=("cluster-info",))]}),
+    ]
+
+
+def namespace_role_bindings() -> list[dict[str, Any]]:
+    def binding(namespace: str, name: str, role: str, *subjects: dict[str, Any]) -> dict[str, Any]:
+        return _namespaced("RoleBinding", namespace, name, {
+            "roleRef": {"apiGroup": GROUP, "kind": "Role", "name": role}, "subjects": list(subjects)})
+
+    return [
+        # The client CA bundles: the components, and nodes (a joined node's agent API
+        # verifies the API server's client certificate with them; Fleet's addition).
+        binding("kube-system", "system::extension-apiserver-authentication-reader",
+                "extension-apiserver-authentication-reader", _subject("User", KUBE_CONTROLLER_MANAGER_USER),
+                _subject("User", KUBE_SCHEDULER_USER), _subject("Group", NODES_GROUP)),
+        # cluster-info: anonymous as kubeadm binds it, and bootstrap-token users (a
+        # joining node reads it with its token when anonymous requests are off).
+        binding("kube-public", "kubeadm:bootstrap-signer-clusterinfo", "kubeadm:bootstrap-signer-clusterinfo",
+                _subject("User", "system:anonymous"), _subject("Group", BOOTSTRAPPERS_GROUP)),
     ]
 
 
@@ -497,23 +554,26 @@ async def _apply(store: Store, key: str, expected: dict[str, Any], is_role: bool
 
 async def reconcile(store: Store, registry: Registry) -> list[str]:
     """The `rbac/bootstrap-roles` hook: -> "kind/name action" for each change made."""
-    roles = registry.get(GROUP, "v1", "clusterroles")
-    bindings = registry.get(GROUP, "v1", "clusterrolebindings")
-    if roles is None or bindings is None:
+    kinds = [registry.get(GROUP, "v1", plural)
+             for plural in ("clusterroles", "clusterrolebindings", "roles", "rolebindings")]
+    if any(info is None for info in kinds):
         return []
     done: list[str] = []
-    for info, objs, is_role in ((roles, cluster_roles(), True), (bindings, cluster_role_bindings(), False)):
+    sets = ((cluster_roles(), True), (cluster_role_bindings(), False),
+            (namespace_roles(), True), (namespace_role_bindings(), False))
+    for info, (objs, is_role) in zip(kinds, sets, strict=True):
         for obj in objs:
             if info.default is not None:
                 info.default(obj)
-            name = obj["metadata"]["name"]
-            action = await _apply(store, info.key(None, name), obj, is_role)
+            name, namespace = obj["metadata"]["name"], obj["metadata"].get("namespace")
+            action = await _apply(store, info.key(namespace, name), obj, is_role)
             if action is not None:
-                done.append(f"{info.singular}/{name} {action}")
+                done.append(f"{info.singular}/{f'{namespace}/' if namespace else ''}{name} {action}")
     if done:
         log.info("rbac bootstrap: %s", ", ".join(done))
     return done
 
 
-__all__ = ["AUTOUPDATE", "CLUSTER_DNS_USER", "CONTROLLER_MANAGER_ROLE", "INGRESS_USER", "cluster_role_bindings",
+__all__ = ["AUTOUPDATE", "CLUSTER_DNS_USER", "CONTROLLER_MANAGER_ROLE", "INGRESS_USER",
+           "STORAGE_PROVISIONER_USER", "cluster_role_bindings",
            "cluster_roles", "reconcile", "reconcile_binding", "reconcile_role"]

@@ -4,7 +4,7 @@
 `csr_plan.signing` decides (pure): sign for min(expirationSeconds, the signing
 duration), or mark the request Failed (`SignerValidationFailure`) when it does not
 meet its signer's rules.  The signer is an object with `sign_csr(csr_pem, *,
-signer, usages, ttl) -> PEM` (fleet/auth/localsigner.py, or the PKI's ClusterPKI);
+signer, usages, ttl) -> PEM` (the server PKI's ClusterPKI, fleet/auth/pki.py);
 the certificate is written through `/status` (the CertificateSigning admission
 plugin checks verb `sign`).
 """

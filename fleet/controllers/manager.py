@@ -27,7 +27,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
                         max_endpoints_per_slice: int = 100,
                         csr_signer: Any = None,
                         root_ca: RootCAPublisherConfig | None = None) -> list[Controller]:
-    """`csr_signer` (an object with `sign_csr`, fleet/auth/localsigner.py) enables the
+    """`csr_signer` (an object with `sign_csr`: the server's ClusterPKI, fleet/auth/pki.py) enables the
     csrsigning controller: it needs the cluster CA's key, which only the server has."""
     from fleet.controllers.bootstrapsigner import BootstrapSigner
     from fleet.controllers.clusterroleaggregation import ClusterRoleAggregationController

@@ -25,7 +25,13 @@ from typing import Any
 import trio
 
 from fleet.client import ApiException
-from fleet.controllers.runtime import Context, QueueWorker, SharedInformer, split_key
+from fleet.controllers.runtime import (
+    Context,
+    QueueWorker,
+    SharedInformer,
+    namespace_terminating,
+    split_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -148,9 +154,10 @@ class RootCACertPublisher(QueueWorker):
             elif action.verb == "update":
                 await self.ctx.client.replace("v1", "configmaps", CONFIGMAP_NAME, action.body, ns)
         except ApiException as e:
-            # 403/404 on create: the namespace is going or gone (NamespaceTerminating).
+            # 403 NamespaceTerminating / 404 on create: the namespace is going or gone.
             # 404/409 otherwise: our cache was behind; the event on its way re-queues us.
-            if e.code in (404, 409) or (action.verb == "create" and e.code == 403):
+            # Any other 403 (a role missing its rule) is an error, retried and logged.
+            if e.code in (404, 409) or (action.verb == "create" and namespace_terminating(e)):
                 return None
             raise
         return None

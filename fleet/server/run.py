@@ -45,6 +45,7 @@ from fleet.auth import (
     bootstrap_policy,
     load_or_create_admin_token,
 )
+from fleet.auth.bootstrap_policy import CLUSTER_DNS_USER, INGRESS_USER, STORAGE_PROVISIONER_USER
 from fleet.auth.certrotation import CertRotator, PKIServingSource, component_client_config
 from fleet.auth.pki import KUBELET_CLIENT_USER, MASTERS, ClusterPKI, write_private
 from fleet.client import ClientConfig
@@ -219,9 +220,6 @@ async def ensure_default_service_accounts(store: Store, registry: Registry) -> N
             pass
 
 
-# The built-in components' users (kube's for the scheduler and controller manager).
-CLUSTER_DNS_USER = "system:fleet:cluster-dns"
-INGRESS_USER = "system:fleet:ingress"
 
 
 def kubeconfig_text(url: str, token: str, ca_pem: bytes, client_cert: bytes | None = None,
@@ -392,6 +390,13 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             advertised = f"[{advertised}]" if ":" in advertised else advertised
             await bootstrap.ensure_cluster_info(store, registry, f"https://{advertised}:{cfg.port}",
                                                 pki.server_ca_bundle_pem())
+            # The client CA bundles, as kube-apiserver publishes them: joined nodes'
+            # agent APIs verify this server's client certificate with them.
+            await bootstrap.ensure_configmap(store, registry, bootstrap.CLIENT_CA_NAMESPACE,
+                                             bootstrap.CLIENT_CA_NAME, {
+                                                 bootstrap.CLIENT_CA_KEY: pki.client_ca_bundle_pem().decode(),
+                                                 bootstrap.REQUESTHEADER_CA_KEY:
+                                                     pki.requestheader_ca_bundle_pem().decode()})
             assert sec.certs is not None
             certs: CertRotator = sec.certs
             # The server's client certificate for the agents' HTTPS API (kube-apiserver's
@@ -461,7 +466,8 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                 node_name = AgentConfig().node_name
                 node_client = identity(NODE_USER_PREFIX + node_name, (NODES_GROUP,))
                 nursery.start_soon(_supervised("agent", _run_agent, cfg, url, node_name, node_client,
-                                               PKIServingSource(pki, node_name), certs.interval))
+                                               PKIServingSource(pki, node_name), certs.interval,
+                                               identity(STORAGE_PROVISIONER_USER)))
 
 
 def _supervised(name: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Callable[..., Awaitable[None]]:
@@ -525,14 +531,15 @@ def serving_names(cfg: ServerConfig) -> list[str]:
 
 
 async def _run_agent(cfg: ServerConfig, url: str, node_name: str, client: ClientConfig,
-                     serving: PKIServingSource | None = None, check_interval: float = 30.0, *,
+                     serving: PKIServingSource | None = None, check_interval: float = 30.0,
+                     storage_client: ClientConfig | None = None, *,
                      task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
     from fleet.agent.config import AgentConfig
     from fleet.agent.run import run as run_agent
 
     agent_cfg = AgentConfig(server_url=url, ca_data=client.ca_data, node_name=node_name,
                             client_ssl_context=client.ssl_context, serving_source=serving,
-                            tls_check_interval=check_interval,
+                            tls_check_interval=check_interval, storage_client=storage_client,
                             data_dir=Path(cfg.data_dir) / "agent", port=cfg.agent_port,
                             driver=cfg.agent_driver, network_driver=cfg.agent_network,
                             bridge_name=cfg.agent_bridge, registries=cfg.agent_registries,

@@ -182,7 +182,7 @@ def test_kubectl_script_is_audited_once_per_request_and_secrets_never_leak(
     assert sec_create["objectRef"]["name"] == "creds"  # completed from the request body
     assert sec_get["responseStatus"]["code"] == 200
     # configmaps at RequestResponse: both objects
-    (cm_create,) = find("create", "configmaps", namespace=ns)
+    (cm_create,) = find("create", "configmaps", namespace=ns, name="cfg")  # not kube-root-ca.crt
     assert cm_create["level"] == "RequestResponse"
     assert cm_create["requestObject"]["data"] == {"colour": "blue"}
     assert cm_create["responseObject"]["metadata"]["uid"]

@@ -5,9 +5,8 @@ kubectl sends SelfSubjectAccessReview / SelfSubjectRulesReview as protobuf and f
 answer itself (yes/no, the --list table), so matching its output here means the server's
 answers match kube-apiserver's for the same rules.
 
-Authorization mode: the server runs with today's default, AlwaysAllow (the RBAC authorizer
-is another branch of issue 14).  Assertions whose answer changes under `--authorization-mode
-RBAC` (or the later default `Node,RBAC`) are marked `# RBAC:` with the answer expected there.
+Authorization mode: the server's default, `Node,RBAC`, with the default roles reconciled at
+start (system:basic-user lets every authenticated user ask the self reviews).
 """
 
 from __future__ import annotations
@@ -27,8 +26,6 @@ pytestmark = pytest.mark.e2e
 def server(fleet_server_factory: ServerFactory) -> Iterator[FleetServer]:
     if KUBECTL is None:
         pytest.skip("kubectl is not installed")
-    # RBAC: start with extra_args=["--authorization-mode", "RBAC"] once the RBAC authorizer
-    # and its default roles (system:basic-user lets everyone ask the self reviews) are in.
     yield fleet_server_factory.start()
 
 
@@ -57,23 +54,31 @@ def test_can_i_list_shows_the_star_rules(server: FleetServer) -> None:
     rows = [line.split() for line in lines[1:]]
     assert ["*.*", "[]", "[]", "[*]"] in rows
     assert ["[*]", "[]", "[*]"] in rows
-    # AlwaysAllow reports exactly these two rules (kube's alwaysAllowAuthorizer.RulesFor).
-    # RBAC: the system:masters user also sees what system:authenticated is bound to
-    # (selfsubjectaccessreviews, selfsubjectrulesreviews, selfsubjectreviews [create], the
-    # discovery URLs [get]), as `kubectl auth can-i --list` shows for a kind cluster's admin.
-    assert len(rows) == 2
+    # cluster-admin's two rules, then what system:authenticated is bound to (basic-user's
+    # self reviews, the discovery and public-info URLs — /healthz twice, from both roles),
+    # as `kubectl auth can-i --list` shows for a kind cluster's admin.
+    assert ["selfsubjectaccessreviews.authorization.k8s.io", "[]", "[]", "[create]"] in rows
+    assert ["selfsubjectreviews.authentication.k8s.io", "[]", "[]", "[create]"] in rows
+    assert rows.count(["[/healthz]", "[]", "[get]"]) == 2
+    assert ["[/apis/*]", "[]", "[get]"] in rows
 
 
 def test_can_i_as_another_user(server: FleetServer) -> None:
-    # The admin (system:masters) may impersonate anyone; the review answers for bob.
-    # RBAC: (1, "no\n", "") — bob has no grant on pods; system:basic-user lets him ask.
-    assert can_i(server, "get", "pods", "--as", "bob") == (0, "yes\n", "")
-    assert can_i(server, "get", "pods", "--as", "bob", "--as-group", "devs") == (0, "yes\n", "")
+    # The admin (system:masters) may impersonate anyone; the review answers for bob, who
+    # has no grant on pods (system:basic-user lets him ask).
+    assert can_i(server, "get", "pods", "--as", "bob") == (1, "no\n", "")
+    assert can_i(server, "get", "pods", "--as", "bob", "--as-group", "devs") == (1, "no\n", "")
     assert can_i(server, "list", "secrets", "--as", "system:serviceaccount:default:builder",
-                 "-n", "default") == (0, "yes\n", "")  # RBAC: (1, "no\n", "")
-    # The request itself runs as bob, with no error from the impersonation stage.
+                 "-n", "default") == (1, "no\n", "")
+    # A grant to the impersonated group answers for bob in it.
+    rc, _, err = server.kubectl("create", "rolebinding", "devs-view", "--clusterrole", "view",
+                                "--group", "devs", "-n", "default")
+    assert rc == 0, err
+    assert can_i(server, "get", "pods", "--as", "bob", "--as-group", "devs", "-n", "default") == \
+        (0, "yes\n", "")
+    # The request itself runs as bob: authorized as bob, refused as bob.
     rc, out, err = server.kubectl("get", "namespaces", "default", "--as", "bob", "-o", "name")
-    assert (rc, out) == (0, "namespace/default\n"), err  # RBAC: Forbidden (users "bob" may not get it)
+    assert rc == 1 and 'User "bob" cannot get resource "namespaces"' in err
     # kubectl refuses groups without a user itself; the server answers such a request 500.
     rc, _, err = server.kubectl("get", "pods", "--as-group", "devs")
     assert rc == 1 and "without impersonating a user" in err
@@ -88,7 +93,7 @@ def test_reviews_over_the_wire(server: FleetServer) -> None:
     got = json.loads(out)
     assert got["kind"] == "SubjectAccessReview"
     assert got["spec"]["user"] == "bob"
-    assert got["status"]["allowed"] is True  # RBAC: False (and no "denied": RBAC has no opinion)
+    assert got["status"]["allowed"] is False  # RBAC has no opinion: no "denied"
     assert "denied" not in got["status"]
 
     with httpx.Client(base_url=server.url, verify=server.verify(),

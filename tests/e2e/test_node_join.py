@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import importlib.util
 import json
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fleet.agent.bootstrap import csr_object, make_csr, new_key
+from fleet.agent.bootstrap import csr_object, key_pem, make_csr, new_key
 from fleet.auth import bootstrap
 from tests.conftest import _server_env
 from tests.e2e.multinode import MultiNodeCluster, multinode_cluster, problem
@@ -33,13 +32,6 @@ from tests.e2e.multinode import MultiNodeCluster, multinode_cluster, problem
 CSRS = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 JOINER = 1
 
-# A joined node authenticates with its client certificate: that needs the PKI's x509
-# authenticator and TLS client-certificate plumbing (fleet/auth/x509.py,
-# fleet/server/tlsconn.py), merged separately.  Until they are, the tests that need
-# the node to talk as itself are expected to fail (strict: they must fail, and must
-# pass once x509 is there).  Drop this marker at merge.
-needs_x509 = pytest.mark.xfail(importlib.util.find_spec("fleet.auth.x509") is None, strict=True,
-                               reason="client-certificate authentication (PKI, issue 14) not merged yet")
 
 
 @pytest.fixture(scope="module")
@@ -66,14 +58,23 @@ def create_token(cluster: MultiNodeCluster, *args: str) -> str:
 
 
 def ca_pem(cluster: MultiNodeCluster) -> bytes:
+    """The server CA bundle (what signs serving certificates), as the kubeconfig has it."""
     cfg = yaml.safe_load(cluster.kubeconfig.read_text())
     return base64.b64decode(cfg["clusters"][0]["cluster"]["certificate-authority-data"])
 
 
+def client_ca_pem(cluster: MultiNodeCluster) -> bytes:
+    """The client CA (what signs client certificates), as the server publishes it."""
+    code, cm = cluster.get(f"/api/v1/namespaces/{bootstrap.CLIENT_CA_NAMESPACE}/configmaps/"
+                           f"{bootstrap.CLIENT_CA_NAME}")
+    assert code == 200, cm
+    return cm["data"][bootstrap.CLIENT_CA_KEY].encode()
+
+
 def chains_to(cert_pem: bytes, ca: bytes) -> x509.Certificate:
-    """The leaf of `cert_pem`, after checking the CA's key signed it."""
+    """The leaf of `cert_pem`, after checking the (first) CA's key signed it."""
     leaf = x509.load_pem_x509_certificates(cert_pem)[0]
-    issuer = x509.load_pem_x509_certificate(ca)
+    issuer = x509.load_pem_x509_certificates(ca)[0]
     assert leaf.issuer == issuer.subject
     pub = issuer.public_key()
     assert isinstance(pub, ec.EllipticCurvePublicKey)
@@ -158,7 +159,7 @@ def test_a_machine_joins_with_a_token(cluster: MultiNodeCluster) -> None:
     wait_for("the joining agent's kubeconfig", kubeconfig.exists)
     assert kubeconfig.stat().st_mode & 0o077 == 0
     user = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]
-    leaf = chains_to(base64.b64decode(user["client-certificate-data"]), ca_pem(cluster))
+    leaf = chains_to(base64.b64decode(user["client-certificate-data"]), client_ca_pem(cluster))
     assert leaf.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value == f"system:node:{node.name}"
     assert [a.value for a in leaf.subject.get_attributes_for_oid(x509.NameOID.ORGANIZATION_NAME)] == \
         ["system:nodes"]
@@ -174,7 +175,6 @@ def test_a_machine_joins_with_a_token(cluster: MultiNodeCluster) -> None:
     assert "kubernetes.io/kube-apiserver-client-kubelet" in out and "Approved,Issued" in out
 
 
-@needs_x509
 def test_the_joined_node_goes_ready_and_runs_a_pod(cluster: MultiNodeCluster) -> None:
     # From now on the node is system:node:<name> (its client certificate): it registers,
     # goes Ready and runs pods.
@@ -195,7 +195,6 @@ def test_the_joined_node_goes_ready_and_runs_a_pod(cluster: MultiNodeCluster) ->
     assert node.address in [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
 
 
-@needs_x509
 def test_a_restarted_joined_agent_needs_no_token(cluster: MultiNodeCluster) -> None:
     node = cluster.nodes[JOINER]
     before = (node.data_dir / "kubelet.kubeconfig").read_bytes()
@@ -208,7 +207,6 @@ def test_a_restarted_joined_agent_needs_no_token(cluster: MultiNodeCluster) -> N
     assert len(csrs(cluster)) == count  # no new CSR
 
 
-@needs_x509
 def test_a_node_cannot_get_another_nodes_certificate(cluster: MultiNodeCluster) -> None:
     node = cluster.nodes[JOINER]
     other = cluster.nodes[0].name
@@ -232,6 +230,38 @@ def test_a_node_cannot_get_another_nodes_certificate(cluster: MultiNodeCluster) 
     assert not (obj.get("status") or {}).get("certificate")
 
 
+def test_a_node_reads_only_what_its_own_pods_use(cluster: MultiNodeCluster) -> None:
+    """The Node authorizer: with the joined node's certificate, a Secret used by its own
+    pod is readable; one used only by another node's pod is 403, in Kubernetes' words."""
+    node, other = cluster.nodes[JOINER], cluster.nodes[0]
+    ns = cluster.create_namespace()
+    for name in ("mine", "theirs"):
+        cluster.post(f"/api/v1/namespaces/{ns}/secrets", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"k": name}})
+    for name, on in (("mine", node), ("theirs", other)):
+        pod = cluster.pod(f"uses-{name}", on, ["sleep", "3600"])
+        pod["spec"]["volumes"] = [{"name": "s", "secret": {"secretName": name}}]
+        pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "s", "mountPath": "/s"}]
+        cluster.create_pod(ns, pod)
+    cluster.wait_pod_ready(ns, "uses-mine")  # its agent read "mine" as the node
+    kubeconfig = str(node.data_dir / "kubelet.kubeconfig")
+    rc, out, err = cluster.kubectl("--kubeconfig", kubeconfig, "-n", ns, "get", "secret", "mine", "-o", "name")
+    assert (rc, out.strip()) == (0, "secret/mine"), err
+    rc, _, err = cluster.kubectl("--kubeconfig", kubeconfig, "-n", ns, "get", "secret", "theirs")
+    assert rc == 1, err
+    assert (f'secrets "theirs" is forbidden: User "system:node:{node.name}" cannot get resource "secrets" '
+            f'in API group "" in the namespace "{ns}": no relationship found between node '
+            f"'{node.name}' and this object") in err, err
+    rc, _, err = cluster.kubectl("--kubeconfig", kubeconfig, "-n", ns, "get", "secrets")
+    assert rc == 1 and 'cannot list resource "secrets"' in err, err
+    # Nor may it touch the other node's objects.
+    rc, _, err = cluster.kubectl("--kubeconfig", kubeconfig, "label", "node", other.name, "stolen=yes")
+    assert rc == 1 and "forbidden" in err.lower(), err
+    # Its agent API serves with its kubelet-serving certificate: logs through the server.
+    rc, out, err = cluster.kubectl("-n", ns, "exec", "uses-mine", "--", "cat", "/s/k")
+    assert (rc, out) == (0, "mine"), err
+
+
 def test_kubectl_certificate_approve_issues_a_client_certificate(cluster: MultiNodeCluster) -> None:
     key = new_key()
     manifest = csr_object(make_csr(key, "jane", ["dev"]), "kubernetes.io/kube-apiserver-client",
@@ -249,10 +279,20 @@ def test_kubectl_certificate_approve_issues_a_client_certificate(cluster: MultiN
         cert = (o.get("status") or {}).get("certificate")
         return base64.b64decode(cert) if cert else None
 
-    leaf = chains_to(wait_for("jane's certificate", issued, timeout=30), ca_pem(cluster))
+    cert = wait_for("jane's certificate", issued, timeout=30)
+    leaf = chains_to(cert, client_ca_pem(cluster))
     assert leaf.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value == "jane"
-    # Authenticating with it (`kubectl auth whoami` as jane) needs the PKI's x509
-    # authenticator: asserted by the lead at merge.
+    # jane authenticates with it: `kubectl auth whoami` with her certificate alone.
+    with tempfile.TemporaryDirectory(prefix="fleet-jane-") as d:
+        cfg = yaml.safe_load(cluster.kubeconfig.read_text())
+        cfg["users"][0]["user"] = {"client-certificate-data": base64.b64encode(cert).decode(),
+                                   "client-key-data": base64.b64encode(key_pem(key)).decode()}
+        kcfg = Path(d) / "jane.kubeconfig"
+        kcfg.write_text(yaml.safe_dump(cfg))
+        rc, out, err = cluster.kubectl("--kubeconfig", str(kcfg), "auth", "whoami", "-o", "json")
+        assert rc == 0, err
+        info = json.loads(out)["status"]["userInfo"]
+        assert (info["username"], info["groups"]) == ("jane", ["dev", "system:authenticated"])
     # Denying: kubectl certificate deny on a fresh request.
     cluster.post(CSRS, csr_object(make_csr(new_key(), "joe", ["dev"]), "kubernetes.io/kube-apiserver-client",
                                   ["client auth"], name="joe"))

@@ -213,3 +213,33 @@ def test_pod_gets_a_bound_service_account_token(cluster: tuple[FleetServer, str,
     with srv.client() as c:
         events = c.get(f"/api/v1/namespaces/{ns}/events").json()["items"]
     assert not [e for e in events if e.get("reason") == "FailedMount"], events
+
+
+def test_a_pods_token_works_as_its_account_until_the_account_is_deleted(
+        cluster: tuple[FleetServer, str, str]) -> None:
+    """The token a pod reads from its projected volume is its ServiceAccount to the API:
+    exactly that account's rights (a view binding here), and nothing once the account
+    is deleted (the token's bound ServiceAccount uid no longer exists)."""
+    srv, ns, image = cluster
+    _root_ca_configmap(srv, ns)
+    for args in (("create", "serviceaccount", "robot"),
+                 ("create", "rolebinding", "robot-view", "--clusterrole", "view", "--serviceaccount",
+                  f"{ns}:robot")):
+        rc, _, err = srv.kubectl("-n", ns, *args)
+        assert rc == 0, err
+    _create_pod(srv, ns, image, "robot", serviceAccountName="robot")
+    _running(srv, ns, "robot")
+    token = _exec(srv, ns, "robot", f"cat {SA_DIR}/token")
+    assert _jwt_claims(token)["sub"] == f"system:serviceaccount:{ns}:robot"
+    with httpx.Client(base_url=srv.url, verify=srv.verify(), timeout=10,
+                      headers={"Authorization": f"Bearer {token}"}) as c:
+        r = c.get(f"/api/v1/namespaces/{ns}/pods/robot")
+        assert r.status_code == 200 and r.json()["metadata"]["name"] == "robot", r.text
+        r = c.delete(f"/api/v1/namespaces/{ns}/pods/robot")
+        assert r.status_code == 403, r.text
+        assert r.json()["message"] == (f'pods "robot" is forbidden: User "system:serviceaccount:{ns}:robot" '
+                                       f'cannot delete resource "pods" in API group "" in the namespace "{ns}"')
+        rc, _, err = srv.kubectl("-n", ns, "delete", "serviceaccount", "robot")
+        assert rc == 0, err
+        r = c.get(f"/api/v1/namespaces/{ns}/pods/robot")
+        assert r.status_code == 401 and r.json()["message"] == "Unauthorized", r.text

@@ -15,10 +15,12 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
+import yaml
 
 from fleet.testing.oidc import OIDCProvider
 from tests.conftest import FleetServer, ServerFactory, _make_base
@@ -74,8 +76,18 @@ def ns(server: FleetServer) -> Iterator[str]:
     server.kubectl("delete", "namespace", name, "--wait=false")
 
 
+def bearer(server: FleetServer, token: str) -> list[str]:
+    """kubectl arguments that make the request exactly the token's user: a kubeconfig
+    with the token alone (the admin kubeconfig's client certificate would otherwise go
+    along, and a certificate authenticates before a token, as in kube-apiserver)."""
+    path = server.data_dir.parent / f"token-{uuid.uuid5(uuid.NAMESPACE_OID, token).hex[:12]}.kubeconfig"
+    if not path.exists():
+        user_kubeconfig(server, path, token=token)
+    return ["--kubeconfig", str(path)]
+
+
 def whoami(server: FleetServer, token: str) -> dict[str, Any]:
-    return json.loads(ok(server, "--token", token, "auth", "whoami", "-o", "json"))
+    return json.loads(ok(server, *bearer(server, token), "auth", "whoami", "-o", "json"))
 
 
 def claims(token: str) -> dict[str, Any]:
@@ -96,9 +108,11 @@ def test_created_token_works_until_its_service_account_is_deleted(server: FleetS
     assert info["username"] == f"system:serviceaccount:{ns}:robot" and info["uid"] == uid
     assert info["groups"] == ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"]
     assert info["extra"]["authentication.kubernetes.io/credential-id"] == [f"JTI={c['jti']}"]
-    assert "robot" in ok(server, "--token", token, "-n", ns, "get", "serviceaccounts")
+    ok(server, "-n", ns, "create", "rolebinding", "robot-view", "--clusterrole", "view",
+       "--serviceaccount", f"{ns}:robot")
+    assert "robot" in ok(server, *bearer(server, token), "-n", ns, "get", "serviceaccounts")
     ok(server, "-n", ns, "delete", "serviceaccount", "robot")
-    rc, out, err = server.kubectl("--token", token, "-n", ns, "get", "serviceaccounts")
+    rc, out, err = server.kubectl(*bearer(server, token), "-n", ns, "get", "serviceaccounts")
     assert rc != 0 and "Unauthorized" in err, (out, err)
     # The reason is in the server's log, never in the answer.
     assert 'authentication failed: serviceaccounts "robot" not found' in server.output()
@@ -111,7 +125,7 @@ def test_create_token_audience_duration_and_bound_pod(server: FleetServer, ns: s
                "--duration", "20m").strip()
     c = claims(token)
     assert c["aud"] == ["vault", "sts"] and c["exp"] - c["iat"] == 1200
-    rc, _, err = server.kubectl("--token", token, "-n", ns, "get", "pods")
+    rc, _, err = server.kubectl(*bearer(server, token), "-n", ns, "get", "pods")
     assert rc != 0 and "Unauthorized" in err  # not meant for the API
     rc, _, err = server.kubectl("-n", ns, "create", "token", "robot", "--duration", "5m")
     assert rc != 0 and "may not specify a duration less than 10 minutes" in err
@@ -128,7 +142,7 @@ def test_create_token_audience_duration_and_bound_pod(server: FleetServer, ns: s
                                 "--bound-object-name", "p1", "--bound-object-uid", "not-the-uid")
     assert rc != 0 and "does not match the UID in record" in err
     ok(server, "-n", ns, "delete", "pod", "p1", "--grace-period=0", "--force")
-    rc, _, err = server.kubectl("--token", token, "-n", ns, "get", "pods")
+    rc, _, err = server.kubectl(*bearer(server, token), "-n", ns, "get", "pods")
     assert rc != 0 and "Unauthorized" in err
 
 
@@ -167,13 +181,13 @@ def test_oidc_user_is_authenticated_with_prefixed_name_and_groups(server: FleetS
     info = whoami(server, token)["status"]["userInfo"]
     assert info["username"] == "oidc:alice"
     assert info["groups"] == ["oidc:dev", "oidc:ops", "system:authenticated"]
-    out = ok(server, "--token", token, "auth", "whoami")
+    out = ok(server, *bearer(server, token), "auth", "whoami")
     assert "oidc:alice" in out
     now = int(time.time())
     for bad in (provider.token(sub="alice", hd="example.com", iat=now - 7200, exp=now - 3600),  # expired
                 provider.token(sub="alice", hd="example.com", aud="someone-else"),
                 provider.token(sub="alice")):  # the required claim is missing
-        rc, out, err = server.kubectl("--token", bad, "auth", "whoami")
+        rc, out, err = server.kubectl(*bearer(server, bad), "auth", "whoami")
         assert rc != 0 and "Unauthorized" in err, (out, err)
     assert "oidc: token is expired" in server.output()
     # Keys rotated at the issuer are picked up: the unknown kid makes the server fetch the
@@ -182,7 +196,7 @@ def test_oidc_user_is_authenticated_with_prefixed_name_and_groups(server: FleetS
     rotated = provider.token(sub="bob", hd="example.com")
     deadline = time.monotonic() + 20
     while True:
-        rc, out, err = server.kubectl("--token", rotated, "auth", "whoami", "-o", "json")
+        rc, out, err = server.kubectl(*bearer(server, rotated), "auth", "whoami", "-o", "json")
         if rc == 0 or time.monotonic() > deadline:
             break
         time.sleep(1)
@@ -208,3 +222,107 @@ def test_openid_discovery_verifies_a_kubectl_token(server: FleetServer, ns: str)
     assert c["sub"] == f"system:serviceaccount:{ns}:robot"
     rc, out, _ = server.kubectl("get", "--raw", "/openid/v1/jwks")
     assert rc == 0 and json.loads(out)["keys"][0]["kid"] == key.key_id
+
+
+# ---------------------------------------------------------------- three users, one cluster
+
+def user_kubeconfig(server: FleetServer, path: Path, *, token: str | None = None) -> Path:
+    """The admin kubeconfig's cluster with one user: the admin certificate alone
+    (token None) or a bearer token alone — each request is exactly that user."""
+    cfg = yaml.safe_load(server.kubeconfig.read_text())
+    user = cfg["users"][0]["user"]
+    if token is None:
+        user.pop("token", None)
+        assert user["client-certificate-data"] and user["client-key-data"]
+    else:
+        cfg["users"][0]["user"] = {"token": token}
+    path.write_text(yaml.safe_dump(cfg))
+    path.chmod(0o600)
+    return path
+
+
+def as_user(server: FleetServer, kcfg: Path, *args: str) -> tuple[int, str, str]:
+    return server.kubectl("--kubeconfig", str(kcfg), *args)
+
+
+def list_rows(out: str) -> list[list[str]]:
+    return [line.split() for line in out.splitlines()[1:]]
+
+
+def test_three_users_each_do_exactly_what_their_bindings_allow(server: FleetServer, provider: OIDCProvider,
+                                                               ns: str, tmp_path: Path) -> None:
+    """The admin certificate, an OIDC user and a ServiceAccount token, side by side: each
+    may do what its bindings give it and nothing more, `auth can-i --list` says so, and
+    `--as` works only with the impersonate verb."""
+    admin = user_kubeconfig(server, tmp_path / "admin.kubeconfig")
+    ok(server, "-n", ns, "create", "serviceaccount", "robot")
+    ok(server, "-n", ns, "create", "rolebinding", "dev-view", "--clusterrole", "view", "--group", "oidc:dev")
+    ok(server, "-n", ns, "create", "rolebinding", "robot-edit", "--clusterrole", "edit",
+       "--serviceaccount", f"{ns}:robot")
+    alice = user_kubeconfig(server, tmp_path / "alice.kubeconfig",
+                            token=provider.token(sub="alice", groups=["dev"], hd="example.com"))
+    robot = user_kubeconfig(server, tmp_path / "robot.kubeconfig",
+                            token=ok(server, "-n", ns, "create", "token", "robot").strip())
+
+    # The admin certificate (O=system:masters): everything, anywhere.
+    assert as_user(server, admin, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")[1] == \
+        "system:admin"
+    assert as_user(server, admin, "-n", ns, "create", "configmap", "by-admin")[0] == 0
+    assert as_user(server, admin, "get", "secrets", "-A", "-o", "name")[0] == 0
+    rows = list_rows(as_user(server, admin, "auth", "can-i", "--list", "-n", ns)[1])
+    assert ["*.*", "[]", "[]", "[*]"] in rows
+
+    # The OIDC user: view in this namespace through its group, nothing elsewhere.
+    rc, out, err = as_user(server, alice, "-n", ns, "get", "configmaps", "-o", "name")
+    assert rc == 0 and "configmap/by-admin" in out.split(), err
+    rc, _, err = as_user(server, alice, "-n", ns, "create", "configmap", "by-alice")
+    assert rc == 1 and (f'configmaps is forbidden: User "oidc:alice" cannot create resource "configmaps" '
+                        f'in API group "" in the namespace "{ns}"') in err, err
+    rc, _, err = as_user(server, alice, "-n", ns, "get", "secrets")
+    assert rc == 1 and 'cannot list resource "secrets"' in err, err  # view never reads Secrets
+    rc, _, err = as_user(server, alice, "-n", "default", "get", "pods")
+    assert rc == 1 and 'User "oidc:alice" cannot list resource "pods"' in err, err
+    rows = list_rows(as_user(server, alice, "auth", "can-i", "--list", "-n", ns)[1])
+    assert ["configmaps", "[]", "[]", "[get", "list", "watch]"] in rows
+    assert ["*.*", "[]", "[]", "[*]"] not in rows
+    assert not [r for r in rows if r[0] in ("configmaps", "secrets") and "create" in " ".join(r)]
+    assert as_user(server, alice, "auth", "can-i", "list", "configmaps", "-n", ns)[:2] == (0, "yes\n")
+    assert as_user(server, alice, "auth", "can-i", "create", "configmaps", "-n", ns)[:2] == (1, "no\n")
+
+    # The ServiceAccount token: edit in its namespace only.
+    assert as_user(server, robot, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")[1] == \
+        f"system:serviceaccount:{ns}:robot"
+    rc, _, err = as_user(server, robot, "-n", ns, "create", "configmap", "by-robot")
+    assert rc == 0, err
+    rc, _, err = as_user(server, robot, "-n", "default", "create", "configmap", "by-robot")
+    assert rc == 1 and f'User "system:serviceaccount:{ns}:robot" cannot create resource "configmaps"' in err
+    rc, _, err = as_user(server, robot, "get", "namespaces")
+    assert rc == 1 and "at the cluster scope" in err, err
+    rows = list_rows(as_user(server, robot, "auth", "can-i", "--list", "-n", ns)[1])
+    assert any(r[0] == "configmaps" and "create" in " ".join(r) for r in rows), rows
+    assert as_user(server, robot, "auth", "can-i", "create", "configmaps", "-n", "default")[:2] == (1, "no\n")
+
+    # --as needs the impersonate verb: the admin has it, the others not until granted.
+    rc, out, err = as_user(server, admin, "--as", "bob", "auth", "whoami", "-o",
+                           "jsonpath={.status.userInfo.username}")
+    assert (rc, out) == (0, "bob"), err
+    for kcfg, who in ((alice, "oidc:alice"), (robot, f"system:serviceaccount:{ns}:robot")):
+        rc, _, err = as_user(server, kcfg, "--as", "bob", "-n", ns, "get", "configmaps")
+        assert rc == 1 and (f'users "bob" is forbidden: User "{who}" cannot impersonate resource "users" '
+                            'in API group "" at the cluster scope') in err, err
+    ok(server, "create", "clusterrole", f"impersonate-bob-{ns}", "--verb", "impersonate",
+       "--resource", "users", "--resource-name", "bob")
+    ok(server, "create", "clusterrolebinding", f"alice-as-bob-{ns}", "--clusterrole",
+       f"impersonate-bob-{ns}", "--user", "oidc:alice")
+    try:
+        rc, out, err = as_user(server, alice, "--as", "bob", "auth", "whoami", "-o",
+                               "jsonpath={.status.userInfo.username}")
+        assert (rc, out) == (0, "bob"), err
+        # As bob, alice has bob's rights (none here), not her own.
+        rc, _, err = as_user(server, alice, "--as", "bob", "-n", ns, "get", "configmaps")
+        assert rc == 1 and 'User "bob" cannot list resource "configmaps"' in err, err
+        rc, _, err = as_user(server, alice, "--as", "carol", "auth", "whoami")
+        assert rc == 1 and 'cannot impersonate resource "users"' in err, err
+    finally:
+        server.kubectl("delete", "clusterrolebinding", f"alice-as-bob-{ns}")
+        server.kubectl("delete", "clusterrole", f"impersonate-bob-{ns}")

@@ -16,8 +16,7 @@ from cryptography import x509
 
 from fleet.agent import bootstrap as nb
 from fleet.api.kinds import certificates as c
-from fleet.auth.localsigner import LocalSigner
-from fleet.auth.pki import ensure_serving_tls, write_private
+from fleet.auth.pki import ClusterPKI, write_private
 from fleet.controllers import csr_plan
 
 NODE = "n1"
@@ -27,7 +26,7 @@ class FakeAPI:
     """create/get_object of CSRs; each CSR is decided by csr_plan (as the node's
     requests arrive: username system:node:n1) and signed by the local CA."""
 
-    def __init__(self, signer: LocalSigner, *, user: str = "system:node:n1") -> None:
+    def __init__(self, signer: ClusterPKI, *, user: str = "system:node:n1") -> None:
         self.signer = signer
         self.user = user
         self.csrs: dict[str, dict[str, Any]] = {}
@@ -61,8 +60,9 @@ class FakeAPI:
 
 
 def setup(tmp_path: Path) -> tuple[FakeAPI, bytes]:
-    tls = ensure_serving_tls(tmp_path / "server")
-    return FakeAPI(LocalSigner(tmp_path / "server" / "tls")), tls.ca_cert_pem
+    pki = ClusterPKI(tmp_path / "server")
+    pki.ensure([])
+    return FakeAPI(pki), pki.server_ca_bundle_pem()
 
 
 def write_node_kubeconfig(tmp_path: Path, api: FakeAPI, ca: bytes, *, age: dt.timedelta,
@@ -72,7 +72,8 @@ def write_node_kubeconfig(tmp_path: Path, api: FakeAPI, ca: bytes, *, age: dt.ti
 
     from cryptography.hazmat.primitives import hashes, serialization
 
-    ca_cert, ca_key = api.signer._ca()
+    client_ca = api.signer.ca("client")
+    ca_cert, ca_key = client_ca.cert, client_ca.key
     key = nb.new_key()
     now = _dt.datetime.now(_dt.UTC)
     cert = (x509.CertificateBuilder().subject_name(x509.Name([

@@ -88,13 +88,13 @@ async def test_approval_subresource_and_status(tmp_path: Path) -> None:
         code, err = await api.json("PUT", f"{BASE}/csr-1/approval", both)
         assert code == 422 and "mutually exclusive" in err["message"]
         # The signer's /status: sets the certificate, cannot drop the approval.
-        from fleet.auth.localsigner import LocalSigner
-        from fleet.auth.pki import ensure_serving_tls
-
-        ensure_serving_tls(tmp_path / "pki")
         import datetime as dt
 
-        cert = LocalSigner(tmp_path / "pki" / "tls").sign_csr(
+        from fleet.auth.pki import ClusterPKI
+
+        pki = ClusterPKI(tmp_path / "pki")
+        pki.ensure([])
+        cert = pki.sign_csr(
             c.request_pem(approved), signer=c.KUBE_APISERVER_CLIENT_KUBELET,
             usages=["digital signature", "client auth"], ttl=dt.timedelta(hours=1))
         st = copy.deepcopy(approved)

@@ -195,7 +195,9 @@ async def test_reconcile_against_a_store(tmp_path: Path) -> None:
     registry = default_registry()
     async with open_store(tmp_path / "fleet.db") as store:
         done = await bp.reconcile(store, registry)
-        assert len(done) == len(bp.cluster_roles()) + len(bp.cluster_role_bindings())
+        assert len(done) == len(bp.cluster_roles()) + len(bp.cluster_role_bindings()) + \
+            len(bp.namespace_roles()) + len(bp.namespace_role_bindings())
+        assert "role/kube-public/kubeadm:bootstrap-signer-clusterinfo created" in done
         assert await bp.reconcile(store, registry) == []
         key = meta.store_key(G, "clusterroles", None, "system:basic-user")
         obj = await store.get(key)
