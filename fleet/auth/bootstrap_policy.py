@@ -370,8 +370,21 @@ def _fleet_roles() -> list[dict[str, Any]]:
 
 
 def cluster_roles() -> list[dict[str, Any]]:
-    """Every default ClusterRole (fresh dicts)."""
-    return _kube_roles() + _fleet_roles()
+    """Every default ClusterRole (fresh dicts).  The aggregated ones (admin, edit, view)
+    come with their rules already aggregated from the other defaults, so they grant
+    from the first request on; the aggregation controller keeps them current after."""
+    from fleet.controllers.clusterroleaggregation import aggregate_rules
+
+    roles = _kube_roles() + _fleet_roles()
+    for _ in range(len(roles)):  # to a fixed point: admin aggregates edit, which aggregates view
+        changed = False
+        for role in roles:
+            rules = aggregate_rules(role, roles)
+            if rules is not None and rules != role["rules"]:
+                role["rules"], changed = rules, True
+        if not changed:
+            break
+    return roles
 
 
 def _subject(kind: str, name: str, namespace: str = "") -> dict[str, Any]:

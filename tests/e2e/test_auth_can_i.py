@@ -50,7 +50,7 @@ def test_can_i_list_shows_the_star_rules(server: FleetServer) -> None:
     rc, out, err = can_i(server, "--list", "-n", "ns")
     assert (rc, err) == (0, "")
     lines = [line.rstrip() for line in out.splitlines()]
-    assert lines[0] == "Resources   Non-Resource URLs   Resource Names   Verbs"
+    assert lines[0].split() == ["Resources", "Non-Resource", "URLs", "Resource", "Names", "Verbs"]
     rows = [line.split() for line in lines[1:]]
     assert ["*.*", "[]", "[]", "[*]"] in rows
     assert ["[*]", "[]", "[*]"] in rows
