@@ -14,27 +14,16 @@ import logging
 from fleet.api.kinds import certificates as c
 from fleet.client import ApiException
 from fleet.controllers import csr_plan
-from fleet.controllers.runtime import Context, QueueWorker, SharedInformer, split_key
+from fleet.controllers.csr_common import API, PLURAL, CSRWorker
 
 log = logging.getLogger(__name__)
 
-API = f"{c.GROUP}/v1"
-PLURAL = "certificatesigningrequests"
 
-
-class CSRApprovingController(QueueWorker):
+class CSRApprovingController(CSRWorker):
     name = "csrapproving"
-    kind = "CertificateSigningRequest"
-    workers = 1
-
-    def setup(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.csrs: SharedInformer = ctx.informers.informer(API, PLURAL)
-        self.csrs.add_handler(lambda t, old, new: self.enqueue(new))
 
     async def reconcile(self, key: str) -> float | None:
-        _, name = split_key(key)
-        csr = self.csrs.get(f"/{name}")
+        name, csr = self.cached(key)
         if csr is None:
             return None
         try:
