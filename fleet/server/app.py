@@ -361,25 +361,11 @@ class APIServer:
             return await self.agent_subresource(req, route, method)
         info = api.kind_for(route)
         resource = route.plural + (f"/{route.subresource}" if route.subresource else "")
-        if route.sse_watch:
-            if method != "GET" or route.subresource:
-                raise errors.MethodNotAllowed("the watch path only supports GET")
-            verb = "watch"
-        elif method == "GET":
-            if req.flag("watch"):
-                verb = "watch"
-            else:
-                verb = "get" if route.name is not None else "list"
-        elif method == "POST":
-            verb = "create"
-        elif method == "PUT":
-            verb = "update"
-        elif method == "PATCH":
-            verb = "patch"
-        elif method == "DELETE":
-            verb = "delete" if route.name is not None else "deletecollection"
-        else:
+        if route.sse_watch and (method != "GET" or route.subresource):
+            raise errors.MethodNotAllowed("the watch path only supports GET")
+        if method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
             raise errors.MethodNotAllowed(f"method {method} is not supported")
+        verb = request_verb(req, route)
         if route.name is None and verb in ("update", "patch"):
             raise errors.MethodNotAllowed(f"{method} requires a resource name")
         # pods/binding and pods/eviction are create-only (a POSTed Binding / Eviction).
@@ -895,6 +881,19 @@ async def _stream(body: AsyncIterator[bytes], receive: Any, send: Any) -> None:
                 await aclose()
 
 
+def request_verb(req: Req, route: Route) -> str:
+    """The Kubernetes verb of a resource request (RequestInfo): watch, get/list,
+    delete/deletecollection by whether a name is given, else by HTTP method."""
+    method = req.method
+    if route.sse_watch or (method == "GET" and req.flag("watch")):
+        return "watch"
+    if method == "GET":
+        return "get" if route.name is not None else "list"
+    if method == "DELETE":
+        return "delete" if route.name is not None else "deletecollection"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+
+
 def request_attributes(req: Req) -> Attributes:
     """What a request asks for as the audit policy sees it (kube-apiserver's RequestInfo):
     resource attributes for an API path (a Namespace's own name is its namespace),
@@ -907,15 +906,7 @@ def request_attributes(req: Req) -> Attributes:
     route = parse_route(segs) if segs else None
     if route is None:
         return non_resource(req.method.lower(), req.path)
-    method = req.method
-    if route.sse_watch or (method == "GET" and req.flag("watch")):
-        verb = "watch"
-    elif method == "GET":
-        verb = "get" if route.name is not None else "list"
-    elif method == "DELETE":
-        verb = "delete" if route.name is not None else "deletecollection"
-    else:
-        verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+    verb = request_verb(req, route)
     namespace = route.namespace or ""
     if not namespace and route.group == "" and route.plural == "namespaces" and route.name:
         namespace = route.name
@@ -935,15 +926,7 @@ def request_labels(req: Req) -> tuple[str, str]:
     if route is None:
         return req.method.lower(), (segs[0] if segs else "root")
     resource = route.plural + (f"/{route.subresource}" if route.subresource else "")
-    method = req.method
-    if route.sse_watch or (method == "GET" and req.flag("watch")):
-        verb = "watch"
-    elif method == "GET":
-        verb = "get" if route.name is not None else "list"
-    elif method == "DELETE":
-        verb = "delete" if route.name is not None else "deletecollection"
-    else:
-        verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+    verb = request_verb(req, route)
     return verb, resource
 
 
