@@ -34,7 +34,6 @@ from fleet import __version__
 from fleet.admission import AdmissionChain
 from fleet.api import errors
 from fleet.api.registry import Registry
-from fleet.api.selectors import parse_field_selector
 from fleet.auth import (
     ANONYMOUS,
     Attributes,
@@ -82,6 +81,13 @@ from fleet.server.proxy import (
     reject_websocket,
 )
 from fleet.server.request_params import MAX_BODY
+from fleet.server.requestinfo import (
+    is_node_proxy,
+    request_attributes,
+    request_labels,
+    request_name,
+    request_verb,
+)
 from fleet.server.resource_metrics import ResourceMetrics
 from fleet.server.rest import ResourceAPI
 from fleet.server.routes import SUBRESOURCE_VERBS, Route, parse_route
@@ -288,7 +294,7 @@ class APIServer:
         if found is None:  # an empty segment inside the path (`//`): no route, never collapsed
             raise errors.NotFound("the server could not find the requested resource")
         segs = found
-        if resource_route_candidate(segs) is None:
+        if parse_route(segs) is None:  # not a resource: authorized on its path
             self.authorize_path(req, "/" + "/".join(segs))
         if segs and segs[0] in ("healthz", "livez", "readyz"):
             ok = self.ready
@@ -604,24 +610,6 @@ class APIServer:
         return msg + (f": {reason}" if reason else "")
 
 
-def request_name(route: Route, verb: str, req: Req) -> str:
-    """The object a request names, as kube-apiserver's RequestInfo has it: the URL's
-    name, or for a list or watch a `fieldSelector` pinning `metadata.name` — so
-    `watch secrets?fieldSelector=metadata.name=x` (how a kubelet follows one Secret)
-    is authorized as a read of `x` (RBAC resourceNames, the Node authorizer).  A
-    selector that does not parse names nothing here; the list answers its 400."""
-    if route.name is not None or verb not in ("list", "watch"):
-        return route.name or ""
-    try:
-        name = parse_field_selector(req.query.get("fieldSelector", ""), lambda _path: True
-                                    ).exact_value("metadata.name")
-    except errors.APIError:
-        return ""
-    if not name or name in (".", "..") or "/" in name or "%" in name:
-        return ""
-    return name
-
-
 class FleetASGI:
     """The API's ASGI entry point.
 
@@ -665,7 +653,7 @@ class FleetASGI:
                 query.setdefault(k, v)
         method = scope["method"]
         segments = split_raw_path(_raw_path(scope))
-        if _is_node_proxy(segments):
+        if is_node_proxy(segments):
             # Relayed to an agent as it arrives (image archives run to gigabytes);
             # MAX_BODY is for objects, the agent bounds what it accepts.
             body, refused = b"", None
@@ -734,29 +722,12 @@ def _remote(scope: dict[str, Any]) -> str:
     return f"{client[0]}:{client[1]}" if client else ""
 
 
-def resource_route_candidate(segs: list[str]) -> list[str] | None:
-    """`segs` if they name an API resource path (/api/v1/..., /apis/g/v/... beyond
-    discovery documents), else None: a non-resource path."""
-    if len(segs) >= 3 and segs[0] == "api":
-        return segs
-    if len(segs) >= 4 and segs[0] == "apis":
-        return segs
-    return None
-
-
 def impersonation_header_error(req: Req, e: ImpersonationHeaderError) -> Resp:
     """kube-apiserver's answer to malformed Impersonate-* headers: a plain-text 500."""
     uri = req.path + (f"?{req.raw_query}" if req.raw_query else
                       (f"?{urlencode(req.query)}" if req.query else ""))
     return Resp(500, plain_text_body(uri, str(e)), "text/plain; charset=utf-8",
                 {"X-Content-Type-Options": "nosniff"})
-
-
-def _is_node_proxy(segments: list[str]) -> bool:
-    try:
-        return node_proxy_route(segments) is not None
-    except errors.APIError:
-        return False  # a bad node name: read as an ordinary request, refused by dispatch
 
 
 def _headers(scope: dict[str, Any]) -> dict[str, str]:
@@ -879,55 +850,6 @@ async def _stream(body: AsyncIterator[bytes], receive: Any, send: Any) -> None:
         if aclose is not None:
             with trio.CancelScope(shield=True):
                 await aclose()
-
-
-def request_verb(req: Req, route: Route) -> str:
-    """The Kubernetes verb of a resource request (RequestInfo): watch, get/list,
-    delete/deletecollection by whether a name is given, else by HTTP method."""
-    method = req.method
-    if route.sse_watch or (method == "GET" and req.flag("watch")):
-        return "watch"
-    if method == "GET":
-        return "get" if route.name is not None else "list"
-    if method == "DELETE":
-        return "delete" if route.name is not None else "deletecollection"
-    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
-
-
-def request_attributes(req: Req) -> Attributes:
-    """What a request asks for as the audit policy sees it (kube-apiserver's RequestInfo):
-    resource attributes for an API path (a Namespace's own name is its namespace),
-    else the non-resource path with the lower-case HTTP verb."""
-    segments = req.segments
-    if len(segments) >= 5 and segments[:3] == ["api", "v1", "nodes"] and segments[4] == "proxy":
-        verb = NODE_PROXY_VERBS.get(req.method, req.method.lower())
-        return Attributes(verb, "", "v1", "nodes", "proxy", "", segments[3])
-    segs = route_segments(segments)
-    route = parse_route(segs) if segs else None
-    if route is None:
-        return non_resource(req.method.lower(), req.path)
-    verb = request_verb(req, route)
-    namespace = route.namespace or ""
-    if not namespace and route.group == "" and route.plural == "namespaces" and route.name:
-        namespace = route.name
-    return Attributes(verb, route.group, route.version, route.plural, route.subresource, namespace,
-                      route.name or "")
-
-
-def request_labels(req: Req) -> tuple[str, str]:
-    """The (verb, resource) a request targets, Kubernetes-style, for metrics."""
-    if _is_node_proxy(req.segments):
-        return NODE_PROXY_VERBS.get(req.method, req.method.lower()), "nodes/proxy"
-    segs = route_segments(req.segments)
-    try:
-        route = resource_route(segs)
-    except errors.APIError:
-        route = None  # an impossible name: dispatch answers 400
-    if route is None:
-        return req.method.lower(), (segs[0] if segs else "root")
-    resource = route.plural + (f"/{route.subresource}" if route.subresource else "")
-    verb = request_verb(req, route)
-    return verb, resource
 
 
 def create_app(server: APIServer, *, body_timeout: float = DEFAULT_BODY_TIMEOUT) -> FleetASGI:

@@ -141,7 +141,7 @@ async def test_empty_segments_are_not_routes(api):
 
 
 def test_request_labels_never_raise():
-    from fleet.server.app import request_labels
+    from fleet.server.requestinfo import request_labels
 
     assert request_labels(Req("DELETE", CM + "/%2F", {}, {})) == ("delete", "api")
     assert request_labels(Req("GET", "/api/v1/nodes/%2E%2E/proxy/x", {}, {}))[0] == "get"

@@ -52,7 +52,7 @@ def test_continue_token_garbage_is_bad_request():
     ("GET", "/version", {}, ("get", "version")),
 ])
 def test_request_labels(method, path, query, expected):
-    from fleet.server.app import request_labels
     from fleet.server.http import Req
+    from fleet.server.requestinfo import request_labels
 
     assert request_labels(Req(method, path, query, {})) == expected

@@ -1,5 +1,5 @@
 """The Node pieces of the security assembly (fleet/server/security.py) and the request
-name a list/watch gets from `fieldSelector=metadata.name=...` (fleet/server/app.py)."""
+name a list/watch gets from `fieldSelector=metadata.name=...` (fleet/server/requestinfo.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import trio
 from fleet.api.registry import default_registry
 from fleet.auth import ADMIN, Attributes, Credentials, UserInfo
 from fleet.auth.node import NodeAuthorizer
-from fleet.server.app import request_name
 from fleet.server.http import Req
+from fleet.server.requestinfo import request_name
 from fleet.server.routes import Route
 from fleet.server.security import SecurityConfig, build
 from fleet.store import open_store
