@@ -166,7 +166,7 @@ def test_bad_protobuf_bodies_get_status_errors(fleet_server: FleetServer, namesp
         assert r.status_code == 400, r.text
         assert r.json()["reason"] == "BadRequest"
         # A kind the decoder has no schema for: 415, and kubectl prints the message.
-        role = b"k8s\x00" + ld(1, ld(1, b"rbac.authorization.k8s.io/v1") + ld(2, b"Role"))
-        r = c.post(path, content=role, headers=headers)
+        widget = b"k8s\x00" + ld(1, ld(1, b"example.com/v1") + ld(2, b"Widget"))
+        r = c.post(path, content=widget, headers=headers)
         assert r.status_code == 415, r.text
         assert r.json()["reason"] == "UnsupportedMediaType"
