@@ -95,7 +95,7 @@ async def test_a_node_reads_what_its_pods_use_and_nothing_else(cluster: dict[str
 
     e = await refused(a.get_object("v1", "secrets", "b-secret", "default"))
     assert e.code == 403
-    assert e.message == ('secrets is forbidden: User "system:node:a" cannot get resource "secrets" in API group "" '
+    assert e.message == ('secrets "b-secret" is forbidden: User "system:node:a" cannot get resource "secrets" in API group "" '
                          f'in the namespace "default": {NO_RELATION_A}')
     for call in (a.get_object("v1", "configmaps", "b-config", "default"),
                  a.get_object("v1", "persistentvolumeclaims", "b-data", "default"),
