@@ -67,7 +67,7 @@ from fleet.server.proxy import (
 from fleet.server.request_params import MAX_BODY
 from fleet.server.resource_metrics import ResourceMetrics
 from fleet.server.rest import ResourceAPI
-from fleet.server.routes import SUBRESOURCE_VERBS, Route
+from fleet.server.routes import SUBRESOURCE_VERBS, Route, parse_route
 from fleet.server.watch import WatchCounter, watch
 from fleet.store import Store
 
@@ -189,7 +189,7 @@ class APIServer:
         if found is None:  # an empty segment inside the path (`//`): no route, never collapsed
             raise errors.NotFound("the server could not find the requested resource")
         segs = found
-        if resource_route_candidate(segs) is None:
+        if parse_route(segs) is None:  # not a resource: authorized on its path
             self.authorize_path(req, "/" + "/".join(segs))
         if segs and segs[0] in ("healthz", "livez", "readyz"):
             ok = self.ready
@@ -529,16 +529,6 @@ def peer_certs(scope: dict[str, Any]) -> tuple[bytes, ...]:
 def _remote(scope: dict[str, Any]) -> str:
     client = scope.get("client")
     return f"{client[0]}:{client[1]}" if client else ""
-
-
-def resource_route_candidate(segs: list[str]) -> list[str] | None:
-    """`segs` if they name an API resource path (/api/v1/..., /apis/g/v/... beyond
-    discovery documents), else None: a non-resource path."""
-    if len(segs) >= 3 and segs[0] == "api":
-        return segs
-    if len(segs) >= 4 and segs[0] == "apis":
-        return segs
-    return None
 
 
 def _is_node_proxy(segments: list[str]) -> bool:
