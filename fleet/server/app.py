@@ -97,7 +97,6 @@ from fleet.store import Store
 log = logging.getLogger(__name__)
 
 
-
 def version_info() -> dict[str, str]:
     major, minor = 1, 32
     return {
