@@ -11,8 +11,9 @@ accepted when the agent was given one and the request has no certificate: the
 path of remote agents started before node join existed.
 
 Where the certificate comes from is a `ServingSource`: the built-in agent's is the
-server's PKI (issued directly), a joined node's comes from a kubelet-serving
-CSR (the join helper calls `AgentTLS.set_certificate` with what was signed), and
+server's PKI (issued directly); a joined node's is a `FileSource` over the
+kubelet-serving certificate its CSR obtained and the client CA bundle the server
+publishes (fleet/agent/bootstrap.py keeps both files current); and
 `fleet agent --tls-cert-file/--tls-private-key-file/--client-ca-file` reads files
 (reloaded when they change).  The listener keeps one SSL context, so a renewed
 certificate serves new connections at once.
