@@ -31,6 +31,7 @@ import base64
 import datetime as dt
 import ipaddress
 import logging
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -365,8 +366,26 @@ async def client_ca_bundle(client: Client, data_dir: Path) -> Path:
     if "BEGIN CERTIFICATE" not in bundle:
         raise JoinError(f"{CLIENT_CA_NAMESPACE}/{CLIENT_CA_NAME} holds no {CLIENT_CA_KEY}")
     path = Path(data_dir) / CLIENT_CA_FILE
-    await trio.to_thread.run_sync(path.write_text, bundle)
+    await trio.to_thread.run_sync(_write_atomic, path, bundle.encode())
     return path
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+async def keep_client_ca(client: Client, data_dir: Path, *, interval: float = 600.0) -> None:
+    """Re-read the client CA bundle every `interval` seconds, for ever: after a CA
+    rotation (`fleet certs rotate`) the bundle holds the new CA before the old one's
+    overlap ends, so the agent API keeps accepting the server."""
+    while True:
+        await trio.sleep(interval)
+        try:
+            await client_ca_bundle(client, data_dir)
+        except (ApiException, JoinError, httpx.HTTPError, OSError) as e:
+            log.warning("client CA bundle: %s; keeping the one on disk", e)
 
 
 async def keep_serving_certificate(client: Client, node_name: str, data_dir: Path, addresses: Iterable[str],

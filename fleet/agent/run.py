@@ -186,6 +186,7 @@ async def run(cfg: AgentConfig, *,
                 n.start_soon(node_bootstrap.rotate_client_certificate, client, cfg.node_name, cfg.data_dir)
                 n.start_soon(node_bootstrap.keep_serving_certificate, client, cfg.node_name, cfg.data_dir,
                              [node.address, cfg.address])
+                n.start_soon(node_bootstrap.keep_client_ca, client, cfg.data_dir)
             if isinstance(network, PeerRouting):
                 n.start_soon(PeerSync(client, cfg.node_name, network).run)
             n.start_soon(node.status_loop)

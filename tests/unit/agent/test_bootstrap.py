@@ -10,6 +10,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import yaml
 from cryptography import x509
@@ -164,3 +165,31 @@ async def test_a_denied_request_is_a_join_error(tmp_path: Path) -> None:
     with pytest.raises(nb.JoinError, match="was denied"):
         await nb.request_certificate(api, nb.make_csr(nb.new_key(), "system:node:n1", ["system:nodes"]),
                                      c.KUBE_APISERVER_CLIENT_KUBELET, nb.CLIENT_USAGES, timeout=5)
+
+
+class ConfigMapAPI:
+    """get_object of one ConfigMap, as the API server publishes the client CA."""
+
+    def __init__(self, data: dict[str, str] | None) -> None:
+        self.data = data
+
+    async def get_object(self, api: str, plural: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+        from fleet.auth.bootstrap import CLIENT_CA_NAME, CLIENT_CA_NAMESPACE
+
+        assert (api, plural, name, namespace) == ("v1", "configmaps", CLIENT_CA_NAME, CLIENT_CA_NAMESPACE)
+        return {"metadata": {"name": name}, "data": self.data} if self.data is not None else {}
+
+
+async def test_client_ca_bundle_is_written_and_refused_when_missing(tmp_path: Path) -> None:
+    from fleet.auth.bootstrap import CLIENT_CA_KEY
+
+    pki = ClusterPKI(tmp_path / "server")
+    pki.ensure([])
+    bundle = pki.client_ca_bundle_pem().decode()
+    path = await nb.client_ca_bundle(ConfigMapAPI({CLIENT_CA_KEY: bundle}), tmp_path)  # type: ignore[arg-type]
+    assert path == tmp_path / nb.CLIENT_CA_FILE and path.read_text() == bundle
+    # A bundle that is not there (or not PEM) is refused; the file on disk stays.
+    for data in ({}, {CLIENT_CA_KEY: "garbage"}):
+        with pytest.raises(nb.JoinError, match="holds no client-ca-file"):
+            await nb.client_ca_bundle(ConfigMapAPI(data), tmp_path)  # type: ignore[arg-type]
+    assert path.read_text() == bundle
