@@ -46,12 +46,19 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from fleet.api.kinds import certificates as csrs
-from fleet.auth import NODE_USER_PREFIX, NODES_GROUP, bootstrap
+from fleet.auth import (
+    NODE_USER_PREFIX,
+    NODES_GROUP,
+    STORAGE_PROVISIONER_PREFIX,
+    STORAGE_PROVISIONERS_GROUP,
+    bootstrap,
+)
 from fleet.client import ApiException, Client, ClientConfig
 
 log = logging.getLogger(__name__)
 
 KUBECONFIG_NAME = "kubelet.kubeconfig"
+STORAGE_KUBECONFIG_NAME = "storage-provisioner.kubeconfig"
 SERVING_CERT, SERVING_KEY = "kubelet-serving.crt", "kubelet-serving.key"
 CLIENT_CA_FILE = "client-ca.crt"
 CLIENT_USAGES = ["digital signature", "client auth"]
@@ -208,9 +215,11 @@ async def _discover_once(server: str, token: str, ca_cert_hashes: Iterable[str])
 # -------------------------------------------------------------------------- kubeconfig
 
 
-def kubeconfig_text(server: str, ca_pem: bytes, cert_pem: bytes, key: bytes, node_name: str) -> str:
+def kubeconfig_text(server: str, ca_pem: bytes, cert_pem: bytes, key: bytes, node_name: str, *,
+                    user: str | None = None) -> str:
+    """A kubeconfig for one client certificate (the node's, unless `user` names another)."""
     b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
-    user = NODE_USER_PREFIX + node_name
+    user = user or NODE_USER_PREFIX + node_name
     return yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": "fleet", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}],
@@ -301,12 +310,61 @@ async def node_credentials(cfg: Any) -> ClientConfig | None:
 # ---------------------------------------------------------------------------- rotation
 
 
+@dataclass(frozen=True)
+class Identity:
+    """A client certificate the agent keeps for itself: who (CN, O), through which
+    signer, in which kubeconfig under its data dir."""
+
+    kubeconfig: str
+    cn: str
+    orgs: tuple[str, ...]
+    signer: str
+    user: str | None = None  # the kubeconfig's user entry (default: the node's)
+
+
+def node_identity(node_name: str) -> Identity:
+    return Identity(KUBECONFIG_NAME, NODE_USER_PREFIX + node_name, (NODES_GROUP,),
+                    csrs.KUBE_APISERVER_CLIENT_KUBELET)
+
+
+def storage_identity(node_name: str) -> Identity:
+    """The node-local storage provisioner's (`system:fleet:storage-provisioner:<node>`,
+    a `kube-apiserver-client` certificate csrapproving grants a node for its own name)."""
+    return Identity(STORAGE_KUBECONFIG_NAME, STORAGE_PROVISIONER_PREFIX + node_name,
+                    (STORAGE_PROVISIONERS_GROUP,), csrs.KUBE_APISERVER_CLIENT,
+                    user=STORAGE_PROVISIONER_PREFIX + node_name)
+
+
+async def identity_credentials(client: Client, node_name: str, data_dir: Path, ident: Identity, *,
+                               timeout: float = 600.0) -> ClientConfig:
+    """`ident`'s kubeconfig: the one on disk while its certificate has more than 1/3
+    of its life left, else a fresh key and CSR (asked as the node, over `client`)."""
+    path = Path(data_dir) / ident.kubeconfig
+    current = await trio.to_thread.run_sync(usable_kubeconfig, path)
+    if current is not None and current.client_cert_data and \
+            renew_at(current.client_cert_data) > dt.datetime.now(dt.UTC):
+        return current
+    key = new_key()
+    cert = await request_certificate(client, make_csr(key, ident.cn, list(ident.orgs)), ident.signer,
+                                     CLIENT_USAGES, timeout=timeout)
+    cfg = client.config
+    assert cfg.ca_data is not None
+    await trio.to_thread.run_sync(_write_private, path, kubeconfig_text(
+        cfg.server, cfg.ca_data, cert, key_pem(key), node_name, user=ident.user))
+    fresh = await trio.to_thread.run_sync(usable_kubeconfig, path)
+    assert fresh is not None
+    return fresh
+
+
 async def rotate_client_certificate(client: Client, node_name: str, data_dir: Path, *,
-                                    clock: Any = None) -> None:
-    """Renew the node's client certificate at 2/3 of its lifetime, for ever: a new
-    key and CSR as the node itself, the kubeconfig rewritten, the running client's
-    TLS context loaded with the new pair."""
-    path = Path(data_dir) / KUBECONFIG_NAME
+                                    clock: Any = None, ident: Identity | None = None,
+                                    holder: Client | None = None) -> None:
+    """Renew a client certificate (the node's, or `ident`'s) at 2/3 of its lifetime,
+    for ever: a new key and CSR asked as the node itself (over `client`), the
+    kubeconfig rewritten, and the running client using that identity (`holder`,
+    default `client`) given the new pair."""
+    ident = ident or node_identity(node_name)
+    path = Path(data_dir) / ident.kubeconfig
     while True:
         current = await trio.to_thread.run_sync(usable_kubeconfig, path)
         if current is None or current.client_cert_data is None:
@@ -315,19 +373,18 @@ async def rotate_client_certificate(client: Client, node_name: str, data_dir: Pa
         if wait > 0:
             await trio.sleep(wait)
         key = new_key()
-        csr_pem = make_csr(key, NODE_USER_PREFIX + node_name, [NODES_GROUP])
+        csr_pem = make_csr(key, ident.cn, list(ident.orgs))
         try:
-            cert = await request_certificate(client, csr_pem, csrs.KUBE_APISERVER_CLIENT_KUBELET,
-                                             CLIENT_USAGES, timeout=600)
+            cert = await request_certificate(client, csr_pem, ident.signer, CLIENT_USAGES, timeout=600)
         except (ApiException, JoinError, httpx.HTTPError) as e:
-            log.warning("client certificate rotation failed: %s; retrying in 60s", e)
+            log.warning("%s certificate rotation failed: %s; retrying in 60s", ident.cn, e)
             await trio.sleep(60)
             continue
         assert current.ca_data is not None
         await trio.to_thread.run_sync(_write_private, path, kubeconfig_text(
-            current.server, current.ca_data, cert, key_pem(key), node_name))
-        client.reload_client_certificate(cert, key_pem(key))
-        log.info("client certificate rotated; valid until %s", certificate_window(cert)[1])
+            current.server, current.ca_data, cert, key_pem(key), node_name, user=ident.user))
+        (holder or client).reload_client_certificate(cert, key_pem(key))
+        log.info("%s certificate rotated; valid until %s", ident.cn, certificate_window(cert)[1])
 
 
 async def serving_certificate(client: Client, node_name: str, data_dir: Path, addresses: Iterable[str],

@@ -102,8 +102,8 @@ class AgentConfig:
     # as a ClientConfig: it lists claims and volumes cluster-wide and writes PVs and
     # claims' annotations, which neither the Node authorizer nor NodeRestriction allow
     # a node (Kubernetes runs it as a DaemonSet with its own ServiceAccount).  None:
-    # the agent's own identity — fine for an agent with an admin or provisioner
-    # credential; a joined node (system:node:<name>) then provisions nothing.
+    # a joined node asks for a certificate of its own (fleet.agent.bootstrap
+    # .storage_identity); any other agent uses its own identity (admin or provisioner).
     storage_client: Any = None
 
     @property

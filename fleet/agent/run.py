@@ -321,10 +321,22 @@ async def _run_storage_provisioner(client: Any, cfg: AgentConfig, node: NodeAgen
         async with Client(cfg.storage_client, user_agent="fleet-storage-provisioner") as own:
             await provision(own)
     elif joined is not None:
-        # A node's own rights do not cover provisioning (see AgentConfig.storage_client).
-        log.info("node-local storage provisioning is off on joined node %s: it needs a "
-                 "provisioner credential (the built-in agent has one); volumes of other "
-                 "drivers still mount", cfg.node_name)
+        # A node's own rights do not cover provisioning (see AgentConfig.storage_client):
+        # a certificate of its own, asked for as the node and renewed like the node's.
+        ident = node_bootstrap.storage_identity(cfg.node_name)
+        delay = 1.0
+        while True:
+            try:
+                creds = await node_bootstrap.identity_credentials(client, cfg.node_name, cfg.data_dir, ident)
+                break
+            except (ApiException, node_bootstrap.JoinError, httpx.HTTPError, OSError) as e:
+                log.warning("storage provisioner certificate: %s; retrying in %.0fs", e, delay)
+                await trio.sleep(delay)
+                delay = min(delay * 2, 60.0)
+        async with Client(creds, user_agent="fleet-storage-provisioner") as own, trio.open_nursery() as n:
+            n.start_soon(partial(node_bootstrap.rotate_client_certificate, client, cfg.node_name,
+                                 cfg.data_dir, ident=ident, holder=own))
+            await provision(own)
     else:
         await provision(client)
 

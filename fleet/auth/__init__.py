@@ -42,6 +42,11 @@ SERVICE_ACCOUNT_USER_PREFIX = "system:serviceaccount:"
 BOOTSTRAPPERS_GROUP = "system:bootstrappers"
 KUBE_SCHEDULER_USER = "system:kube-scheduler"
 KUBE_CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+# Fleet's node-local storage provisioner: the built-in agent's is the user itself; a
+# joined node's is `<prefix><node>` in the group (fleet.agent.bootstrap.storage_identity).
+STORAGE_PROVISIONER_USER = "system:fleet:storage-provisioner"
+STORAGE_PROVISIONER_PREFIX = STORAGE_PROVISIONER_USER + ":"
+STORAGE_PROVISIONERS_GROUP = "system:fleet:storage-provisioners"
 
 
 @dataclass(frozen=True)

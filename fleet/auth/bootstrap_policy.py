@@ -53,6 +53,8 @@ from fleet.auth import (
     KUBE_SCHEDULER_USER,
     NODES_GROUP,
     SERVICE_ACCOUNTS_GROUP,
+    STORAGE_PROVISIONER_USER,
+    STORAGE_PROVISIONERS_GROUP,
     SYSTEM_MASTERS,
     UNAUTHENTICATED,
 )
@@ -80,7 +82,6 @@ STORAGE_PROVISIONER_ROLE = "system:fleet:storage-provisioner"
 # The users Fleet's in-process DNS, ingress and node-local storage provisioner run as.
 CLUSTER_DNS_USER = "system:fleet:cluster-dns"
 INGRESS_USER = "system:fleet:ingress"
-STORAGE_PROVISIONER_USER = "system:fleet:storage-provisioner"
 
 
 def rule(verbs: tuple[str, ...] | str, groups: tuple[str, ...] | str, resources: tuple[str, ...] | str,
@@ -325,7 +326,8 @@ def _fleet_roles() -> list[dict[str, Any]]:
             # csrapproving approves nodes' own requests; csrsigning signs for the
             # in-tree signers (the CSR admission checks both verbs per signer name).
             rule("approve", "certificates.k8s.io", "signers",
-                 names=("kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving")),
+                 names=("kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving",
+                        "kubernetes.io/kube-apiserver-client")),
             rule("sign", "certificates.k8s.io", "signers",
                  names=("kubernetes.io/kube-apiserver-client", "kubernetes.io/kube-apiserver-client-kubelet",
                         "kubernetes.io/kubelet-serving")),
@@ -436,7 +438,8 @@ def cluster_role_bindings() -> list[dict[str, Any]]:
         b(SCHEDULER_ROLE, user(KUBE_SCHEDULER_USER)),
         b(CLUSTER_DNS_ROLE, user(CLUSTER_DNS_USER)),
         b(INGRESS_ROLE, user(INGRESS_USER)),
-        b(STORAGE_PROVISIONER_ROLE, user(STORAGE_PROVISIONER_USER)),
+        # The built-in agent's provisioner, and joined nodes' (each its own certificate).
+        b(STORAGE_PROVISIONER_ROLE, user(STORAGE_PROVISIONER_USER), group(STORAGE_PROVISIONERS_GROUP)),
     ]
 
 

@@ -10,6 +10,10 @@
     itself renewing (username == CN);
   - `kubernetes.io/kubelet-serving` requests from a node for its own name are
     approved;
+  - `kubernetes.io/kube-apiserver-client` requests from a node for its node-local
+    storage provisioner (CN=system:fleet:storage-provisioner:<its name>,
+    O=system:fleet:storage-provisioners, client auth, no SANs) are approved — Fleet's
+    rule, the credential a provisioner DaemonSet's ServiceAccount would be;
   - a node asking for another node's name is **denied**: a compromised node must
     not obtain another's identity;
   - anything else is left for a human (`kubectl certificate approve|deny`).
@@ -31,7 +35,13 @@ from cryptography import x509
 
 from fleet.api import meta
 from fleet.api.kinds import certificates as c
-from fleet.auth import BOOTSTRAPPERS_GROUP, NODE_USER_PREFIX, NODES_GROUP
+from fleet.auth import (
+    BOOTSTRAPPERS_GROUP,
+    NODE_USER_PREFIX,
+    NODES_GROUP,
+    STORAGE_PROVISIONER_PREFIX,
+    STORAGE_PROVISIONERS_GROUP,
+)
 
 APPROVE, DENY, SKIP = "approve", "deny", "skip"
 
@@ -85,16 +95,22 @@ def _node_subject_problems(req: x509.CertificateSigningRequest) -> list[str]:
     return out
 
 
-def kubelet_client_problems(req: x509.CertificateSigningRequest, usages: list[str]) -> list[str]:
-    """Why this is not a kubelet client certificate request (IsKubeletClientCSR)."""
-    out = _node_subject_problems(req)
+def _san_problems(req: x509.CertificateSigningRequest) -> list[str]:
+    """A client certificate request names no subjectAltNames."""
+    out = []
     sans = _sans(req)
     if sans is not None:
         for kind, label in ((x509.DNSName, "DNS"), (x509.RFC822Name, "Email"),
                             (x509.IPAddress, "IP"), (x509.UniformResourceIdentifier, "URI")):
             if sans.get_values_for_type(kind):  # type: ignore[type-var]
                 out.append(f"{label} subjectAltNames are not allowed")
-    return out + _usage_problems(usages, KUBELET_CLIENT_REQUIRED, OPTIONAL)
+    return out
+
+
+def kubelet_client_problems(req: x509.CertificateSigningRequest, usages: list[str]) -> list[str]:
+    """Why this is not a kubelet client certificate request (IsKubeletClientCSR)."""
+    return (_node_subject_problems(req) + _san_problems(req)
+            + _usage_problems(usages, KUBELET_CLIENT_REQUIRED, OPTIONAL))
 
 
 def kubelet_serving_problems(req: x509.CertificateSigningRequest, usages: list[str]) -> list[str]:
@@ -168,7 +184,22 @@ def approval(csr: dict[str, Any], req: x509.CertificateSigningRequest | None) ->
         if is_node:
             return _deny_other_node(username, cn)
         return Verdict(SKIP)
+    if signer == c.KUBE_APISERVER_CLIENT and is_node and cn.startswith(STORAGE_PROVISIONER_PREFIX):
+        if storage_provisioner_problems(req, usages):
+            return Verdict(SKIP)
+        if cn == STORAGE_PROVISIONER_PREFIX + username.removeprefix(NODE_USER_PREFIX):
+            return Verdict(APPROVE, "AutoApproved",
+                           "Auto approving node-local storage provisioner client certificate.")
+        return _deny_other_node(username, cn)
     return Verdict(SKIP)
+
+
+def storage_provisioner_problems(req: x509.CertificateSigningRequest, usages: list[str]) -> list[str]:
+    """Why this is not a node-local storage provisioner's client certificate request."""
+    out = []
+    if c.subject_orgs(req) != [STORAGE_PROVISIONERS_GROUP]:
+        out.append(f"subject organization is not {STORAGE_PROVISIONERS_GROUP}")
+    return out + _san_problems(req) + _usage_problems(usages, KUBELET_CLIENT_REQUIRED, OPTIONAL)
 
 
 def _deny_other_node(username: str, cn: str) -> Verdict:

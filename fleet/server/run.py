@@ -41,11 +41,12 @@ from fleet.auth import (
     KUBE_SCHEDULER_USER,
     NODE_USER_PREFIX,
     NODES_GROUP,
+    STORAGE_PROVISIONER_USER,
     bootstrap,
     bootstrap_policy,
     load_or_create_admin_token,
 )
-from fleet.auth.bootstrap_policy import CLUSTER_DNS_USER, INGRESS_USER, STORAGE_PROVISIONER_USER
+from fleet.auth.bootstrap_policy import CLUSTER_DNS_USER, INGRESS_USER
 from fleet.auth.certrotation import CertRotator, PKIServingSource, component_client_config
 from fleet.auth.pki import KUBELET_CLIENT_USER, MASTERS, ClusterPKI, write_private
 from fleet.client import ClientConfig

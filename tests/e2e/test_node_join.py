@@ -193,6 +193,8 @@ def test_the_joined_node_goes_ready_and_runs_a_pod(cluster: MultiNodeCluster) ->
                               and (node.data_dir / "kubelet-serving.crt").read_bytes()), ca_pem(cluster))
     sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert node.address in [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
+    # And its storage provisioner's certificate (test_the_joined_nodes_provisioner_...).
+    wait_for("storage-provisioner.kubeconfig", (node.data_dir / "storage-provisioner.kubeconfig").exists)
 
 
 def test_a_restarted_joined_agent_needs_no_token(cluster: MultiNodeCluster) -> None:
@@ -260,6 +262,46 @@ def test_a_node_reads_only_what_its_own_pods_use(cluster: MultiNodeCluster) -> N
     # Its agent API serves with its kubelet-serving certificate: logs through the server.
     rc, out, err = cluster.kubectl("-n", ns, "exec", "uses-mine", "--", "cat", "/s/k")
     assert (rc, out) == (0, "mine"), err
+
+
+def test_the_joined_nodes_provisioner_has_its_own_identity(cluster: MultiNodeCluster) -> None:
+    """A joined node's node-local storage provisioner cannot be the node (NodeRestriction
+    keeps nodes off claims and volumes): it asks, as the node, for a certificate of its
+    own, and provisions a WaitForFirstConsumer claim for a pod scheduled there."""
+    node = cluster.nodes[JOINER]
+    mine = wait_for("the provisioner's certificate", lambda: [
+        c for c in csrs(cluster) if c["spec"]["username"] == f"system:node:{node.name}"
+        and c["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client"
+        and (c.get("status") or {}).get("certificate")])
+    assert mine[0]["status"]["conditions"][0]["reason"] == "AutoApproved"
+    kubeconfig = node.data_dir / "storage-provisioner.kubeconfig"
+    assert kubeconfig.exists() and kubeconfig.stat().st_mode & 0o077 == 0
+    rc, out, err = cluster.kubectl("--kubeconfig", str(kubeconfig), "auth", "whoami", "-o", "json")
+    assert rc == 0, err
+    info = json.loads(out)["status"]["userInfo"]
+    assert info["username"] == f"system:fleet:storage-provisioner:{node.name}"
+    assert "system:fleet:storage-provisioners" in info["groups"]
+    ns = cluster.create_namespace()
+    cluster.post(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-path",
+                 "resources": {"requests": {"storage": "16Mi"}}}})
+    pod = cluster.pod("writer", node, ["sh", "-c", "echo kept > /data/f; sleep 3600"])
+    del pod["spec"]["nodeName"]  # scheduled, so the claim gets its selected node
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node.name}
+    pod["spec"]["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "d", "mountPath": "/data"}]
+    cluster.create_pod(ns, pod)
+    cluster.wait_pod_ready(ns, "writer", timeout=90)
+    code, pvc = cluster.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/data")
+    assert pvc["status"]["phase"] == "Bound", pvc
+    code, pv = cluster.get(f"/api/v1/persistentvolumes/{pvc['spec']['volumeName']}")
+    terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert node.name in json.dumps(terms)
+    rc, out, err = cluster.kubectl("-n", ns, "exec", "writer", "--", "cat", "/data/f")
+    assert (rc, out) == (0, "kept\n"), err
+    rc, _, err = cluster.kubectl("-n", ns, "delete", "pod", "writer", "--grace-period=1")
+    assert rc == 0, err
 
 
 def test_kubectl_certificate_approve_issues_a_client_certificate(cluster: MultiNodeCluster) -> None:

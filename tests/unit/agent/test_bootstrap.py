@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import copy
 import datetime as dt
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +194,55 @@ async def test_client_ca_bundle_is_written_and_refused_when_missing(tmp_path: Pa
         with pytest.raises(nb.JoinError, match="holds no client-ca-file"):
             await nb.client_ca_bundle(ConfigMapAPI(data), tmp_path)  # type: ignore[arg-type]
     assert path.read_text() == bundle
+
+
+class Holder:
+    """The provisioner's own client: records the certificates it is given."""
+
+    def __init__(self) -> None:
+        self.reloaded: list[tuple[bytes, bytes]] = []
+
+    def reload_client_certificate(self, cert: bytes, key: bytes) -> None:
+        self.reloaded.append((cert, key))
+
+
+async def test_storage_provisioner_identity_is_asked_as_the_node_and_renewed(tmp_path: Path) -> None:
+    from fleet.client import ClientConfig
+
+    api, ca = setup(tmp_path)
+    api.config = ClientConfig(server="https://server:9300", ca_data=ca)  # type: ignore[attr-defined]
+    ident = nb.storage_identity(NODE)
+    cfg = await nb.identity_credentials(api, NODE, tmp_path, ident)  # type: ignore[arg-type]
+    (csr,) = api.csrs.values()
+    assert csr["spec"]["signerName"] == c.KUBE_APISERVER_CLIENT
+    assert csr["spec"]["username"] == "system:node:n1"  # asked as the node
+    assert c.conditions(csr)[0]["message"].startswith("Auto approving node-local storage provisioner")
+    leaf = x509.load_pem_x509_certificate(cfg.client_cert_data)
+    assert leaf.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value == \
+        "system:fleet:storage-provisioner:n1"
+    assert [a.value for a in leaf.subject.get_attributes_for_oid(x509.NameOID.ORGANIZATION_NAME)] == \
+        ["system:fleet:storage-provisioners"]
+    assert (tmp_path / nb.STORAGE_KUBECONFIG_NAME).stat().st_mode & 0o077 == 0
+    # Fresh: reused, no second CSR; the node's own kubeconfig is untouched.
+    again = await nb.identity_credentials(api, NODE, tmp_path, ident)  # type: ignore[arg-type]
+    assert again.client_cert_data == cfg.client_cert_data and len(api.csrs) == 1
+    assert not (tmp_path / nb.KUBECONFIG_NAME).exists()
+    # Renewal (a clock past 2/3 of its life) reloads the provisioner's client, not the node's.
+    holder = Holder()
+    calls: list[int] = []
+
+    def late(tz: dt.tzinfo) -> dt.datetime:  # past 2/3 of the life once, then the real time
+        calls.append(1)
+        return dt.datetime.now(tz) + (dt.timedelta(days=300) if len(calls) == 1 else dt.timedelta(0))
+
+    with trio.move_on_after(10) as scope:
+        async with trio.open_nursery() as n:
+            n.start_soon(partial(nb.rotate_client_certificate, api, NODE, tmp_path, clock=late, ident=ident,
+                                 holder=holder))
+            while not holder.reloaded:
+                await trio.sleep(0.01)
+            n.cancel_scope.cancel()
+    assert not scope.cancelled_caught, "no renewal"
+    assert api.reloaded == [] and len(api.csrs) == 2
+    renewed = nb.usable_kubeconfig(tmp_path / nb.STORAGE_KUBECONFIG_NAME)
+    assert renewed is not None and holder.reloaded == [(renewed.client_cert_data, renewed.client_key_data)]

@@ -60,7 +60,18 @@ APPROVED = [c.condition(c.APPROVED, "AutoApproved", "")]
       "ips": ("10.0.0.1",)}, p.DENY),
     ({"requester": BOOTSTRAP, "signer": c.KUBELET_SERVING, "usages": SERVING, "ips": ("10.0.0.1",)}, p.SKIP),
     ({"requester": NODE1, "signer": c.KUBELET_SERVING, "usages": SERVING}, p.SKIP),  # no SAN
-    # Other signers are never auto-approved.
+    # A node's storage provisioner certificate: for its own name only, exact subject.
+    ({"requester": NODE1, "signer": c.KUBE_APISERVER_CLIENT, "cn": "system:fleet:storage-provisioner:n1",
+      "orgs": ("system:fleet:storage-provisioners",)}, p.APPROVE),
+    ({"requester": NODE1, "signer": c.KUBE_APISERVER_CLIENT, "cn": "system:fleet:storage-provisioner:n2",
+      "orgs": ("system:fleet:storage-provisioners",)}, p.DENY),
+    ({"requester": NODE1, "signer": c.KUBE_APISERVER_CLIENT, "cn": "system:fleet:storage-provisioner:n1",
+      "orgs": ("system:masters",)}, p.SKIP),
+    ({"requester": NODE1, "signer": c.KUBE_APISERVER_CLIENT, "cn": "system:fleet:storage-provisioner:n1",
+      "orgs": ("system:fleet:storage-provisioners",), "dns": ("n1.example",)}, p.SKIP),
+    ({"requester": ALICE, "signer": c.KUBE_APISERVER_CLIENT, "cn": "system:fleet:storage-provisioner:n1",
+      "orgs": ("system:fleet:storage-provisioners",)}, p.SKIP),
+    # Other client certificates are never auto-approved.
     ({"requester": NODE1, "signer": c.KUBE_APISERVER_CLIENT}, p.SKIP),
     ({"requester": BOOTSTRAP, "signer": "example.com/x"}, p.SKIP),
 ])
@@ -69,7 +80,7 @@ def test_approval(kw: dict[str, Any], action: str) -> None:
     verdict = p.approval(obj, req)
     assert verdict.action == action, verdict
     if action == p.DENY:
-        assert verdict.reason == "AutoDenied" and "system:node:n2" in verdict.message
+        assert verdict.reason == "AutoDenied" and "n2" in verdict.message
     if action == p.APPROVE:
         assert verdict.reason == "AutoApproved"
 
