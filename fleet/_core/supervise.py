@@ -30,12 +30,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 from prometheus_client import CollectorRegistry, Counter
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 REGISTRY = CollectorRegistry()
 COMPONENT_RESTARTS = Counter(
@@ -85,6 +86,21 @@ def object_failed(component: str, kind: str, key: str, exc: BaseException, *,
     # message of the exception already tell what field was wrong.
     (logger or log).log(level, "%s: %s %s could not be handled (%s): %r", component, kind or "object",
                         key or "<no name>", action, exc, exc_info=(logger or log).isEnabledFor(logging.DEBUG))
+
+
+async def retry(what: str, fn: Callable[[], Awaitable[T]], errors: tuple[type[BaseException], ...], *,
+                backoff: Backoff = DEFAULT_BACKOFF, logger: logging.Logger | None = None) -> T:
+    """`await fn()` until it returns: each of `errors` is logged (naming `what`) and
+    retried after the back-off; any other exception propagates."""
+    failures = 0
+    while True:
+        try:
+            return await fn()
+        except errors as e:
+            failures += 1
+            wait = backoff.delay(failures)
+            (logger or log).warning("%s: %s; retrying in %.0fs", what, e, wait)
+            await trio.sleep(wait)
 
 
 def unwrap(exc: BaseException) -> BaseException:

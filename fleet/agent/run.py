@@ -246,21 +246,20 @@ async def run(cfg: AgentConfig, *,
                                           api_url=api_url, sync=sync))
 
 
+# What obtaining a certificate or bundle from the API may fail with, to be retried.
+JOIN_ERRORS = (ApiException, node_bootstrap.JoinError, httpx.HTTPError, OSError, ValueError)
+
+
 async def _joined_api_tls(client: Any, cfg: AgentConfig, addresses: list[str]) -> None:
     """A joined node's agent API: its kubelet-serving certificate (a CSR the approver
     grants for the node's own name) and the client CA that verifies the API server,
     as files the API's TLS re-reads when `keep_serving_certificate` renews them."""
-    delay = 1.0
-    while True:
-        try:
-            cert, key = await node_bootstrap.serving_certificate(
-                client, cfg.node_name, cfg.data_dir, [a for a in addresses if a])
-            ca = await node_bootstrap.client_ca_bundle(client, cfg.data_dir)
-            break
-        except (ApiException, node_bootstrap.JoinError, httpx.HTTPError, OSError, ValueError) as e:
-            log.warning("agent API certificate: %s; retrying in %.0fs", e, delay)
-            await trio.sleep(delay)
-            delay = min(delay * 2, 30.0)
+    from fleet._core.supervise import retry
+
+    cert, key = await retry("agent API certificate", lambda: node_bootstrap.serving_certificate(
+        client, cfg.node_name, cfg.data_dir, [a for a in addresses if a]), JOIN_ERRORS, logger=log)
+    ca = await retry("client CA bundle", lambda: node_bootstrap.client_ca_bundle(client, cfg.data_dir),
+                     JOIN_ERRORS, logger=log)
     cfg.tls_cert_file, cfg.tls_key_file, cfg.client_ca_file = str(cert), str(key), str(ca)
 
 
@@ -323,16 +322,11 @@ async def _run_storage_provisioner(client: Any, cfg: AgentConfig, node: NodeAgen
     elif joined is not None:
         # A node's own rights do not cover provisioning (see AgentConfig.storage_client):
         # a certificate of its own, asked for as the node and renewed like the node's.
+        from fleet._core.supervise import retry
+
         ident = node_bootstrap.storage_identity(cfg.node_name)
-        delay = 1.0
-        while True:
-            try:
-                creds = await node_bootstrap.identity_credentials(client, cfg.node_name, cfg.data_dir, ident)
-                break
-            except (ApiException, node_bootstrap.JoinError, httpx.HTTPError, OSError) as e:
-                log.warning("storage provisioner certificate: %s; retrying in %.0fs", e, delay)
-                await trio.sleep(delay)
-                delay = min(delay * 2, 60.0)
+        creds = await retry("storage provisioner certificate", lambda: node_bootstrap.identity_credentials(
+            client, cfg.node_name, cfg.data_dir, ident), JOIN_ERRORS, logger=log)
         async with Client(creds, user_agent="fleet-storage-provisioner") as own, trio.open_nursery() as n:
             n.start_soon(partial(node_bootstrap.rotate_client_certificate, client, cfg.node_name,
                                  cfg.data_dir, ident=ident, holder=own))

@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from fleet._core.supervise import Backoff, object_errors, object_failed, restarts, supervise
+from fleet._core.supervise import Backoff, object_errors, object_failed, restarts, retry, supervise
 
 _names = itertools.count()
 
@@ -192,3 +192,28 @@ async def test_retry_start_false_still_restarts_after_the_first_start(
         await trio.sleep(5)
         n.cancel_scope.cancel()
     assert len(comp.runs) == 2 and restarts(name) == 1
+
+
+async def test_retry_waits_the_back_off_between_listed_errors_and_returns(
+        autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture) -> None:
+    tries: list[float] = []
+
+    async def flaky() -> str:
+        tries.append(trio.current_time())
+        if len(tries) < 4:
+            raise OSError("not yet")
+        return "done"
+
+    start = trio.current_time()
+    with caplog.at_level(logging.WARNING):
+        assert await retry("the thing", flaky, (OSError,), backoff=Backoff(initial=1, maximum=3)) == "done"
+    assert [round(t - start) for t in tries] == [0, 1, 3, 6]  # 1, 2, then capped at 3
+    assert caplog.text.count("the thing: not yet; retrying in") == 3
+
+
+async def test_retry_lets_other_errors_through(autojump_clock: trio.testing.MockClock) -> None:
+    async def broken() -> None:
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError, match="a bug"):
+        await retry("x", broken, (OSError,))
