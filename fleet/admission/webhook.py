@@ -126,6 +126,22 @@ async def resolve_service(store: Store, svc: dict[str, Any]) -> tuple[str, int]:
     raise CallError(f'service "{ns}/{name}" has no ready endpoints')
 
 
+def describe(e: BaseException) -> str:
+    """The most specific message in an exception's chain (httpx wraps the TLS error,
+    often with an empty message of its own)."""
+    best = str(e) or type(e).__name__
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ssl.SSLError | OSError) and str(cur):
+            return str(cur)
+        if str(cur):
+            best = str(cur)
+        cur = cur.__cause__ or cur.__context__
+    return best
+
+
 async def call_webhook(store: Store, hook: dict[str, Any], review: dict[str, Any]) -> bytes:
     """POST the review to the webhook; the raw answer body.  Raises CallError."""
     cc = hook.get("clientConfig") or {}
@@ -151,7 +167,7 @@ async def call_webhook(store: Store, hook: dict[str, Any], review: dict[str, Any
     except httpx.TimeoutException:
         raise CallError("context deadline exceeded") from None
     except (httpx.HTTPError, OSError, ssl.SSLError) as e:
-        raise CallError(f'Post "{url}": {e}') from None
+        raise CallError(f'Post "{url}": {describe(e)}') from None
     if resp.status_code < 200 or resp.status_code >= 300:
         raise CallError(f"expected webhook response status 200, got {resp.status_code}")
     return resp.content
@@ -218,7 +234,7 @@ class _WebhookPlugin:
             outcome = parse_response(body, uid, mutating=self.mutating, obj=obj)
         except CallError as e:
             if hook.get("failurePolicy", "Fail") == "Ignore":
-                log.warning("failed calling webhook %q (ignored): %s", name, e)
+                log.warning("failed calling webhook \"%s\" (ignored): %s", name, e)
                 admission_warnings.add(ignored_warning(name, str(e)))
                 return None
             raise call_failed(name, str(e)) from None
