@@ -179,11 +179,13 @@ class _WebhookPlugin:
     mutating = False
 
     def __init__(self, store: Store, registry: Any, cache: WebhookConfigCache,
-                 namespaces: Mapping[str, dict[str, Any]] | None = None) -> None:
+                 namespaces: Mapping[str, dict[str, Any]] | None = None, *, call: Any = None) -> None:
         self.store = store
         self.registry = registry
         self.cache = cache
         self.namespaces = namespaces
+        # async (store, hook, review) -> body; tests substitute the transport.
+        self.call = call or call_webhook
 
     def _kind(self, attrs: Attributes) -> tuple[dict[str, str], bool]:
         info = None
@@ -230,8 +232,10 @@ class _WebhookPlugin:
                               namespace=attrs.namespace, operation=req.operation, user=user,
                               obj=obj, old=old, dry_run=attrs.dry_run)
         try:
-            body = await call_webhook(self.store, hook, review)
+            body = await self.call(self.store, hook, review)
             outcome = parse_response(body, uid, mutating=self.mutating, obj=obj)
+            if outcome.patched is not None:
+                check_identity(obj, outcome.patched)
         except CallError as e:
             if hook.get("failurePolicy", "Fail") == "Ignore":
                 log.warning("failed calling webhook \"%s\" (ignored): %s", name, e)
@@ -244,6 +248,19 @@ class _WebhookPlugin:
         if not outcome.allowed:
             raise denied(name, outcome.status)
         return outcome
+
+
+IDENTITY_FIELDS = ("name", "namespace", "uid", "generateName")
+
+
+def check_identity(before: dict[str, Any] | None, after: dict[str, Any]) -> None:
+    """A mutating webhook may not rename or move the object it was asked about (the request
+    names it; the store key is derived from it)."""
+    md0 = (before or {}).get("metadata") if isinstance((before or {}).get("metadata"), dict) else {}
+    md1 = after.get("metadata") if isinstance(after.get("metadata"), dict) else {}
+    for f in IDENTITY_FIELDS:
+        if (md0 or {}).get(f) != (md1 or {}).get(f):
+            raise CallError(f"the patch may not change metadata.{f}")
 
 
 def _name(obj: dict[str, Any] | None, old: dict[str, Any] | None) -> str:
@@ -327,5 +344,6 @@ def webhook_plugins(store: Store, registry: Any, mutating_cache: WebhookConfigCa
                     validating_cache: WebhookConfigCache,
                     namespaces: Mapping[str, dict[str, Any]] | None = None,
                     ) -> tuple[MutatingWebhooks, ValidatingWebhooks]:
+    """The (MutatingAdmissionWebhook, ValidatingAdmissionWebhook) pair for `builtin_chain`."""
     return (MutatingWebhooks(store, registry, mutating_cache, namespaces),
             ValidatingWebhooks(store, registry, validating_cache, namespaces))
