@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import logging
 import ssl
 import uuid
@@ -78,7 +79,10 @@ class WebhookConfigCache(WatchCache):
 
 # --------------------------------------------------------------------------- the call
 
+@functools.lru_cache(maxsize=64)
 def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
+    """A client context trusting `ca_bundle` (base64 PEM) or the system roots; cached, since
+    loading roots costs milliseconds and every call of a webhook uses the same one."""
     if ca_bundle:
         try:
             pem = base64.b64decode(ca_bundle, validate=True).decode()
@@ -175,6 +179,17 @@ async def call_webhook(store: Store, hook: dict[str, Any], review: dict[str, Any
 
 # --------------------------------------------------------------------------- plugins
 
+# The kind of the object a subresource request carries (what the AdmissionReview's
+# `kind` names, as kube-apiserver sends it): (resource or "*", subresource) → GVK.
+SUBRESOURCE_KINDS: dict[tuple[str, str], tuple[str, str, str]] = {
+    ("pods", "binding"): ("", "v1", "Binding"),
+    ("pods", "eviction"): ("policy", "v1", "Eviction"),
+    ("*", "scale"): ("autoscaling", "v1", "Scale"),
+}
+
+MATCH_CONDITIONS_WARNING = ('webhook "{name}": matchConditions are not evaluated by this server yet; the webhook '
+                            "is called for every request its rules and selectors match")
+
 class _WebhookPlugin:
     mutating = False
 
@@ -188,6 +203,8 @@ class _WebhookPlugin:
         self.call = call or call_webhook
 
     def _kind(self, attrs: Attributes) -> tuple[dict[str, str], bool]:
+        sub_kind = SUBRESOURCE_KINDS.get((attrs.resource, attrs.subresource)) or \
+            SUBRESOURCE_KINDS.get(("*", attrs.subresource))
         info = None
         try:
             info = self.registry.get(attrs.group, attrs.version, attrs.resource) if self.registry else None
@@ -195,6 +212,8 @@ class _WebhookPlugin:
             info = None
         kind = info.kind if info is not None else ""
         namespaced = bool(info.namespaced) if info is not None else bool(attrs.namespace)
+        if sub_kind is not None:
+            return {"group": sub_kind[0], "version": sub_kind[1], "kind": sub_kind[2]}, namespaced
         return {"group": attrs.group, "version": attrs.version, "kind": kind}, namespaced
 
     def _request(self, attrs: Attributes, obj: dict[str, Any] | None, old: dict[str, Any] | None,
@@ -321,6 +340,12 @@ class ValidatingWebhooks(_WebhookPlugin):
 
     async def validate(self, attrs: Attributes, user: UserInfo, obj: dict[str, Any] | None,
                        old: dict[str, Any] | None) -> None:
+        if attrs.group == GROUP and attrs.resource in ("mutatingwebhookconfigurations",
+                                                       "validatingwebhookconfigurations") and obj is not None:
+            # Not silently: say so when a configuration relies on what is not evaluated yet.
+            for h in obj.get("webhooks") or []:
+                if isinstance(h, dict) and h.get("matchConditions"):
+                    admission_warnings.add(MATCH_CONDITIONS_WARNING.format(name=h.get("name", "")))
         hooks, kind, req = self.matching(attrs, obj, old)
         if not hooks or req is None:
             return

@@ -215,3 +215,30 @@ async def test_resolve_service_to_an_endpoint(tmp_path: Any) -> None:
         assert await resolve_service(store, ref) == ("10.0.0.5", 8443)
         with pytest.raises(CallError, match="has no port 444"):
             await resolve_service(store, {**ref, "port": 444})
+
+
+async def test_subresource_kinds_in_the_review() -> None:
+    t = FakeTransport({"e.x.test": {"allowed": True}})
+    h = hook("e.x.test", rules=[{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                 "resources": ["pods/eviction"], "scope": "*"}])
+    attrs = Attributes("create", "", "v1", "pods", "eviction", "default", "p")
+    await validating(t, h).validate(attrs, USER, {"apiVersion": "policy/v1", "kind": "Eviction",
+                                                  "metadata": {"name": "p"}}, None)
+    req = t.calls[0][1]
+    assert req["kind"] == {"group": "policy", "version": "v1", "kind": "Eviction"}
+    assert req["resource"] == {"group": "", "version": "v1", "resource": "pods"}
+    assert req["subResource"] == "eviction"
+
+
+async def test_configuration_with_match_conditions_is_warned_about() -> None:
+    p = validating(FakeTransport({}))
+    cfg = {"metadata": {"name": "c"}, "webhooks": [hook("m.x.test", matchConditions=[
+        {"name": "not-system", "expression": "!request.userInfo.username.startsWith('system:')"}])]}
+    token = admission_warnings.begin()
+    try:
+        await p.validate(Attributes("create", "admissionregistration.k8s.io", "v1",
+                                    "validatingwebhookconfigurations", "", "", "c"), USER, cfg, None)
+    finally:
+        got = admission_warnings.end(token)
+    assert got == ['webhook "m.x.test": matchConditions are not evaluated by this server yet; the webhook is '
+                   "called for every request its rules and selectors match"]
