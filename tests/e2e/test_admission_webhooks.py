@@ -14,7 +14,9 @@ other's webhooks.
 * a dead webhook (nothing listening) with failurePolicy Fail refuses, naming the webhook;
   with Ignore the write is admitted with a warning;
 * a slow webhook past its timeoutSeconds fails closed;
-* a dry run through a webhook with sideEffects None is called and nothing is stored.
+* a dry run through a webhook with sideEffects None is called and nothing is stored;
+* a webhook reached through a Service reference (its endpoints; TLS checked for
+  `<service>.<namespace>.svc`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from tests.conftest import KUBECTL, FleetServer, create_namespace, run_kubectl
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(KUBECTL is None, reason="needs kubectl")]
 
 API = "admissionregistration.k8s.io/v1"
+# The Service the service-reference test puts in front of the webhook (named in the certificate).
+SVC, SVC_NS = "hooks", "webhook-svc-e2e"
 
 
 # --------------------------------------------------------------------------- the webhook server
@@ -55,7 +59,8 @@ def _cert(subject: str, key: Any, issuer: x509.Name, issuer_key: Any, *, ca: boo
          .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(hours=2))
          .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
     if not ca:
-        b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+        b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                                         x509.DNSName(f"{SVC}.{SVC_NS}.svc")]),
                             critical=False)
     return b.sign(issuer_key, hashes.SHA256())
 
@@ -336,3 +341,29 @@ def test_server_dry_run_calls_side_effect_free_webhooks(fleet_server: FleetServe
     assert any(r["request"].get("name") == "dry" and r["request"]["dryRun"] is True for r in webhook.reviews)
     rc, out, err = run_kubectl(fleet_server, "get", "configmap", "dry", "-n", ns)
     assert rc != 0 and "not found" in err
+
+
+def test_webhook_through_a_service_reference(fleet_server: FleetServer, webhook: WebhookServer,
+                                             tls: tuple[bytes, ssl.SSLContext],
+                                             configs: list[tuple[str, str]]) -> None:
+    create_namespace(fleet_server, SVC_NS)
+    try:
+        # A selector-less Service whose Endpoints point at the test's webhook on loopback.
+        docs = [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": SVC, "namespace": SVC_NS},
+                 "spec": {"ports": [{"name": "https", "port": 443, "targetPort": webhook.port}]}},
+                {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": SVC, "namespace": SVC_NS},
+                 "subsets": [{"addresses": [{"ip": "127.0.0.1"}],
+                              "ports": [{"name": "https", "port": webhook.port}]}]}]
+        for doc in docs:
+            rc, out, err = run_kubectl(fleet_server, "apply", "-f", "-", input=json.dumps(doc))
+            assert rc == 0, err
+        h = hook("svc.webhooks.fleet.test", SVC_NS, "", tls[0])
+        h["clientConfig"] = {"service": {"namespace": SVC_NS, "name": SVC, "path": "/validate"},
+                             "caBundle": h["clientConfig"]["caBundle"]}
+        install(fleet_server, configs, "ValidatingWebhookConfiguration", h)
+        err = eventually_refused(fleet_server, SVC_NS, "deny=yes")
+        assert ('admission webhook "svc.webhooks.fleet.test" denied the request: '
+                "configmaps labelled deny=yes are not allowed") in err
+    finally:
+        with fleet_server.client() as c:
+            c.delete(f"/api/v1/namespaces/{SVC_NS}")
