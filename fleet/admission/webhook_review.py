@@ -178,7 +178,3 @@ def dry_run_unsupported(name: str) -> errors.APIError:
 def supports_dry_run(hook: dict[str, Any]) -> bool:
     return hook.get("sideEffects") in ("None", "NoneOnDryRun")
 
-
-def audit_annotation_key(config_name: str, hook_name: str, key: str) -> str:
-    """kube-apiserver prefixes a webhook's audit annotations with its name."""
-    return f"{hook_name}/{key}"

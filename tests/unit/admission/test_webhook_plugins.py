@@ -242,3 +242,18 @@ async def test_configuration_with_match_conditions_is_warned_about() -> None:
         got = admission_warnings.end(token)
     assert got == ['webhook "m.x.test": matchConditions are not evaluated by this server yet; the webhook is '
                    "called for every request its rules and selectors match"]
+
+
+async def test_audit_annotations_prefixed_with_the_webhook_name() -> None:
+    from types import SimpleNamespace
+
+    from fleet.auth.audit import CURRENT
+
+    ra = SimpleNamespace(annotations={})
+    token = CURRENT.set(ra)  # type: ignore[arg-type]
+    try:
+        t = FakeTransport({"a.x.test": {"allowed": True, "auditAnnotations": {"decision": "ok"}}})
+        await validating(t, hook("a.x.test")).validate(ATTRS, USER, cm(), None)
+    finally:
+        CURRENT.reset(token)
+    assert ra.annotations == {"a.x.test/decision": "ok"}
