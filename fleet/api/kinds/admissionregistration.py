@@ -398,6 +398,7 @@ def _default_policy(obj: dict[str, Any]) -> None:
 VALIDATING_ADMISSION_POLICY = KindInfo(
     group=GROUP, version="v1", kind="ValidatingAdmissionPolicy",
     plural="validatingadmissionpolicies", singular="validatingadmissionpolicy", namespaced=False,
+    subresources=("status",),  # status.typeChecking, written by the (later) CEL type checker
     columns_override=table(
         col("Validations", lambda o: len((o.get("spec") or {}).get("validations") or []), type="integer",
             description="Validations indicates the number of validation rules in the policy."),
