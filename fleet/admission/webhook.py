@@ -236,7 +236,15 @@ class _WebhookPlugin:
         req = self._request(attrs, obj, old, namespaced)
         if req is None:
             return [], kind, None
-        return [(c, h) for c, h in self.cache.hooks() if webhook_matches(h, req)], kind, req
+        out = []
+        for c, h in self.cache.hooks():
+            try:
+                if webhook_matches(h, req):
+                    out.append((c, h))
+            except Exception:  # noqa: BLE001 - a stored object that validation never saw
+                log.warning("webhook configuration %s: webhook %r is malformed; skipped", c, h.get("name"),
+                            exc_info=True)
+        return out, kind, req
 
     async def _call(self, name: str, hook: dict[str, Any], attrs: Attributes, user: UserInfo,
                     kind: dict[str, str], req: Request, obj: dict[str, Any] | None,
@@ -255,7 +263,8 @@ class _WebhookPlugin:
             outcome = parse_response(body, uid, mutating=self.mutating, obj=obj)
             if outcome.patched is not None:
                 check_identity(obj, outcome.patched)
-        except CallError as e:
+        except (CallError, AttributeError, TypeError, ValueError) as e:
+            # (The latter three: a malformed clientConfig in a stored object.)
             if hook.get("failurePolicy", "Fail") == "Ignore":
                 log.warning("failed calling webhook \"%s\" (ignored): %s", name, e)
                 admission_warnings.add(ignored_warning(name, str(e)))

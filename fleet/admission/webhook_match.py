@@ -136,8 +136,14 @@ def hooks_of(configs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """(configuration name, webhook) for every webhook, configurations sorted by name and
     webhooks in their listed order — kube-apiserver's calling order."""
     out: list[tuple[str, dict[str, Any]]] = []
-    for cfg in sorted(configs, key=lambda c: str((c.get("metadata") or {}).get("name", ""))):
-        for h in cfg.get("webhooks") or []:
+    for cfg in sorted(configs, key=_config_name):
+        hooks = cfg.get("webhooks")
+        for h in hooks if isinstance(hooks, list) else []:
             if isinstance(h, dict):
-                out.append((str((cfg.get("metadata") or {}).get("name", "")), h))
+                out.append((_config_name(cfg), h))
     return out
+
+
+def _config_name(cfg: dict[str, Any]) -> str:
+    md = cfg.get("metadata")
+    return str(md.get("name", "")) if isinstance(md, dict) else ""

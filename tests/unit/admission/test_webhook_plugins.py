@@ -257,3 +257,16 @@ async def test_audit_annotations_prefixed_with_the_webhook_name() -> None:
     finally:
         CURRENT.reset(token)
     assert ra.annotations == {"a.x.test/decision": "ok"}
+
+
+async def test_malformed_stored_configurations_do_not_break_requests() -> None:
+    cache = WebhookConfigCache(MUTATING_PREFIX)
+    cache.put({"metadata": {"name": "a"}, "webhooks": 5})
+    cache.put({"metadata": {"name": "b"}, "webhooks": [{"name": "b.x.test", "rules": [{"operations": ["*"],
+                                                       "apiGroups": ["*"], "apiVersions": ["*"],
+                                                       "resources": ["*"]}], "objectSelector": "oops"}]})
+    t = FakeTransport({"c.x.test": {"allowed": True}})
+    cache.put({"metadata": {"name": "c"}, "webhooks": [hook("c.x.test", clientConfig=None)]})
+    p = ValidatingWebhooks(None, default_registry(), cache, {}, call=t)  # type: ignore[arg-type]
+    await p.validate(ATTRS, USER, cm(), None)
+    assert [n for n, _ in t.calls] == ["c.x.test"]
