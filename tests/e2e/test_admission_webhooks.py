@@ -13,7 +13,7 @@ other's webhooks.
   `admission webhook "..." denied the request: ...`;
 * a dead webhook (nothing listening) with failurePolicy Fail refuses, naming the webhook;
   with Ignore the write is admitted with a warning;
-* a slow webhook past its timeoutSeconds fails closed;
+* a slow webhook past its timeoutSeconds fails closed, and so does one answering garbage;
 * a dry run through a webhook with sideEffects None is called and nothing is stored;
 * a webhook reached through a Service reference (its endpoints; TLS checked for
   `<service>.<namespace>.svc`).
@@ -112,7 +112,8 @@ class WebhookServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.reviews.append({"path": self.path, **review})
-                body = json.dumps(review_answer(self.path, review)).encode()
+                body = (b"<html>not an AdmissionReview</html>" if self.path == "/garbage"
+                        else json.dumps(review_answer(self.path, review)).encode())
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -367,3 +368,14 @@ def test_webhook_through_a_service_reference(fleet_server: FleetServer, webhook:
     finally:
         with fleet_server.client() as c:
             c.delete(f"/api/v1/namespaces/{SVC_NS}")
+
+
+def test_garbage_answer_fails_closed_clearly(fleet_server: FleetServer, webhook: WebhookServer,
+                                            tls: tuple[bytes, ssl.SSLContext], ns: str,
+                                            configs: list[tuple[str, str]]) -> None:
+    url = f"https://127.0.0.1:{webhook.port}/garbage"
+    install(fleet_server, configs, "MutatingWebhookConfiguration",
+            hook("garbage.webhooks.fleet.test", ns, url, tls[0]))
+    err = eventually_refused(fleet_server, ns)
+    assert ('Internal error occurred: failed calling webhook "garbage.webhooks.fleet.test": '
+            "received invalid webhook response") in err
