@@ -75,41 +75,39 @@ def _star_exclusive(values: list[Any], path: str, what: str) -> list[Cause]:
 
 
 def validate_resources(resources: Any, path: str) -> list[Cause]:
-    """validateResources: `*`, `*/*`, `res/*`, `*/sub` and the exclusions between them."""
+    """validateResources, statement for statement (its checks depend on the order of the
+    list, as kube-apiserver's do): `*/*` alone, `*` only beside `*/x`, no `res/x` after
+    `res/*`, no `x/sub` after `*/sub`."""
     if not isinstance(resources, list) or not resources:
         return [v.required(path, "")]
     out: list[Cause] = []
-    res_subs: dict[str, set[str]] = {}
-    has_double_wildcard = has_single_wildcard = False
-    has_resource_wildcard_subresources: set[str] = set()
+    with_wildcard_sub: set[str] = set()  # res/*
+    sub_with_wildcard_res: set[str] = set()  # */sub
+    has_double = has_single = has_plain = False
     for i, r in enumerate(resources):
         p = f"{path}[{i}]"
         if not isinstance(r, str) or r == "":
             out.append(v.required(p, ""))
             continue
-        if r == "*/*":
-            has_double_wildcard = True
-        if r == "*":
-            has_single_wildcard = True
-        res, _, sub = r.partition("/")
-        if res and sub and res != "*" and sub == "*":
-            has_resource_wildcard_subresources.add(res)
-        if sub in res_subs.setdefault(res, set()):
-            out.append(v.duplicate(p, r))
-        res_subs[res].add(sub)
-    if len(resources) > 1 and has_double_wildcard:
+        has_double = has_double or r == "*/*"
+        has_single = has_single or r == "*"
+        if "/" not in r:
+            has_plain = r != "*"
+            continue
+        res, sub = r.split("/", 1)
+        if res in with_wildcard_sub:
+            out.append(v.invalid(p, r, f"if '{res}/*' is present, must not specify {r}"))
+        if sub in sub_with_wildcard_res:
+            out.append(v.invalid(p, r, f"if '*/{sub}' is present, must not specify {r}"))
+        if sub == "*":
+            with_wildcard_sub.add(res)
+        if res == "*":
+            sub_with_wildcard_res.add(sub)
+    if len(resources) > 1 and has_double:
         out.append(v.invalid(path, resources, "if '*/*' is present, must not specify other resources"))
-    if len(resources) > 1 and has_single_wildcard:
-        # '*' covers every resource but no subresource, so only '*/x' may sit beside it.
-        for i, r in enumerate(resources):
-            if isinstance(r, str) and r != "*" and not r.startswith("*/"):
-                out.append(v.invalid(f"{path}[{i}]", r, "if '*' is present, must not specify other resources"
-                                     " without subresources"))
-    for i, r in enumerate(resources):
-        if isinstance(r, str) and "/" in r:
-            res, _, sub = r.partition("/")
-            if res in has_resource_wildcard_subresources and sub != "*":
-                out.append(v.invalid(f"{path}[{i}]", r, f"if '{res}/*' is present, must not specify {r}"))
+    if has_single and has_plain:
+        out.append(v.invalid(path, resources, "if '*' is present, must not specify other resources without "
+                                              "subresources"))
     return out
 
 

@@ -106,6 +106,16 @@ def test_valid_configuration() -> None:
     ({"rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
                  "resources": ["*/*", "pods"]}]}, "webhooks[0].rules[0].resources",
      "Invalid value: [\"*/*\",\"pods\"]: if '*/*' is present, must not specify other resources"),
+    ({"rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                 "resources": ["*", "pods"]}]}, "webhooks[0].rules[0].resources",
+     "Invalid value: [\"*\",\"pods\"]: if '*' is present, must not specify other resources without "
+     "subresources"),
+    ({"rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                 "resources": ["pods/*", "pods/status"]}]}, "webhooks[0].rules[0].resources[1]",
+     "Invalid value: \"pods/status\": if 'pods/*' is present, must not specify pods/status"),
+    ({"rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                 "resources": ["*/status", "pods/status"]}]}, "webhooks[0].rules[0].resources[1]",
+     "Invalid value: \"pods/status\": if '*/status' is present, must not specify pods/status"),
 ])
 def test_invalid_webhook(change: dict[str, Any], field: str, message: str) -> None:
     hook = {k: val for k, val in {**HOOK, **change}.items() if val is not None}
@@ -137,3 +147,8 @@ def test_policy_and_binding_structure() -> None:
         ["spec.validationActions"]
     b["spec"]["validationActions"] = ["Deny"]
     assert VALIDATING_ADMISSION_POLICY_BINDING.validate(b, None) == []
+
+
+def test_star_beside_subresources_is_valid() -> None:
+    rule = {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["*", "*/status"]}
+    assert messages(VALIDATING_WEBHOOK_CONFIGURATION, config({**HOOK, "rules": [rule]})) == []
