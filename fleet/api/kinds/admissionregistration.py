@@ -145,20 +145,21 @@ def validate_rule(rule: Any, path: str) -> list[Cause]:
 
 
 def validate_webhook_url(url: Any, path: str) -> list[Cause]:
-    """webhook.ValidateWebhookURL(forceHttps=true)."""
+    """webhook.ValidateWebhookURL(forceHttps=true), with its messages."""
+    form = "; desired format: https://host[/path]"
     if not isinstance(url, str):
         return [v.type_invalid(path, url, "string")]
     try:
         u = urlsplit(url)
     except ValueError as e:
-        return [v.invalid(path, url, f"url must be a valid URL: {e}")]
+        return [v.required(path, f"url must be a valid URL: {e}{form}")]
     out: list[Cause] = []
     if u.scheme != "https":
-        out.append(v.invalid(path, u.scheme, "'https' is the only allowed URL scheme"))
-    if not u.hostname:
-        out.append(v.invalid(path, u.netloc, "host must be specified"))
-    if u.username is not None or u.password is not None:
-        out.append(v.invalid(path, u.netloc.split("@")[0], "user information is not permitted in the URL"))
+        out.append(v.invalid(path, u.scheme, "'https' is the only allowed URL scheme" + form))
+    if not u.netloc:
+        out.append(v.invalid(path, u.netloc, "host must be provided" + form))
+    if "@" in u.netloc:
+        out.append(v.invalid(path, u.netloc.rsplit("@", 1)[0], "user information is not permitted in the URL"))
     if u.fragment:
         out.append(v.invalid(path, u.fragment, "fragments are not permitted in the URL"))
     if u.query:
@@ -179,15 +180,21 @@ def validate_service(svc: Any, path: str) -> list[Cause]:
     for msg in v.is_valid_port_num(port):
         out.append(v.invalid(f"{path}.port", port, f"port is not valid: {msg}"))
     p = svc.get("path")
-    if p is not None:
-        if not isinstance(p, str) or not p.startswith("/"):
-            out.append(v.invalid(f"{path}.path", p, "must start with a '/'"))
-        elif p != "/":
-            steps = p[1:].removesuffix("/").split("/")
-            for i, step in enumerate(steps):
-                if step == "":
-                    out.append(v.invalid(f"{path}.path", p, f"segment[{i}] may not be empty"))
-                    break
+    if p is None or p in ("", "/"):
+        return out
+    if not isinstance(p, str):
+        return out + [v.type_invalid(f"{path}.path", p, "string")]
+    if p == "//":
+        return out + [v.invalid(f"{path}.path", p, "segment[0] may not be empty")]
+    if not p.startswith("/"):
+        out.append(v.invalid(f"{path}.path", p, "must start with a '/'"))
+    steps = p[1:].removesuffix("/").split("/")
+    for i, step in enumerate(steps):
+        if step == "":
+            out.append(v.invalid(f"{path}.path", p, f"segment[{i}] may not be empty"))
+            continue
+        for msg in v.is_dns1123_subdomain(step):
+            out.append(v.invalid(f"{path}.path", p, f"segment[{i}]: {msg}"))
     return out
 
 
