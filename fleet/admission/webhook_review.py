@@ -7,7 +7,7 @@ messages:
 
 - a refusal: `admission webhook "<name>" denied the request: <message>` (or
   `... denied the request without explanation`), with the response's code
-  (403 when it gives none) and reason;
+  (400 when it gives none, or one below 400) and reason;
 - a failed call (transport error, timeout, garbage answer, wrong uid, a patch from a
   validating webhook, an unsupported patch type): `failed calling webhook "<name>": <why>`,
   refused as an InternalError (`Internal error occurred: ...`) when failurePolicy is
@@ -152,11 +152,12 @@ def denied(name: str, status: dict[str, Any]) -> errors.APIError:
     else:
         text = f"{by} without explanation"
     code = status.get("code")
-    if not isinstance(code, int) or isinstance(code, bool) or code < 400 or code > 599:
-        code = 403
-    causes = ((status.get("details") or {}).get("causes") if isinstance(status.get("details"), dict) else None)
-    return errors.APIError(text, code=code, reason=reason if isinstance(reason, str) and reason else
-                           ("Forbidden" if code == 403 else "BadRequest" if code == 400 else "InternalError"),
+    # "Make sure we don't return < 400 status codes along with a rejection."
+    if not isinstance(code, int) or isinstance(code, bool) or code < 400:
+        code = 400
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return errors.APIError(text, code=code, reason=reason if isinstance(reason, str) else "",
                            causes=[c for c in causes or [] if isinstance(c, dict)])
 
 

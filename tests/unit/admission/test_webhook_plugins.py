@@ -134,7 +134,7 @@ async def test_validating_in_parallel_first_refusal_in_order() -> None:
         with pytest.raises(errors.APIError) as e:
             await p.validate(ATTRS, USER, cm(), None)
     assert e.value.message == 'admission webhook "b.x.test" denied the request: no b'
-    assert e.value.code == 403
+    assert e.value.code == 400
     assert sorted(n for n, _ in t.calls) == ["a.x.test", "b.x.test", "c.x.test"]
 
 

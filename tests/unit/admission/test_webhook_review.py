@@ -78,8 +78,9 @@ def test_denied_messages() -> None:
     assert (e.code, e.message, e.reason) == (403, 'admission webhook "deny.example.com" denied the request: '
                                                   "no pods here", "Forbidden")
     e = denied("deny.example.com", {})
-    assert (e.code, e.message) == (403, 'admission webhook "deny.example.com" denied the request without '
+    assert (e.code, e.message) == (400, 'admission webhook "deny.example.com" denied the request without '
                                         "explanation")
+    assert denied("d.example.com", {"code": 200}).code == 400
     e = denied("deny.example.com", {"code": 422, "reason": "Invalid"})
     assert (e.code, e.message) == (422, 'admission webhook "deny.example.com" denied the request: Invalid')
 
