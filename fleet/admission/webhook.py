@@ -36,6 +36,7 @@ import base64
 import copy
 import functools
 import logging
+import socket
 import ssl
 import uuid
 from collections.abc import Mapping
@@ -130,20 +131,32 @@ async def resolve_service(store: Store, svc: dict[str, Any]) -> tuple[str, int]:
     raise CallError(f'service "{ns}/{name}" has no ready endpoints')
 
 
-def describe(e: BaseException) -> str:
-    """The most specific message in an exception's chain (httpx wraps the TLS error,
-    often with an empty message of its own)."""
-    best = str(e) or type(e).__name__
+def _deepest(e: BaseException) -> BaseException:
+    """The root cause: follow __cause__/__context__ and the first member of exception groups."""
     seen: set[int] = set()
-    cur: BaseException | None = e
-    while cur is not None and id(cur) not in seen:
+    cur = e
+    while id(cur) not in seen:
         seen.add(id(cur))
-        if isinstance(cur, ssl.SSLError | OSError) and str(cur):
-            return str(cur)
-        if str(cur):
-            best = str(cur)
-        cur = cur.__cause__ or cur.__context__
-    return best
+        nxt = cur.__cause__ or cur.__context__
+        if isinstance(cur, BaseExceptionGroup) and cur.exceptions:
+            nxt = cur.exceptions[0]
+        if nxt is None:
+            break
+        cur = nxt
+    return cur
+
+
+def describe(e: BaseException, host: str, port: int) -> str:
+    """Why a call failed, worded as Go's net/http and crypto/tls word it (what
+    kube-apiserver's message carries); the root cause's own text otherwise."""
+    root = _deepest(e)
+    if isinstance(root, ConnectionRefusedError):
+        return f"dial tcp {host}:{port}: connect: connection refused"
+    if isinstance(root, socket.gaierror):
+        return f"dial tcp: lookup {host}: no such host"
+    if isinstance(root, ssl.SSLCertVerificationError):
+        return f"tls: failed to verify certificate: {root.verify_message or root.reason}"
+    return str(root) or str(e) or type(root).__name__
 
 
 async def call_webhook(store: Store, hook: dict[str, Any], review: dict[str, Any]) -> bytes:
@@ -171,7 +184,8 @@ async def call_webhook(store: Store, hook: dict[str, Any], review: dict[str, Any
     except httpx.TimeoutException:
         raise CallError("context deadline exceeded") from None
     except (httpx.HTTPError, OSError, ssl.SSLError) as e:
-        raise CallError(f'Post "{url}": {describe(e)}') from None
+        u = httpx.URL(url)
+        raise CallError(f'Post "{url}": {describe(e, u.host, u.port or 443)}') from None
     if resp.status_code < 200 or resp.status_code >= 300:
         raise CallError(f"expected webhook response status 200, got {resp.status_code}")
     return resp.content

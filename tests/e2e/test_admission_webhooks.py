@@ -272,7 +272,8 @@ def test_dead_webhook_fails_closed_naming_it(fleet_server: FleetServer, tls: tup
     install(fleet_server, configs, "ValidatingWebhookConfiguration",
             hook("dead.webhooks.fleet.test", ns, url, tls[0], timeoutSeconds=2))
     err = eventually_refused(fleet_server, ns)
-    assert 'Internal error occurred: failed calling webhook "dead.webhooks.fleet.test"' in err
+    assert (f'Internal error occurred: failed calling webhook "dead.webhooks.fleet.test": Post "{url}": '
+            f"dial tcp 127.0.0.1:{url.split(':')[2].split('/')[0]}: connect: connection refused") in err
     # Still refused, every time (not a transient of the cache).
     rc, out, err = create_configmap(fleet_server, ns, "after")
     assert rc != 0 and 'failed calling webhook "dead.webhooks.fleet.test"' in err
@@ -313,7 +314,7 @@ def test_wrong_ca_bundle_fails_closed(fleet_server: FleetServer, webhook: Webhoo
             hook("untrusted.webhooks.fleet.test", ns, url, other_ca))
     err = eventually_refused(fleet_server, ns)
     assert 'failed calling webhook "untrusted.webhooks.fleet.test"' in err
-    assert "CERTIFICATE_VERIFY_FAILED" in err or "certificate verify failed" in err
+    assert "tls: failed to verify certificate" in err
 
 
 def test_invalid_configuration_refused_with_kube_messages(fleet_server: FleetServer) -> None:
