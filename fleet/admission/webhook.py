@@ -195,10 +195,11 @@ async def call_webhook(store: Store, hook: dict[str, Any], review: dict[str, Any
 
 # The kind of the object a subresource request carries (what the AdmissionReview's
 # `kind` names, as kube-apiserver sends it): (resource or "*", subresource) → GVK.
+# Not `scale`: Fleet's admission chain sees the parent object of a scale write (a
+# Deployment, not an autoscaling/v1 Scale), so the review names the parent's kind.
 SUBRESOURCE_KINDS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("pods", "binding"): ("", "v1", "Binding"),
     ("pods", "eviction"): ("policy", "v1", "Eviction"),
-    ("*", "scale"): ("autoscaling", "v1", "Scale"),
 }
 
 MATCH_CONDITIONS_WARNING = ('webhook "{name}": matchConditions are not evaluated by this server yet; the webhook '
