@@ -16,7 +16,9 @@ other's webhooks.
 * a slow webhook past its timeoutSeconds fails closed, and so does one answering garbage;
 * a dry run through a webhook with sideEffects None is called and nothing is stored;
 * a webhook reached through a Service reference (its endpoints; TLS checked for
-  `<service>.<namespace>.svc`).
+  `<service>.<namespace>.svc`);
+* a webhook's auditAnnotations land in the request's audit event (a server of its own
+  with `--audit-log-path`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.conftest import KUBECTL, FleetServer, create_namespace, run_kubectl
+from tests.conftest import KUBECTL, FleetServer, ServerFactory, create_namespace, run_kubectl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(KUBECTL is None, reason="needs kubectl")]
 
@@ -95,6 +97,7 @@ def review_answer(path: str, review: dict[str, Any]) -> dict[str, Any]:
         resp.update(patchType="JSONPatch", patch=base64.b64encode(json.dumps(ops).encode()).decode(),
                     warnings=["label injected by the test webhook"])
     elif path == "/validate":
+        resp["auditAnnotations"] = {"checked": "true"}
         if labels.get("deny") == "yes":
             resp.update(allowed=False, status={"code": 403, "reason": "Forbidden",
                                                "message": "configmaps labelled deny=yes are not allowed"})
@@ -380,3 +383,23 @@ def test_garbage_answer_fails_closed_clearly(fleet_server: FleetServer, webhook:
     err = eventually_refused(fleet_server, ns)
     assert ('Internal error occurred: failed calling webhook "garbage.webhooks.fleet.test": '
             "received invalid webhook response") in err
+
+
+def test_audit_annotations_in_the_audit_log(fleet_server_factory: ServerFactory, webhook: WebhookServer,
+                                            tls: tuple[bytes, ssl.SSLContext], tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    srv = fleet_server_factory.start(extra_args=["--audit-log-path", str(log)])
+    ns = f"wh-{uuid.uuid4().hex[:6]}"
+    create_namespace(srv, ns)
+    url = f"https://127.0.0.1:{webhook.port}/validate"
+    install(srv, [], "ValidatingWebhookConfiguration", hook("audit.webhooks.fleet.test", ns, url, tls[0]))
+    eventually_refused(srv, ns, "deny=yes")
+    rc, out, err = create_configmap(srv, ns, "audited")
+    assert rc == 0, err
+    assert srv.stop() == 0  # flushes the audit writer
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    done = [e for e in events if e.get("stage") == "ResponseComplete" and e.get("verb") == "create"
+            and (e.get("objectRef") or {}).get("resource") == "configmaps"
+            and (e.get("objectRef") or {}).get("namespace") == ns]
+    assert done and all(e.get("annotations", {}).get("audit.webhooks.fleet.test/checked") == "true"
+                        for e in done[-2:]), done[-2:]
