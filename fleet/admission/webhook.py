@@ -241,7 +241,13 @@ class _WebhookPlugin:
             ns = self.namespaces.get(attrs.namespace)
             ns_labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
         return Request(op, attrs.group, attrs.version, attrs.resource, attrs.subresource, attrs.namespace,
-                       namespaced, obj, old, ns_labels)
+                       namespaced, obj, old, ns_labels, self._served_versions(attrs.group, attrs.resource))
+
+    def _served_versions(self, group: str, resource: str) -> frozenset[str]:
+        # Asked afresh (a scan of ~100 kinds, only when some webhook is configured): CRDs
+        # add and change versions at run time.
+        infos = self.registry.all() if self.registry is not None else ()
+        return frozenset(i.version for i in infos if i.group == group and i.plural == resource)
 
     def matching(self, attrs: Attributes, obj: dict[str, Any] | None,
                  old: dict[str, Any] | None) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, str], Request | None]:

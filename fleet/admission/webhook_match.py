@@ -12,9 +12,12 @@ this module is the same decision with no I/O, so it is tested exhaustively.
 - namespaceSelector: the labels of the object's namespace; a Namespace is judged by
   its own labels; any other cluster-scoped object always matches.
 - objectSelector: the new or the old object's labels (either one matching is enough).
-- matchPolicy: Fleet serves each group/resource in one version, so there is no
-  other version a request could be converted to; `Equivalent` and `Exact` decide the
-  same here (the rule must name the served version, or `*`).
+- matchPolicy: `Exact` needs the rule to name the request's version; `Equivalent`
+  (the default) also matches a rule naming another version Fleet serves of the same
+  group/resource (HorizontalPodAutoscalers: autoscaling/v1 and v2).  Fleet stores and
+  admits one version (v1 HPA writes are converted to v2 before admission), so the
+  webhook is sent that version — labelled as such in `kind`/`resource` — where
+  kube-apiserver would convert the object to the version the rule names.
 - Webhook configurations and policies themselves are never sent to webhooks, as in
   kube-apiserver, so a broken webhook cannot lock the cluster out of removing it.
 """
@@ -49,6 +52,8 @@ class Request:
     obj: dict[str, Any] | None
     old: dict[str, Any] | None
     namespace_labels: dict[str, str] | None  # labels of `namespace`, None when unknown
+    # Every version Fleet serves of this group/resource (matchPolicy Equivalent).
+    served_versions: frozenset[str] = frozenset()
 
 
 def _in(values: Any, value: str) -> bool:
@@ -73,11 +78,15 @@ def _resource_matches(resources: Any, resource: str, subresource: str) -> bool:
     return False
 
 
-def rule_matches(rule: dict[str, Any], req: Request) -> bool:
-    """One RuleWithOperations against the request (predicates/rules.Matcher)."""
+def rule_matches(rule: dict[str, Any], req: Request, *, equivalent: bool = False) -> bool:
+    """One RuleWithOperations against the request (predicates/rules.Matcher); with
+    `equivalent`, any served version of the resource satisfies apiVersions."""
     if not _in(rule.get("operations"), req.operation):
         return False
-    if not _in(rule.get("apiGroups"), req.group) or not _in(rule.get("apiVersions"), req.version):
+    if not _in(rule.get("apiGroups"), req.group):
+        return False
+    versions = {req.version} | (set(req.served_versions) if equivalent else set())
+    if not any(_in(rule.get("apiVersions"), ver) for ver in versions):
         return False
     if not _resource_matches(rule.get("resources"), req.resource, req.subresource):
         return False
@@ -127,7 +136,9 @@ def webhook_matches(hook: dict[str, Any], req: Request) -> bool:
     if exempt(req):
         return False
     rules = hook.get("rules")
-    if not isinstance(rules, list) or not any(isinstance(r, dict) and rule_matches(r, req) for r in rules):
+    equivalent = hook.get("matchPolicy", "Equivalent") != "Exact"
+    if not isinstance(rules, list) or not any(isinstance(r, dict) and rule_matches(r, req, equivalent=equivalent)
+                                              for r in rules):
         return False
     return namespace_selector_matches(hook, req) and object_selector_matches(hook, req)
 

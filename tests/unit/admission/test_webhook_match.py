@@ -91,3 +91,15 @@ def test_hooks_in_configuration_name_order_then_listed_order() -> None:
     cfgs = [{"metadata": {"name": "b"}, "webhooks": [{"name": "b1"}, {"name": "b2"}]},
             {"metadata": {"name": "a"}, "webhooks": [{"name": "a1"}]}]
     assert [(c, h["name"]) for c, h in hooks_of(cfgs)] == [("a", "a1"), ("b", "b1"), ("b", "b2")]
+
+
+def test_match_policy_equivalent_uses_the_other_served_versions() -> None:
+    hpa = Request("CREATE", "autoscaling", "v2", "horizontalpodautoscalers", "", "default", True,
+                  {"metadata": {}}, None, {}, frozenset({"v1", "v2"}))
+    v1_rule = rule(groups=["autoscaling"], versions=["v1"], resources=["horizontalpodautoscalers"])
+    assert webhook_matches(hook(rules=[v1_rule]), hpa)  # matchPolicy defaults to Equivalent
+    assert webhook_matches(hook(rules=[v1_rule], matchPolicy="Equivalent"), hpa)
+    assert not webhook_matches(hook(rules=[v1_rule], matchPolicy="Exact"), hpa)
+    # A version Fleet does not serve is no equivalent.
+    beta = rule(groups=["autoscaling"], versions=["v2beta2"], resources=["horizontalpodautoscalers"])
+    assert not webhook_matches(hook(rules=[beta]), hpa)

@@ -270,3 +270,15 @@ async def test_malformed_stored_configurations_do_not_break_requests() -> None:
     p = ValidatingWebhooks(None, default_registry(), cache, {}, call=t)  # type: ignore[arg-type]
     await p.validate(ATTRS, USER, cm(), None)
     assert [n for n, _ in t.calls] == ["c.x.test"]
+
+
+async def test_equivalent_match_for_hpas_through_the_registry() -> None:
+    t = FakeTransport({"h.x.test": {"allowed": False, "status": {"message": "no"}}})
+    h = hook("h.x.test", rules=[{"operations": ["CREATE"], "apiGroups": ["autoscaling"], "apiVersions": ["v1"],
+                                 "resources": ["horizontalpodautoscalers"], "scope": "*"}])
+    attrs = Attributes("create", "autoscaling", "v2", "horizontalpodautoscalers", "", "default", "h")
+    with pytest.raises(errors.APIError, match="denied the request: no"):
+        await validating(t, h).validate(attrs, USER, {"metadata": {"name": "h"}}, None)
+    assert t.calls[0][1]["kind"] == {"group": "autoscaling", "version": "v2", "kind": "HorizontalPodAutoscaler"}
+    await validating(t, {**h, "matchPolicy": "Exact"}).validate(attrs, USER, {"metadata": {"name": "h"}}, None)
+    assert len(t.calls) == 1
