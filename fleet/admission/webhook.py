@@ -205,6 +205,7 @@ SUBRESOURCE_KINDS: dict[tuple[str, str], tuple[str, str, str]] = {
 MATCH_CONDITIONS_WARNING = ('webhook "{name}": matchConditions are not evaluated by this server yet; the webhook '
                             "is called for every request its rules and selectors match")
 
+
 class _WebhookPlugin:
     mutating = False
 
