@@ -78,6 +78,12 @@ ROOTS = {
     ("authorization.k8s.io", "v1", "SubjectAccessReview"): "V1SubjectAccessReview",
     ("authorization.k8s.io", "v1", "SelfSubjectAccessReview"): "V1SelfSubjectAccessReview",
     ("authorization.k8s.io", "v1", "LocalSubjectAccessReview"): "V1LocalSubjectAccessReview",
+    ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration"): "V1MutatingWebhookConfiguration",
+    ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration"):
+        "V1ValidatingWebhookConfiguration",
+    ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy"): "V1ValidatingAdmissionPolicy",
+    ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding"):
+        "V1ValidatingAdmissionPolicyBinding",
     ("authorization.k8s.io", "v1", "SelfSubjectRulesReview"): "V1SelfSubjectRulesReview",
 }
 

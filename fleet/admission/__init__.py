@@ -5,8 +5,10 @@ update/delete).  Mutating plugins return the (possibly changed) object;
 validating plugins raise an `APIError` to refuse.  Built-in plugins live one
 per module beside this one (`priority.py`, `default_toleration_seconds.py`,
 `limitranger.py`, `resourcequota.py`, `defaultingressclass.py`, `defaultstorageclass.py`,
-`storageprotection.py`, `pvcresize.py`, `noderestriction.py`, `serviceaccount.py`); webhooks join the
-same chain later without changing the server.
+`storageprotection.py`, `pvcresize.py`, `noderestriction.py`, `serviceaccount.py`); the dynamic
+webhooks (`webhook.py`) join the same chain: MutatingAdmissionWebhook after the built-in mutating
+plugins, ValidatingAdmissionWebhook after the built-in validating ones but before ResourceQuota,
+kube-apiserver's order.
 
 The server runs the two halves around the kind's validation, as
 kube-apiserver does: mutating admission, then validation of the (mutated)
@@ -72,7 +74,8 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
                   priority_cache: Any = None, limit_range_cache: Any = None,
                   quota_cache: Any = None, ingress_class_cache: Any = None,
                   storage_class_cache: Any = None, service_account_cache: Any = None,
-                  mount_service_account_tokens: bool = False) -> AdmissionChain:
+                  mount_service_account_tokens: bool = False,
+                  webhooks: tuple[MutatingPlugin, ValidatingPlugin] | None = None) -> AdmissionChain:
     """The chain `fleet server` runs, in kube-apiserver's recommended plugin order
     (LimitRanger, ServiceAccount, then Priority before DefaultTolerationSeconds;
     ResourceQuota last, so it charges exactly what the others let through).  NodeRestriction
@@ -93,6 +96,10 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
     ServiceAccount plugin; without one it reads the store), and
     `mount_service_account_tokens` makes it add the `kube-api-access-*` token volume
     (on when the server serves TokenRequest).
+    `webhooks` is the (MutatingAdmissionWebhook, ValidatingAdmissionWebhook) pair of
+    `webhook.webhook_plugins`: the mutating one runs last of the mutating plugins, the
+    validating one last of the validating plugins before ResourceQuota (kube's order,
+    so quota charges only what the webhooks let through).
     """
     # Imported here: the plugins import the store and the kinds, which need not
     # load for code that only wants the chain's types.
@@ -112,11 +119,14 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
                                      mount_tokens=mount_service_account_tokens)
     limit_ranger = LimitRanger(store, limit_range_cache)
     storage_classes = storage_class_cache if storage_class_cache is not None else StorageClassCache()
-    return AdmissionChain(
-        mutating=[limit_ranger, service_account, priority, DefaultTolerationSeconds(not_ready_seconds, unreachable_seconds),
-                  DefaultStorageClass(store, storage_classes), StorageObjectInUseProtection(),
-                  DefaultIngressClass(store, ingress_class_cache)],
-        validating=[NodeRestriction(store), limit_ranger, service_account, priority,
-                    PersistentVolumeClaimResize(store, storage_classes),
-                    ResourceQuota(store, quota_cache)],
-    )
+    mutating: list[MutatingPlugin] = [
+        limit_ranger, service_account, priority, DefaultTolerationSeconds(not_ready_seconds, unreachable_seconds),
+        DefaultStorageClass(store, storage_classes), StorageObjectInUseProtection(),
+        DefaultIngressClass(store, ingress_class_cache)]
+    validating: list[ValidatingPlugin] = [NodeRestriction(store), limit_ranger, service_account, priority,
+                                          PersistentVolumeClaimResize(store, storage_classes)]
+    if webhooks is not None:
+        mutating.append(webhooks[0])
+        validating.append(webhooks[1])
+    validating.append(ResourceQuota(store, quota_cache))
+    return AdmissionChain(mutating=mutating, validating=validating)

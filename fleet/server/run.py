@@ -33,6 +33,12 @@ from fleet.admission.defaultstorageclass import StorageClassCache
 from fleet.admission.objcache import NamespacedCache
 from fleet.admission.priority import ClassCache
 from fleet.admission.serviceaccount import ServiceAccountCache
+from fleet.admission.webhook import (
+    MUTATING_PREFIX,
+    VALIDATING_PREFIX,
+    WebhookConfigCache,
+    webhook_plugins,
+)
 from fleet.api import meta
 from fleet.api.kinds.scheduling import system_priority_classes
 from fleet.api.registry import Registry, default_registry
@@ -350,7 +356,14 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             await nursery.start(_supervised("service-account-cache", service_accounts.run, store))
             # One chain for both: ResourceAPI runs it on every write; APIServer keeps
             # it for the pipeline stages it runs itself.
+            # Dynamic admission webhooks: their configurations, watch-fed.
+            mutating_hooks = WebhookConfigCache(MUTATING_PREFIX)
+            await nursery.start(_supervised("mutating-webhook-cache", mutating_hooks.run, store))
+            validating_hooks = WebhookConfigCache(VALIDATING_PREFIX)
+            await nursery.start(_supervised("validating-webhook-cache", validating_hooks.run, store))
             admission = builtin_chain(store, priority_cache=priority_classes,
+                                      webhooks=webhook_plugins(store, registry, mutating_hooks,
+                                                               validating_hooks, namespaces),
                                       limit_range_cache=limit_ranges, quota_cache=quotas,
                                       ingress_class_cache=ingress_classes,
                                       storage_class_cache=storage_classes,

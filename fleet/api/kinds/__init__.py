@@ -9,6 +9,7 @@ preferred version) and for `Registry.resolve` ties, so core comes first.
 from __future__ import annotations
 
 from fleet.api.kinds import (
+    admissionregistration,
     apps,
     authentication,
     authorization,
@@ -62,6 +63,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *certificates.KINDS,
     events.EVENTS_EVENT,
     *authentication.KINDS,
+    *admissionregistration.KINDS,
 )
 
 

@@ -90,6 +90,14 @@ IDENTITY = [
     ("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", "tokenreview", False, (), (), ()),
     ("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview", False, (), (),
      ()),
+    ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations",
+     "mutatingwebhookconfiguration", False, (), (), ()),
+    ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations",
+     "validatingwebhookconfiguration", False, (), (), ()),
+    ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies",
+     "validatingadmissionpolicy", False, (), (), ("status",)),
+    ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding",
+     "validatingadmissionpolicybindings", "validatingadmissionpolicybinding", False, (), (), ()),
 ]
 READ_ONLY_GROUPS = ("metrics.k8s.io",)
 CREATE_ONLY_GROUPS = ("authorization.k8s.io", "authentication.k8s.io")

@@ -1,0 +1,405 @@
+"""Dynamic admission webhooks: the two plugins, their configuration cache and the HTTPS call.
+
+`MutatingWebhooks` and `ValidatingWebhooks` join the admission chain after the
+built-in plugins of their half (kube-apiserver's order: MutatingAdmissionWebhook
+after the built-in mutating plugins, ValidatingAdmissionWebhook after the
+built-in validating ones).  Each reads its configurations from a watch-fed
+`WebhookConfigCache`, so a request with no matching webhook costs a few dict
+lookups and never touches the store; with no configurations at all the plugins
+do nothing.
+
+Decisions live beside this module: which webhooks a request calls in
+webhook_match.py, the AdmissionReview and the meaning of an answer in
+webhook_review.py.  This module is the I/O: the HTTPS POST (httpx, verified with
+the webhook's `caBundle`, or the system roots when it has none), the timeout
+(`timeoutSeconds`, default 10), and the Service reference.
+
+A `service` reference is resolved to one of the Service's ready *endpoints*
+(its Endpoints object), not to its ClusterIP: the API server runs on the host,
+where a ClusterIP only works if this host's agent has programmed the service
+rules, while endpoint addresses are reachable from the host whenever the pod
+network is.  The TLS name checked is `<service>.<namespace>.svc`, as
+kube-apiserver checks it, so the webhook's certificate is the same one it would
+present in Kubernetes.
+
+Mutating webhooks run one after the other, each seeing the previous one's
+result; with `reinvocationPolicy: IfNeeded` a webhook is called once more if a
+later webhook changed the object after it ran.  Validating webhooks run in
+parallel and the first refusal (in configuration order) is the answer.
+`matchConditions` (CEL) are NOT evaluated yet: a webhook that has them is called
+as if they all held (it sees more requests than it asked for, never fewer).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import logging
+import socket
+import ssl
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import trio
+
+from fleet.admission import warnings as admission_warnings
+from fleet.admission.webhook_match import OPERATION_OF_VERB, Request, hooks_of, webhook_matches
+from fleet.admission.webhook_review import (
+    CallError,
+    Outcome,
+    build_review,
+    call_failed,
+    denied,
+    dry_run_unsupported,
+    ignored_warning,
+    parse_response,
+    supports_dry_run,
+)
+from fleet.api import meta
+from fleet.auth import Attributes, UserInfo
+from fleet.store import KeyNotFound, Store
+from fleet.store.watchcache import WatchCache
+
+log = logging.getLogger(__name__)
+
+GROUP = "admissionregistration.k8s.io"
+MUTATING_PREFIX = meta.store_key(GROUP, "mutatingwebhookconfigurations", None, None)
+VALIDATING_PREFIX = meta.store_key(GROUP, "validatingwebhookconfigurations", None, None)
+DEFAULT_TIMEOUT = 10
+
+
+class WebhookConfigCache(WatchCache):
+    """The webhook configurations of one kind (mutating or validating), watch-fed."""
+
+    def hooks(self) -> list[tuple[str, dict[str, Any]]]:
+        return hooks_of(list(self.values()))
+
+
+# --------------------------------------------------------------------------- the call
+
+@functools.lru_cache(maxsize=64)
+def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
+    """A client context trusting `ca_bundle` (base64 PEM) or the system roots; cached, since
+    loading roots costs milliseconds and every call of a webhook uses the same one."""
+    if ca_bundle:
+        try:
+            pem = base64.b64decode(ca_bundle, validate=True).decode()
+        except (ValueError, UnicodeDecodeError) as e:
+            raise CallError(f"invalid caBundle: {e}") from None
+        try:
+            return ssl.create_default_context(cadata=pem)
+        except ssl.SSLError as e:
+            raise CallError(f"invalid caBundle: {e}") from None
+    return ssl.create_default_context()
+
+
+async def resolve_service(store: Store, svc: dict[str, Any]) -> tuple[str, int]:
+    """A ready endpoint (ip, port) of the referenced Service, for its `port`."""
+    ns, name, port = svc.get("namespace", ""), svc.get("name", ""), int(svc.get("port") or 443)
+    try:
+        service = await store.get(meta.store_key("", "services", ns, name))
+    except KeyNotFound:
+        raise CallError(f'service "{name}" not found') from None
+    target: Any = port
+    port_name = ""
+    for p in (service.get("spec") or {}).get("ports") or []:
+        if p.get("port") == port:
+            target, port_name = p.get("targetPort", port), p.get("name") or ""
+            break
+    else:
+        raise CallError(f'service "{name}" has no port {port}')
+    try:
+        eps = await store.get(meta.store_key("", "endpoints", ns, name))
+    except KeyNotFound:
+        raise CallError(f'endpoints "{name}" not found') from None
+    for subset in eps.get("subsets") or []:
+        addrs = subset.get("addresses") or []
+        if not addrs:
+            continue
+        num = None
+        for p in subset.get("ports") or []:
+            if (p.get("name") or "") == port_name or len(subset.get("ports") or []) == 1:
+                num = p.get("port")
+                break
+        if num is None and isinstance(target, int):
+            num = target
+        if num is not None and addrs[0].get("ip"):
+            return addrs[0]["ip"], int(num)
+    raise CallError(f'service "{ns}/{name}" has no ready endpoints')
+
+
+def _deepest(e: BaseException) -> BaseException:
+    """The root cause: follow __cause__/__context__ and the first member of exception groups."""
+    seen: set[int] = set()
+    cur = e
+    while id(cur) not in seen:
+        seen.add(id(cur))
+        nxt = cur.__cause__ or cur.__context__
+        if isinstance(cur, BaseExceptionGroup) and cur.exceptions:
+            nxt = cur.exceptions[0]
+        if nxt is None:
+            break
+        cur = nxt
+    return cur
+
+
+def describe(e: BaseException, host: str, port: int) -> str:
+    """Why a call failed, worded as Go's net/http and crypto/tls word it (what
+    kube-apiserver's message carries); the root cause's own text otherwise."""
+    root = _deepest(e)
+    if isinstance(root, ConnectionRefusedError):
+        return f"dial tcp {host}:{port}: connect: connection refused"
+    if isinstance(root, socket.gaierror):
+        return f"dial tcp: lookup {host}: no such host"
+    if isinstance(root, ssl.SSLCertVerificationError):
+        return f"tls: failed to verify certificate: {root.verify_message or root.reason}"
+    return str(root) or str(e) or type(root).__name__
+
+
+async def call_webhook(store: Store, hook: dict[str, Any], review: dict[str, Any]) -> bytes:
+    """POST the review to the webhook; the raw answer body.  Raises CallError."""
+    cc = hook.get("clientConfig") or {}
+    timeout = hook.get("timeoutSeconds") or DEFAULT_TIMEOUT
+    ctx = _ssl_context(cc.get("caBundle"))
+    extensions: dict[str, Any] = {}
+    if cc.get("url"):
+        url = cc["url"]
+    else:
+        svc = cc.get("service") or {}
+        ip, port = await resolve_service(store, svc)
+        host = f"[{ip}]" if ":" in ip else ip
+        url = f"https://{host}:{port}{svc.get('path') or ''}"
+        # Verify the certificate for the Service's DNS name, as kube-apiserver does.
+        extensions["sni_hostname"] = f"{svc.get('name')}.{svc.get('namespace')}.svc"
+    try:
+        with trio.fail_after(timeout):
+            async with httpx.AsyncClient(verify=ctx, timeout=timeout) as client:
+                resp = await client.post(url, json=review, extensions=extensions,
+                                         headers={"Accept": "application/json"})
+    except trio.TooSlowError:
+        raise CallError("context deadline exceeded") from None
+    except httpx.TimeoutException:
+        raise CallError("context deadline exceeded") from None
+    except (httpx.HTTPError, OSError, ssl.SSLError) as e:
+        u = httpx.URL(url)
+        raise CallError(f'Post "{url}": {describe(e, u.host, u.port or 443)}') from None
+    if resp.status_code < 200 or resp.status_code >= 300:
+        raise CallError(f"expected webhook response status 200, got {resp.status_code}")
+    return resp.content
+
+
+# --------------------------------------------------------------------------- plugins
+
+# The kind of the object a subresource request carries (what the AdmissionReview's
+# `kind` names, as kube-apiserver sends it): (resource or "*", subresource) → GVK.
+# Not `scale`: Fleet's admission chain sees the parent object of a scale write (a
+# Deployment, not an autoscaling/v1 Scale), so the review names the parent's kind.
+SUBRESOURCE_KINDS: dict[tuple[str, str], tuple[str, str, str]] = {
+    ("pods", "binding"): ("", "v1", "Binding"),
+    ("pods", "eviction"): ("policy", "v1", "Eviction"),
+}
+
+MATCH_CONDITIONS_WARNING = ('webhook "{name}": matchConditions are not evaluated by this server yet; the webhook '
+                            "is called for every request its rules and selectors match")
+
+
+class _WebhookPlugin:
+    mutating = False
+
+    def __init__(self, store: Store, registry: Any, cache: WebhookConfigCache,
+                 namespaces: Mapping[str, dict[str, Any]] | None = None, *, call: Any = None) -> None:
+        self.store = store
+        self.registry = registry
+        self.cache = cache
+        self.namespaces = namespaces
+        # async (store, hook, review) -> body; tests substitute the transport.
+        self.call = call or call_webhook
+
+    def _kind(self, attrs: Attributes) -> tuple[dict[str, str], bool]:
+        sub_kind = SUBRESOURCE_KINDS.get((attrs.resource, attrs.subresource)) or \
+            SUBRESOURCE_KINDS.get(("*", attrs.subresource))
+        info = None
+        try:
+            info = self.registry.get(attrs.group, attrs.version, attrs.resource) if self.registry else None
+        except Exception:  # noqa: BLE001 - an unknown resource is sent with its resource name only
+            info = None
+        kind = info.kind if info is not None else ""
+        namespaced = bool(info.namespaced) if info is not None else bool(attrs.namespace)
+        if sub_kind is not None:
+            return {"group": sub_kind[0], "version": sub_kind[1], "kind": sub_kind[2]}, namespaced
+        return {"group": attrs.group, "version": attrs.version, "kind": kind}, namespaced
+
+    def _request(self, attrs: Attributes, obj: dict[str, Any] | None, old: dict[str, Any] | None,
+                 namespaced: bool) -> Request | None:
+        op = OPERATION_OF_VERB.get(attrs.verb)
+        if op is None:
+            return None
+        ns_labels = None
+        if attrs.namespace and self.namespaces is not None:
+            ns = self.namespaces.get(attrs.namespace)
+            ns_labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
+        return Request(op, attrs.group, attrs.version, attrs.resource, attrs.subresource, attrs.namespace,
+                       namespaced, obj, old, ns_labels, self._served_versions(attrs.group, attrs.resource))
+
+    def _served_versions(self, group: str, resource: str) -> frozenset[str]:
+        # Asked afresh (a scan of ~100 kinds, only when some webhook is configured): CRDs
+        # add and change versions at run time.
+        infos = self.registry.all() if self.registry is not None else ()
+        return frozenset(i.version for i in infos if i.group == group and i.plural == resource)
+
+    def matching(self, attrs: Attributes, obj: dict[str, Any] | None,
+                 old: dict[str, Any] | None) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, str], Request | None]:
+        if not self.cache:
+            return [], {}, None
+        kind, namespaced = self._kind(attrs)
+        req = self._request(attrs, obj, old, namespaced)
+        if req is None:
+            return [], kind, None
+        out = []
+        for c, h in self.cache.hooks():
+            try:
+                if webhook_matches(h, req):
+                    out.append((c, h))
+            except Exception:  # noqa: BLE001 - a stored object that validation never saw
+                log.warning("webhook configuration %s: webhook %r is malformed; skipped", c, h.get("name"),
+                            exc_info=True)
+        return out, kind, req
+
+    async def _call(self, name: str, hook: dict[str, Any], attrs: Attributes, user: UserInfo,
+                    kind: dict[str, str], req: Request, obj: dict[str, Any] | None,
+                    old: dict[str, Any] | None) -> Outcome | None:
+        """One call; None when it failed and failurePolicy is Ignore.  Raises on refusal."""
+        if attrs.dry_run and not supports_dry_run(hook):
+            raise dry_run_unsupported(name)
+        uid = str(uuid.uuid4())
+        review = build_review(uid=uid, kind=kind, resource={"group": attrs.group, "version": attrs.version,
+                                                          "resource": attrs.resource},
+                              subresource=attrs.subresource, name=attrs.name or _name(obj, old),
+                              namespace=attrs.namespace, operation=req.operation, user=user,
+                              obj=obj, old=old, dry_run=attrs.dry_run)
+        try:
+            body = await self.call(self.store, hook, review)
+            outcome = parse_response(body, uid, mutating=self.mutating, obj=obj)
+            if outcome.patched is not None:
+                check_identity(obj, outcome.patched)
+        except (CallError, AttributeError, TypeError, ValueError) as e:
+            # (The latter three: a malformed clientConfig in a stored object.)
+            if hook.get("failurePolicy", "Fail") == "Ignore":
+                log.warning("failed calling webhook \"%s\" (ignored): %s", name, e)
+                admission_warnings.add(ignored_warning(name, str(e)))
+                return None
+            raise call_failed(name, str(e)) from None
+        for w in outcome.warnings:
+            admission_warnings.add(w)
+        _record_audit_annotations(name, outcome.audit_annotations)
+        if not outcome.allowed:
+            raise denied(name, outcome.status)
+        return outcome
+
+
+IDENTITY_FIELDS = ("name", "namespace", "uid", "generateName")
+
+
+def check_identity(before: dict[str, Any] | None, after: dict[str, Any]) -> None:
+    """A mutating webhook may not rename or move the object it was asked about (the request
+    names it; the store key is derived from it)."""
+    md0 = (before or {}).get("metadata") if isinstance((before or {}).get("metadata"), dict) else {}
+    md1 = after.get("metadata") if isinstance(after.get("metadata"), dict) else {}
+    for f in IDENTITY_FIELDS:
+        if (md0 or {}).get(f) != (md1 or {}).get(f):
+            raise CallError(f"the patch may not change metadata.{f}")
+
+
+def _name(obj: dict[str, Any] | None, old: dict[str, Any] | None) -> str:
+    for o in (obj, old):
+        md = o.get("metadata") if isinstance(o, dict) else None
+        if isinstance(md, dict) and isinstance(md.get("name"), str):
+            return md["name"]
+    return ""
+
+
+def _record_audit_annotations(hook_name: str, annotations: dict[str, str]) -> None:
+    if not annotations:
+        return
+    from fleet.auth.audit import CURRENT
+
+    ra = CURRENT.get()
+    if ra is not None:
+        for k, val in annotations.items():
+            ra.annotations[f"{hook_name}/{k}"] = val
+
+
+class MutatingWebhooks(_WebhookPlugin):
+    """MutatingAdmissionWebhook."""
+
+    name = "MutatingAdmissionWebhook"
+    mutating = True
+
+    async def mutate(self, attrs: Attributes, user: UserInfo, obj: dict[str, Any],
+                     old: dict[str, Any] | None) -> dict[str, Any]:
+        hooks, kind, req = self.matching(attrs, obj, old)
+        if not hooks or req is None:
+            return obj
+        # (position, object after it ran) per webhook, for reinvocationPolicy IfNeeded.
+        after: dict[int, dict[str, Any]] = {}
+        for i, (_cfg, hook) in enumerate(hooks):
+            obj = await self._mutate_once(hook, attrs, user, kind, req, obj, old)
+            after[i] = copy.deepcopy(obj)
+        # Reinvoke (once) the IfNeeded webhooks whose output a later webhook changed.
+        for i, (_cfg, hook) in enumerate(hooks):
+            if hook.get("reinvocationPolicy") == "IfNeeded" and after[i] != obj:
+                obj = await self._mutate_once(hook, attrs, user, kind, req, obj, old)
+        return obj
+
+    async def _mutate_once(self, hook: dict[str, Any], attrs: Attributes, user: UserInfo,
+                           kind: dict[str, str], req: Request, obj: dict[str, Any],
+                           old: dict[str, Any] | None) -> dict[str, Any]:
+        name = str(hook.get("name", ""))
+        outcome = await self._call(name, hook, attrs, user, kind, req, obj, old)
+        if outcome is not None and outcome.patched is not None:
+            return outcome.patched
+        return obj
+
+
+class ValidatingWebhooks(_WebhookPlugin):
+    """ValidatingAdmissionWebhook: the matching webhooks in parallel."""
+
+    name = "ValidatingAdmissionWebhook"
+
+    async def validate(self, attrs: Attributes, user: UserInfo, obj: dict[str, Any] | None,
+                       old: dict[str, Any] | None) -> None:
+        if attrs.group == GROUP and attrs.resource in ("mutatingwebhookconfigurations",
+                                                       "validatingwebhookconfigurations") and obj is not None:
+            # Not silently: say so when a configuration relies on what is not evaluated yet.
+            for h in obj.get("webhooks") or []:
+                if isinstance(h, dict) and h.get("matchConditions"):
+                    admission_warnings.add(MATCH_CONDITIONS_WARNING.format(name=h.get("name", "")))
+        hooks, kind, req = self.matching(attrs, obj, old)
+        if not hooks or req is None:
+            return
+        results: list[BaseException | None] = [None] * len(hooks)
+
+        async def one(i: int, hook: dict[str, Any]) -> None:
+            try:
+                await self._call(str(hook.get("name", "")), hook, attrs, user, kind, req, obj, old)
+            except Exception as e:  # noqa: BLE001 - collected; the first in order is raised
+                results[i] = e
+
+        async with trio.open_nursery() as nursery:
+            for i, (_cfg, hook) in enumerate(hooks):
+                nursery.start_soon(one, i, hook)
+        for e in results:
+            if e is not None:
+                raise e
+
+
+def webhook_plugins(store: Store, registry: Any, mutating_cache: WebhookConfigCache,
+                    validating_cache: WebhookConfigCache,
+                    namespaces: Mapping[str, dict[str, Any]] | None = None,
+                    ) -> tuple[MutatingWebhooks, ValidatingWebhooks]:
+    """The (MutatingAdmissionWebhook, ValidatingAdmissionWebhook) pair for `builtin_chain`."""
+    return (MutatingWebhooks(store, registry, mutating_cache, namespaces),
+            ValidatingWebhooks(store, registry, validating_cache, namespaces))
