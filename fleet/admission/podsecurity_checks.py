@@ -12,8 +12,9 @@ privileged (nothing checked), baseline (the baseline checks) or restricted
 overrides: capabilities, seccomp, hostPath volumes).  Each check has
 implementations by minimum policy version; a `v1.X` policy runs, per check,
 the newest implementation whose minimum version is <= 1.X, and `latest` the
-newest of all (Kubernetes 1.32's set).  Checks are reported in the order of
-their IDs, as Kubernetes sorts them.
+newest of all (Kubernetes 1.32's set).  Violations are reported baseline
+checks first, then restricted ones, each group in the order of the check IDs,
+as Kubernetes' registry orders them.
 """
 
 from __future__ import annotations
@@ -536,7 +537,11 @@ def checks_for(lv: LevelVersion) -> list[tuple[str, CheckFn]]:
         if v is not None:
             chosen.append((c.id, v))
     overridden = {o for _, v in chosen for o in v.overrides}
-    return [(cid, v.fn) for cid, v in chosen if cid not in overridden]
+    # Baseline checks first, then restricted ones, each in ID order (Kubernetes' registry).
+    kept = [(cid, v) for cid, v in chosen if cid not in overridden]
+    level_of = {c.id: c.level for c in CHECKS}
+    kept.sort(key=lambda cv: (level_of[cv[0]] != BASELINE, cv[0]))
+    return [(cid, v.fn) for cid, v in kept]
 
 
 def evaluate(lv: LevelVersion, meta: dict[str, Any], spec: dict[str, Any]) -> list[Violation]:
