@@ -41,6 +41,7 @@ import yaml
 from fleet.admission import add_warning
 from fleet.admission.podsecurity_checks import (
     PRIVILEGED,
+    RESTRICTED,
     LevelVersion,
     PolicyError,
     compare_levels,
@@ -172,38 +173,31 @@ def load_config(path: str | Path) -> Config:
 def policy_from_labels(labels: dict[str, Any] | None, defaults: Policy) -> tuple[Policy, list[dict[str, str]]]:
     """Kubernetes' PolicyToEvaluate: the namespace's policy and the causes of its bad labels.
 
-    A mode with no level label takes the default; a level label with no version label
-    means `latest`; an explicit enforce stricter than an unlabelled warn raises warn to it.
+    Each label overrides its part of the defaults (a level label alone keeps the default
+    version).  A value that does not parse still yields a policy, as Kubernetes': a bad
+    enforce level is `restricted` (fail closed), a bad audit or warn level `privileged`
+    (fail open), a bad version `latest`.
     """
     labels = labels or {}
     causes: list[dict[str, str]] = []
     modes = {"enforce": defaults.enforce, "audit": defaults.audit, "warn": defaults.warn}
-    has_level: dict[str, bool] = {}
-    has_version: dict[str, bool] = {}
     for mode in MODES:
         level, minor = modes[mode].level, modes[mode].minor
         key = LABEL_PREFIX + mode
-        has_level[mode] = False
         if key in labels:
             try:
                 level = parse_level(str(labels[key]))
-                has_level[mode] = True
             except PolicyError as e:
                 causes.append(_label_cause(key, labels[key], e))
+                level = RESTRICTED if mode == "enforce" else PRIVILEGED
         vkey = key + "-version"
-        has_version[mode] = vkey in labels
         if vkey in labels:
             try:
                 minor = parse_version(str(labels[vkey]))
             except PolicyError as e:
                 causes.append(_label_cause(vkey, labels[vkey], e))
-        elif has_level[mode]:
-            minor = None
+                minor = None
         modes[mode] = LevelVersion(level, minor)
-    if not has_level["warn"] and has_level["enforce"] and compare_levels(modes["enforce"].level,
-                                                                         modes["warn"].level) > 0:
-        modes["warn"] = LevelVersion(modes["enforce"].level,
-                                     modes["warn"].minor if has_version["warn"] else modes["enforce"].minor)
     return Policy(modes["enforce"], modes["audit"], modes["warn"]), causes
 
 
@@ -263,12 +257,18 @@ def significant_pod_update(new: dict[str, Any], old: dict[str, Any] | None) -> b
     return old is None or _security_view(new) != _security_view(old)
 
 
+# Kubernetes checks at most this many existing pods when a namespace's enforce level changes.
+MAX_PODS_TO_CHECK = 3000
+
+
 def existing_pod_warnings(namespace: str, enforce: LevelVersion, pods: list[dict[str, Any]],
-                          exempt_runtime_classes: frozenset[str] = frozenset()) -> list[str]:
+                          exempt_runtime_classes: frozenset[str] = frozenset(),
+                          max_pods: int = MAX_PODS_TO_CHECK) -> list[str]:
     """Kubernetes' EvaluatePodsInNamespace: pods that would violate a new enforce level,
-    grouped by identical violations (the alphabetically first pod named)."""
+    grouped by identical violations (the alphabetically first pod named), sorted."""
+    total = len(pods)
+    pods = pods[:max_pods]
     counts: dict[str, list[Any]] = {}
-    order: list[str] = []
     for p in pods:
         md = p.get("metadata") or {}
         spec = p.get("spec") or {}
@@ -281,22 +281,24 @@ def existing_pod_warnings(namespace: str, enforce: LevelVersion, pods: list[dict
         name = str(md.get("name", ""))
         if reason not in counts:
             counts[reason] = [name, 0]
-            order.append(reason)
         elif name < counts[reason][0]:
             counts[reason][0] = name
         counts[reason][1] += 1
-    if not order:
-        return []
-    out = [f'existing pods in namespace "{namespace}" violate the new PodSecurity enforce level "{enforce}"']
-    for reason in order:
-        name, n = counts[reason]
+    out = []
+    if len(pods) < total:
+        out.append(f"new PodSecurity enforce level only checked against the first {len(pods)} of {total} "
+                   "existing pods")
+    if counts:
+        out.append(f'existing pods in namespace "{namespace}" violate the new PodSecurity enforce level "{enforce}"')
+    decorated = []
+    for reason, (name, n) in counts.items():
         if n == 1:
-            out.append(f"{name}: {reason}")
+            decorated.append(f"{name}: {reason}")
         elif n == 2:
-            out.append(f"{name} (and 1 other pod): {reason}")
+            decorated.append(f"{name} (and 1 other pod): {reason}")
         else:
-            out.append(f"{name} (and {n - 1} other pods): {reason}")
-    return out
+            decorated.append(f"{name} (and {n - 1} other pods): {reason}")
+    return out + sorted(decorated)
 
 
 def _template(obj: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:

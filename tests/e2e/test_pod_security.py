@@ -80,8 +80,8 @@ def test_enforce_refuses_and_warn_admits_with_kubectl(fleet_server_factory: Serv
     assert ('metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: "strict": must be one of '
             'privileged, baseline, restricted') in err, err
 
-    # A Deployment in the enforced namespace is admitted with a warning (templates are never enforced).
-    rc, out, err = srv.kubectl("create", "deployment", "web", "-n", "psa-enforce", "--image", "busybox")
+    # A Deployment is admitted with a warning (templates are never enforced).
+    rc, out, err = srv.kubectl("create", "deployment", "web", "-n", "psa-warn", "--image", "busybox")
     assert rc == 0, err
     assert 'Warning: would violate PodSecurity "restricted:latest"' in err, err
 

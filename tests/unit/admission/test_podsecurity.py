@@ -67,24 +67,30 @@ def privileged_pod(name: str = "priv") -> dict[str, Any]:
 @pytest.mark.parametrize("labels,defaults,expected", [
     ({}, Policy(), Policy()),
     (None, Policy(B, B, R), Policy(B, B, R)),
-    ({P + "enforce": "restricted"}, Policy(), Policy(R, PRIV, R)),  # warn raised to an explicit enforce
-    ({P + "enforce": "baseline", P + "warn": "privileged"}, Policy(), Policy(B, PRIV, PRIV)),
+    ({P + "enforce": "restricted"}, Policy(), Policy(enforce=R)),  # warn is not raised with it
+    ({P + "enforce": "baseline", P + "warn": "privileged"}, Policy(warn=R), Policy(B, PRIV, PRIV)),
     ({P + "enforce": "baseline", P + "enforce-version": "v1.24"}, Policy(),
-     Policy(LevelVersion("baseline", 24), PRIV, LevelVersion("baseline", 24))),
+     Policy(enforce=LevelVersion("baseline", 24))),
     ({P + "audit": "restricted", P + "warn-version": "v1.30"}, Policy(warn=B),
      Policy(PRIV, R, LevelVersion("baseline", 30))),
-    ({P + "warn": "baseline"}, Policy(enforce=R), Policy(R, PRIV, B)),
+    # A level label alone keeps the default's version.
+    ({P + "warn": "restricted"}, Policy(warn=LevelVersion("baseline", 28)),
+     Policy(warn=LevelVersion("restricted", 28))),
 ])
 def test_policy_from_labels(labels: Any, defaults: Policy, expected: Policy) -> None:
     assert policy_from_labels(labels, defaults) == (expected, [])
 
 
 def test_policy_from_labels_reports_every_bad_label() -> None:
-    policy, causes = policy_from_labels({P + "enforce": "strict", P + "warn-version": "1.30"}, Policy())
-    assert policy.enforce == PRIV
+    policy, causes = policy_from_labels({P + "enforce": "strict", P + "warn-version": "1.30", P + "warn": "x"},
+                                        Policy(warn=LevelVersion("baseline", 20)))
+    # Fail closed for enforce, open for warn; a bad version is latest.
+    assert policy == Policy(enforce=R, warn=PRIV)
     assert causes == [
         {"reason": "FieldValueInvalid", "field": f"metadata.labels[{P}enforce]",
          "message": 'Invalid value: "strict": must be one of privileged, baseline, restricted'},
+        {"reason": "FieldValueInvalid", "field": f"metadata.labels[{P}warn]",
+         "message": 'Invalid value: "x": must be one of privileged, baseline, restricted'},
         {"reason": "FieldValueInvalid", "field": f"metadata.labels[{P}warn-version]",
          "message": 'Invalid value: "1.30": must be "latest" or "v1.x"'}]
 
@@ -151,6 +157,14 @@ def test_existing_pod_warnings_group_identical_violations() -> None:
         'privileged (container "c" must not set securityContext.privileged=true)']
     w = existing_pod_warnings("team", R, [pod_obj("one"), pod_obj("two")])
     assert w[1] == f"one (and 1 other pod): {BARE_RESTRICTED}"
+    # Distinct violations are listed sorted; past the limit Kubernetes says how many it checked.
+    w = existing_pod_warnings("team", B, [privileged_pod("z"), pod_obj("y", hostIPC=True), pod_obj("x")],
+                              max_pods=2)
+    assert w == ["new PodSecurity enforce level only checked against the first 2 of 3 existing pods",
+                 'existing pods in namespace "team" violate the new PodSecurity enforce level "baseline:latest"',
+                 "y: host namespaces (hostIPC=true)",
+                 'z: host namespaces (hostNetwork=true), privileged (container "c" must not set '
+                 'securityContext.privileged=true)']
     assert existing_pod_warnings("team", R, [good_pod()]) == []
 
 
@@ -244,7 +258,7 @@ async def test_plugin_enforce_warn_audit_from_labels() -> None:
 
 
 async def test_plugin_templates_warn_and_audit_only() -> None:
-    plugin = PodSecurity(FakeStore({"team": {P + "enforce": "restricted"}}))
+    plugin = PodSecurity(FakeStore({"team": {P + "enforce": "restricted", P + "warn": "restricted"}}))
     tmpl = {"metadata": {"labels": {"app": "x"}}, "spec": pod_obj()["spec"]}
     for group, resource, obj in [
             ("apps", "deployments", {"spec": {"template": tmpl}}),
@@ -358,10 +372,16 @@ async def test_api_enforce_refuses_with_every_field(api) -> None:
         '"Localhost")')
     code, got = await api.json("POST", f"{NS}/team/pods", good_pod())
     assert code == 201, got
-    # A Deployment is warned about, never refused.
+    # A Deployment is never refused; with enforce alone nothing is said (as Kubernetes),
+    # with warn it is warned about.
     dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
            "spec": {"selector": {"matchLabels": {"app": "d"}},
                     "template": {"metadata": {"labels": {"app": "d"}}, "spec": pod_obj()["spec"]}}}
+    resp = await api.call("POST", "/apis/apps/v1/namespaces/team/deployments", dep)
+    assert resp.status == 201, resp.body
+    assert "Warning" not in resp.headers
+    assert (await label_ns(api, "team", {P + "warn": "restricted"})).status == 200
+    dep["metadata"]["name"] = "d2"
     resp = await api.call("POST", "/apis/apps/v1/namespaces/team/deployments", dep)
     assert resp.status == 201, resp.body
     assert resp.headers["Warning"] == '299 - "would violate PodSecurity \\"restricted:latest\\": ' + \
