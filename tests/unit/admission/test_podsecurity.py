@@ -414,3 +414,22 @@ async def test_api_namespace_labels_validated_and_existing_pods_warned(api) -> N
     resp = await api.call("PATCH", f"{NS}/team/pods/p1", {"metadata": {"labels": {"a": "b"}}},
                           content_type="application/merge-patch+json")
     assert resp.status == 200, resp.body
+
+
+# ------------------------------------------------------------------ the shared warning mechanism
+
+def test_admission_warnings_reach_the_warning_header() -> None:
+    from fleet.admission import add_warning
+    from fleet.server.request_params import add_warning_headers
+
+    add_warning("dropped: not in a request")  # no collector: a no-op
+    with collect_warnings() as warnings:
+        add_warning('would violate "x"')
+        add_warning('would violate "x"')  # once
+    assert warnings == ['would violate "x"']
+    headers = {"Warning": '299 - "unknown field \\"spec.foo\\""'}
+    add_warning_headers(headers, warnings)
+    assert headers["Warning"] == '299 - "unknown field \\"spec.foo\\"", 299 - "would violate \\"x\\""'
+    headers = {}
+    add_warning_headers(headers, [])
+    assert headers == {}
