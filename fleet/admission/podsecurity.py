@@ -261,24 +261,44 @@ def significant_pod_update(new: dict[str, Any], old: dict[str, Any] | None) -> b
 MAX_PODS_TO_CHECK = 3000
 
 
+def prioritize_pods(pods: list[dict[str, Any]], exempt_runtime_classes: frozenset[str] = frozenset()
+                    ) -> list[dict[str, Any]]:
+    """Kubernetes' prioritizePods: exempt runtime classes dropped; pods without a controller
+    and the first pod of each controller first, the other replicas after them."""
+    first: list[dict[str, Any]] = []
+    replicas: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for p in pods:
+        if (p.get("spec") or {}).get("runtimeClassName") in exempt_runtime_classes:
+            continue
+        ctrl = next((r for r in (p.get("metadata") or {}).get("ownerReferences") or []
+                     if isinstance(r, dict) and r.get("controller")), None)
+        if ctrl is None:
+            first.append(p)
+        elif ctrl.get("uid") in seen:
+            replicas.append(p)
+        else:
+            seen.add(str(ctrl.get("uid")))
+            first.append(p)
+    return first + replicas
+
+
 def existing_pod_warnings(namespace: str, enforce: LevelVersion, pods: list[dict[str, Any]],
                           exempt_runtime_classes: frozenset[str] = frozenset(),
                           max_pods: int = MAX_PODS_TO_CHECK) -> list[str]:
     """Kubernetes' EvaluatePodsInNamespace: pods that would violate a new enforce level,
-    grouped by identical violations (the alphabetically first pod named), sorted."""
+    grouped by identical reasons (the alphabetically first pod named), sorted."""
+    pods = prioritize_pods(pods, exempt_runtime_classes)
     total = len(pods)
     pods = pods[:max_pods]
     counts: dict[str, list[Any]] = {}
     for p in pods:
-        md = p.get("metadata") or {}
-        spec = p.get("spec") or {}
-        if spec.get("runtimeClassName") in exempt_runtime_classes:
-            continue
-        v = evaluate(enforce, md, spec)
+        v = evaluate(enforce, p.get("metadata") or {}, p.get("spec") or {})
         if not v:
             continue
-        reason = forbidden_reason(v)
-        name = str(md.get("name", ""))
+        # The reasons alone here (AggregateCheckResult.ForbiddenReason), no details.
+        reason = ", ".join(x.reason for x in v)
+        name = str((p.get("metadata") or {}).get("name", ""))
         if reason not in counts:
             counts[reason] = [name, 0]
         elif name < counts[reason][0]:
@@ -299,6 +319,25 @@ def existing_pod_warnings(namespace: str, enforce: LevelVersion, pods: list[dict
         else:
             decorated.append(f"{name} (and {n - 1} other pods): {reason}")
     return out + sorted(decorated)
+
+
+def _equivalent(a: Policy, b: Policy) -> bool:
+    """Same levels, and same versions where the level is not privileged (Policy.Equivalent)."""
+    return all(x.level == y.level and (x.level == PRIVILEGED or x.minor == y.minor)
+               for x, y in ((a.enforce, b.enforce), (a.audit, b.audit), (a.warn, b.warn)))
+
+
+def exempt_namespace_warning(namespace: str, policy: Policy, labels: dict[str, Any] | None,
+                             defaults: Policy) -> str:
+    """Kubernetes' warning when an exempt namespace is given a non-privileged policy by label."""
+    labels = labels or {}
+    if policy.fully_privileged() or _equivalent(policy, defaults):
+        return ""
+    parts = []
+    for mode, lv in (("enforce", policy.enforce), ("audit", policy.audit), ("warn", policy.warn)):
+        if lv.level != PRIVILEGED and (LABEL_PREFIX + mode in labels or LABEL_PREFIX + mode + "-version" in labels):
+            parts.append(f"{mode}={lv}")
+    return f'namespace "{namespace}" is exempt from Pod Security, and the policy ({", ".join(parts)}) will be ignored'
 
 
 def _template(obj: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
@@ -378,9 +417,12 @@ class PodSecurity:
             return
         labels = (obj.get("metadata") or {}).get("labels")
         policy, causes = policy_from_labels(labels, self.config.defaults)
+        exempt = attrs.name in self.config.exemptions.namespaces
         if attrs.verb == "create" or old is None:
             if causes:
                 raise errors.Invalid.for_object("Namespace", "", attrs.name, causes)
+            if exempt and (w := exempt_namespace_warning(attrs.name, policy, labels, self.config.defaults)):
+                add_warning(w)
             return
         old_policy, old_causes = policy_from_labels((old.get("metadata") or {}).get("labels"),
                                                     self.config.defaults)
@@ -393,8 +435,9 @@ class PodSecurity:
             return
         if new_e.minor == old_e.minor and compare_levels(new_e.level, old_e.level) < 1:
             return
-        if attrs.name in self.config.exemptions.namespaces:
-            record_annotation(ANNOTATION_EXEMPT, "namespace")
+        if exempt:
+            if w := exempt_namespace_warning(attrs.name, policy, labels, self.config.defaults):
+                add_warning(w)
             return
         pods = (await self.store.list(meta.store_key("", "pods", attrs.name))).items
         for w in existing_pod_warnings(attrs.name, new_e, pods, self.config.exemptions.runtime_classes):

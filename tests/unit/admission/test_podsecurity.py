@@ -153,18 +153,32 @@ def test_existing_pod_warnings_group_identical_violations() -> None:
     w = existing_pod_warnings("team", B, pods)
     assert w == [
         'existing pods in namespace "team" violate the new PodSecurity enforce level "baseline:latest"',
-        'alpha (and 2 other pods): host namespaces (hostNetwork=true), '
-        'privileged (container "c" must not set securityContext.privileged=true)']
+        "alpha (and 2 other pods): host namespaces, privileged"]
     w = existing_pod_warnings("team", R, [pod_obj("one"), pod_obj("two")])
-    assert w[1] == f"one (and 1 other pod): {BARE_RESTRICTED}"
+    assert w[1] == ("one (and 1 other pod): allowPrivilegeEscalation != false, unrestricted capabilities, "
+                    "runAsNonRoot != true, seccompProfile")
     # Distinct violations are listed sorted; past the limit Kubernetes says how many it checked.
     w = existing_pod_warnings("team", B, [privileged_pod("z"), pod_obj("y", hostIPC=True), pod_obj("x")],
                               max_pods=2)
     assert w == ["new PodSecurity enforce level only checked against the first 2 of 3 existing pods",
                  'existing pods in namespace "team" violate the new PodSecurity enforce level "baseline:latest"',
-                 "y: host namespaces (hostIPC=true)",
-                 'z: host namespaces (hostNetwork=true), privileged (container "c" must not set '
-                 'securityContext.privileged=true)']
+                 "y: host namespaces", "z: host namespaces, privileged"]
+
+
+def test_existing_pods_one_per_controller_first() -> None:
+    owned = []
+    for i in range(3):
+        p = privileged_pod(f"rs-{i}")
+        p["metadata"]["ownerReferences"] = [{"uid": "rs", "controller": True, "kind": "ReplicaSet", "name": "rs"}]
+        owned.append(p)
+    lone = pod_obj("lone", hostPID=True)
+    # With room for two pods, one replica and the lone pod are checked, not three replicas.
+    w = existing_pod_warnings("team", B, [*owned, lone], max_pods=2)
+    assert w == ["new PodSecurity enforce level only checked against the first 2 of 4 existing pods",
+                 'existing pods in namespace "team" violate the new PodSecurity enforce level "baseline:latest"',
+                 "lone: host namespaces", "rs-0: host namespaces, privileged"]
+    kata = pod_obj("kata", hostPID=True, runtimeClassName="kata")
+    assert existing_pod_warnings("team", B, [kata], frozenset({"kata"})) == []
     assert existing_pod_warnings("team", R, [good_pod()]) == []
 
 
@@ -311,6 +325,21 @@ async def test_plugin_exemptions_and_defaults() -> None:
     assert err is None and ann == {ANNOTATION_EXEMPT: "runtimeClass"}
 
 
+async def test_plugin_exempt_namespace_labelled_is_warned() -> None:
+    plugin = PodSecurity(FakeStore({}, pods=[privileged_pod()]),
+                         Config(exemptions=Exemptions(namespaces=frozenset({"infra"}))))
+    ns = {"metadata": {"name": "infra", "labels": {P + "enforce": "restricted", P + "warn": "baseline"}}}
+    err, warnings, _ = await run(plugin, attrs(resource="namespaces", ns="", name="infra"), ns)
+    assert err is None
+    assert warnings == ['namespace "infra" is exempt from Pod Security, and the policy '
+                        '(enforce=restricted:latest, warn=baseline:latest) will be ignored']
+    err, warnings, _ = await run(plugin, attrs(verb="update", resource="namespaces", ns="", name="infra"), ns,
+                                 {"metadata": {"name": "infra"}})
+    assert err is None and len(warnings) == 1  # and no existing-pod dry run
+    plain = {"metadata": {"name": "infra", "labels": {"team": "x"}}}
+    assert (await run(plugin, attrs(resource="namespaces", ns="", name="infra"), plain))[:2] == (None, [])
+
+
 async def test_plugin_default_changes_nothing() -> None:
     plugin = PodSecurity(FakeStore({"team": {}}))
     assert await run(plugin, attrs(), privileged_pod()) == (None, [], {})
@@ -331,8 +360,7 @@ async def test_plugin_namespace_labels() -> None:
     assert err is None
     assert warnings == [
         'existing pods in namespace "team" violate the new PodSecurity enforce level "baseline:latest"',
-        'a: host namespaces (hostNetwork=true), privileged (container "c" must not set '
-        'securityContext.privileged=true)']
+        "a: host namespaces, privileged"]
     # Relaxing the level (same version) dry-runs nothing.
     err, warnings, _ = await run(plugin, attrs(verb="update", resource="namespaces", ns="", name="team"), old, new)
     assert (err, warnings) == (None, [])
@@ -409,7 +437,7 @@ async def test_api_namespace_labels_validated_and_existing_pods_warned(api) -> N
     resp = await label_ns(api, "team", {P + "enforce": "baseline"})
     assert resp.status == 200, resp.body
     assert 'existing pods in namespace \\"team\\" violate the new PodSecurity enforce level' in resp.headers["Warning"]
-    assert "p1: host namespaces (hostNetwork=true)" in resp.headers["Warning"]
+    assert "p1: host namespaces, privileged" in resp.headers["Warning"]
     # The existing pod can still be relabelled (not a significant update).
     resp = await api.call("PATCH", f"{NS}/team/pods/p1", {"metadata": {"labels": {"a": "b"}}},
                           content_type="application/merge-patch+json")
