@@ -388,8 +388,11 @@ class PodSecurity:
         ns = await self._namespace(attrs.namespace)
         labels = ((ns or {}).get("metadata") or {}).get("labels")
         policy, causes = policy_from_labels(labels, self.config.defaults)
-        if not causes and (policy.fully_privileged() if is_pod else
-                           policy.warn.level == PRIVILEGED and policy.audit.level == PRIVILEGED):
+        if not causes and is_pod and policy.fully_privileged():
+            # Kubernetes' sharedAllowedPrivilegedResponse: the audit event still says so.
+            record_annotation(ANNOTATION_ENFORCE_POLICY, str(LevelVersion(PRIVILEGED)))
+            return
+        if not causes and not is_pod and policy.warn.level == PRIVILEGED and policy.audit.level == PRIVILEGED:
             return
         if is_pod:
             if attrs.verb != "create" and not significant_pod_update(obj, old):

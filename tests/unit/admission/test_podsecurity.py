@@ -342,9 +342,12 @@ async def test_plugin_exempt_namespace_labelled_is_warned() -> None:
 
 async def test_plugin_default_changes_nothing() -> None:
     plugin = PodSecurity(FakeStore({"team": {}}))
-    assert await run(plugin, attrs(), privileged_pod()) == (None, [], {})
+    privileged = {ANNOTATION_ENFORCE_POLICY: "privileged:latest"}
+    assert await run(plugin, attrs(), privileged_pod()) == (None, [], privileged)
     # A namespace that does not exist (yet) reads as unlabelled.
-    assert await run(plugin, attrs(ns="ghost"), privileged_pod()) == (None, [], {})
+    assert await run(plugin, attrs(ns="ghost"), privileged_pod()) == (None, [], privileged)
+    # Other kinds are not looked at.
+    assert await run(plugin, attrs(resource="configmaps"), {"data": {}}) == (None, [], {})
 
 
 async def test_plugin_namespace_labels() -> None:
