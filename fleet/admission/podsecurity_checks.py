@@ -213,9 +213,30 @@ def host_ports(meta: dict[str, Any], spec: dict[str, Any]) -> Violation | None:
 APPARMOR_ANNOTATION_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
 
 
+def _apparmor_annotations(meta: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """The beta annotations with the `appArmorProfile` fields folded in where a container has
+    none: kube-apiserver writes them onto every pod it stores (its AppArmor version skew
+    handling) before PodSecurity looks, Fleet does not, so the check derives them."""
+    ann = dict(_d(meta.get("annotations")))
+    pod_profile = _d(_psc(spec)).get("appArmorProfile")
+    for c in containers(spec):
+        key = APPARMOR_ANNOTATION_PREFIX + _name(c)
+        profile = _d(_csc(c)).get("appArmorProfile") or pod_profile
+        if key in ann or not isinstance(profile, dict):
+            continue
+        t = profile.get("type")
+        if t == "RuntimeDefault":
+            ann[key] = "runtime/default"
+        elif t == "Unconfined":
+            ann[key] = "unconfined"
+        elif t == "Localhost":
+            ann[key] = "localhost/" + str(profile.get("localhostProfile") or "")
+    return ann
+
+
 def app_armor_profile(meta: dict[str, Any], spec: dict[str, Any]) -> Violation | None:
     bad = []
-    for k, v in _d(meta.get("annotations")).items():
+    for k, v in _apparmor_annotations(meta, spec).items():
         if k.startswith(APPARMOR_ANNOTATION_PREFIX) and not (
                 v in ("", "runtime/default") or str(v).startswith("localhost/")):
             bad.append(f'{k}="{v}"')

@@ -61,6 +61,11 @@ CASES = [
     (psc.app_armor_profile, pod(c(), annotations={
         "container.apparmor.security.beta.kubernetes.io/c": "unconfined"}),
      Violation("forbidden AppArmor profile", 'container.apparmor.security.beta.kubernetes.io/c="unconfined"')),
+    # The appArmorProfile fields count as the annotations kube-apiserver derives from them.
+    (psc.app_armor_profile, pod(c("a"), c("b", appArmorProfile={"type": "RuntimeDefault"}),
+                                securityContext={"appArmorProfile": {"type": "Unconfined"}}),
+     Violation("forbidden AppArmor profile", 'container.apparmor.security.beta.kubernetes.io/a="unconfined"')),
+    (psc.app_armor_profile, pod(c(appArmorProfile={"type": "Localhost", "localhostProfile": "p"})), None),
     (psc.selinux_options, pod(c(seLinuxOptions={"type": "container_t", "level": "s0:c1"})), None),
     (psc.selinux_options, pod(c(seLinuxOptions={"type": "spc_t", "user": "u"}),
                               securityContext={"seLinuxOptions": {"role": "r", "type": "x_t"}}),
