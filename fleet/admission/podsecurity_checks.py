@@ -378,8 +378,8 @@ def _unless_windows(fn: CheckFn) -> CheckFn:
 
 
 SYSCTLS_1_0 = frozenset({"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies",
-                         "net.ipv4.ping_group_range"})
-SYSCTLS_1_27 = SYSCTLS_1_0 | {"net.ipv4.ip_unprivileged_port_start"}
+                         "net.ipv4.ping_group_range", "net.ipv4.ip_unprivileged_port_start"})
+SYSCTLS_1_27 = SYSCTLS_1_0 | {"net.ipv4.ip_local_reserved_ports"}
 SYSCTLS_1_29 = SYSCTLS_1_27 | {"net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
                                "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes"}
 SYSCTLS_1_32 = SYSCTLS_1_29 | {"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"}

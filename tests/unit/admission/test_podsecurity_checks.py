@@ -89,6 +89,10 @@ CASES = [
      Violation("seccompProfile", 'pod and container "c" must not set securityContext.seccompProfile.type to '
                '"Unconfined"')),
     (psc._sysctls(psc.SYSCTLS_1_32), pod(c(), securityContext={"sysctls": [{"name": "net.ipv4.tcp_rmem"}]}), None),
+    (psc._sysctls(psc.SYSCTLS_1_0), pod(c(), securityContext={
+        "sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start"}]}), None),
+    (psc._sysctls(psc.SYSCTLS_1_27), pod(c(), securityContext={"sysctls": [{"name": "net.ipv4.tcp_fin_timeout"}]}),
+     Violation("forbidden sysctls", "net.ipv4.tcp_fin_timeout")),
     (psc._sysctls(psc.SYSCTLS_1_0), pod(c(), securityContext={"sysctls": [{"name": "net.ipv4.tcp_rmem"},
                                                                           {"name": "kernel.msgmax"}]}),
      Violation("forbidden sysctls", "net.ipv4.tcp_rmem, kernel.msgmax")),
@@ -161,7 +165,7 @@ def test_restricted_overrides_the_baseline_checks_it_tightens() -> None:
 
 def test_versions_pick_the_checks_of_their_time() -> None:
     meta, spec = pod(c(**{**RESTRICTED_OK, "runAsUser": 0}),
-                     securityContext={"sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start"}]})
+                     securityContext={"sysctls": [{"name": "net.ipv4.ip_local_reserved_ports"}]})
     assert [v.reason for v in psc.evaluate(LevelVersion("restricted", 22), meta, spec)] == ["forbidden sysctls"]
     assert [v.reason for v in psc.evaluate(LevelVersion("restricted", 27), meta, spec)] == ["runAsUser=0"]
     # Before 1.22 there is no capabilities_restricted; before 1.8 no allowPrivilegeEscalation.
