@@ -247,17 +247,26 @@ def app_armor_profile(meta: dict[str, Any], spec: dict[str, Any]) -> Violation |
     return None
 
 
-SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t"})
+SELINUX_TYPES_1_0 = frozenset({"", "container_t", "container_init_t", "container_kvm_t"})
+SELINUX_TYPES_1_31 = SELINUX_TYPES_1_0 | {"container_engine_t"}
 
 
-def selinux_options(meta: dict[str, Any], spec: dict[str, Any]) -> Violation | None:
+def _selinux(allowed: frozenset[str]) -> CheckFn:
+    def check(meta: dict[str, Any], spec: dict[str, Any]) -> Violation | None:
+        return selinux_options(meta, spec, allowed)
+
+    return check
+
+
+def selinux_options(meta: dict[str, Any], spec: dict[str, Any],
+                    allowed_types: frozenset[str] = SELINUX_TYPES_1_31) -> Violation | None:
     bad_types: set[str] = set()
     flags = {"user": False, "role": False}
 
     def valid(opts: dict[str, Any]) -> bool:
         ok = True
         t = str(opts.get("type") or "")
-        if t not in SELINUX_TYPES:
+        if t not in allowed_types:
             ok = False
             bad_types.add(t)
         for f in ("user", "role"):
@@ -442,8 +451,8 @@ def capabilities_restricted(meta: dict[str, Any], spec: dict[str, Any]) -> Viola
 
 
 # Volume sources the restricted level allows; any other is reported by its field name.
-_ALLOWED_VOLUME_SOURCES = ("configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-                           "projected", "secret")
+_ALLOWED_VOLUME_SOURCES = ("configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image",
+                           "persistentVolumeClaim", "projected", "secret")
 _RESTRICTED_VOLUME_SOURCES = ("hostPath", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "nfs", "iscsi",
                               "glusterfs", "rbd", "flexVolume", "cinder", "cephfs", "flocker", "fc", "azureFile",
                               "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk", "portworxVolume",
@@ -533,7 +542,8 @@ CHECKS: tuple[Check, ...] = tuple(sorted((
     Check("restrictedVolumes", RESTRICTED, (VersionedCheck(0, restricted_volumes, ("hostPathVolumes",)),)),
     Check("runAsNonRoot", RESTRICTED, (VersionedCheck(0, run_as_non_root),)),
     Check("runAsUser", RESTRICTED, (VersionedCheck(23, run_as_user),)),
-    Check("seLinuxOptions", BASELINE, (VersionedCheck(0, selinux_options),)),
+    Check("seLinuxOptions", BASELINE, (VersionedCheck(0, _selinux(SELINUX_TYPES_1_0)),
+                                       VersionedCheck(31, _selinux(SELINUX_TYPES_1_31)))),
     Check("seccompProfile_baseline", BASELINE, (
         VersionedCheck(0, seccomp_baseline_annotations), VersionedCheck(19, _seccomp(False)))),
     Check("seccompProfile_restricted", RESTRICTED, (

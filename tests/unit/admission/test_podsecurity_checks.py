@@ -182,6 +182,13 @@ def test_versions_pick_the_checks_of_their_time() -> None:
         LevelVersion("restricted"), meta, spec)
 
 
+def test_selinux_container_engine_t_from_1_31() -> None:
+    meta, spec = pod(c(seLinuxOptions={"type": "container_engine_t"}))
+    assert psc.evaluate(LevelVersion("baseline", 31), meta, spec) == []
+    assert psc.evaluate(LevelVersion("baseline", 30), meta, spec) == [Violation(
+        "seLinuxOptions", 'container "c" set forbidden securityContext.seLinuxOptions: type "container_engine_t"')]
+
+
 def test_windows_pods_skip_linux_only_restricted_checks_from_1_25() -> None:
     meta, spec = pod(c(runAsNonRoot=True), os={"name": "windows"})
     assert psc.evaluate(LevelVersion("restricted", 25), meta, spec) == []
