@@ -76,8 +76,11 @@ TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
     ("batch", "jobs"): ("spec", "template"),
     ("batch", "cronjobs"): ("spec", "jobTemplate", "spec", "template"),
 }
-# Pod subresources whose writes carry a pod worth judging.
-POD_SUBRESOURCES = ("", "ephemeralcontainers")
+# Pod subresources never judged (Kubernetes' ignoredPodSubresources, plus Fleet's signal);
+# any other (the pod itself, ephemeralcontainers, resize) carries a pod and is judged,
+# so a subresource added later fails safe.
+IGNORED_POD_SUBRESOURCES = frozenset({"exec", "attach", "binding", "eviction", "log", "portforward", "proxy",
+                                      "status", "signal"})
 
 
 @dataclass(frozen=True)
@@ -369,7 +372,7 @@ class PodSecurity:
             await self._validate_namespace(attrs, obj, old)
             return
         if attrs.group == "" and attrs.resource == "pods":
-            if attrs.subresource not in POD_SUBRESOURCES:
+            if attrs.subresource in IGNORED_POD_SUBRESOURCES or obj.get("kind", "Pod") != "Pod":
                 return
             is_pod = True
         elif (attrs.group, attrs.resource) in TEMPLATE_PATHS:

@@ -301,8 +301,10 @@ async def test_plugin_pod_updates_judged_only_when_significant() -> None:
     new_image = copy.deepcopy(old)
     new_image["spec"]["containers"][0]["image"] = "nginx"
     assert isinstance((await run(plugin, attrs(verb="update"), new_image, old))[0], errors.Forbidden)
-    # Subresources other than ephemeralcontainers (status, binding, ...) are not judged.
-    assert (await run(plugin, attrs(verb="update", sub="status"), new_image, old))[0] is None
+    # Status, binding, eviction, exec... are not judged; other pod subresources are.
+    for sub in ("status", "binding", "eviction", "exec", "attach", "portforward", "log", "proxy", "signal"):
+        assert (await run(plugin, attrs(verb="update", sub=sub), new_image, old))[0] is None, sub
+    assert isinstance((await run(plugin, attrs(verb="patch", sub="resize"), new_image, old))[0], errors.Forbidden)
     assert isinstance((await run(plugin, attrs(verb="update", sub="ephemeralcontainers"), new_image, old))[0],
                       errors.Forbidden)
 
