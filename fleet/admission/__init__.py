@@ -18,14 +18,46 @@ update (Priority keeps `spec.priority`) runs before the update is judged.
 Mutating plugins therefore see objects that have been defaulted but not yet
 validated: they must tolerate any JSON shape and leave wrong types for
 validation to report.
+
+A plugin may also add warnings to the response (`add_warning`, kube's
+`warning.AddWarning`: the API server sends them as `Warning` headers, which
+kubectl prints, on success and refusal alike) and audit annotations to the
+request's audit event (`fleet.auth.audit.record_annotation`).  Both travel in
+context variables the server sets per request, so the plugin interface stays
+`mutate` / `validate`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fleet.auth import Attributes, UserInfo
+
+# The warnings of the request being served (None: not in a request, e.g. a unit test
+# calling a plugin directly: warnings are dropped).
+_WARNINGS: ContextVar[list[str] | None] = ContextVar("fleet_admission_warnings", default=None)
+
+
+def add_warning(message: str) -> None:
+    """Add a warning to the response of the request being served (duplicates once)."""
+    warnings = _WARNINGS.get()
+    if warnings is not None and message not in warnings:
+        warnings.append(message)
+
+
+@contextmanager
+def collect_warnings() -> Iterator[list[str]]:
+    """Collect the warnings admission adds while serving one request."""
+    warnings: list[str] = []
+    token = _WARNINGS.set(warnings)
+    try:
+        yield warnings
+    finally:
+        _WARNINGS.reset(token)
 
 
 class MutatingPlugin(Protocol):
@@ -74,7 +106,8 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
                   priority_cache: Any = None, limit_range_cache: Any = None,
                   quota_cache: Any = None, ingress_class_cache: Any = None,
                   storage_class_cache: Any = None, service_account_cache: Any = None,
-                  mount_service_account_tokens: bool = False,
+                  mount_service_account_tokens: bool = False, pod_security: Any = None,
+                  namespace_cache: Any = None,
                   webhooks: tuple[MutatingPlugin, ValidatingPlugin] | None = None) -> AdmissionChain:
     """The chain `fleet server` runs, in kube-apiserver's recommended plugin order
     (LimitRanger, ServiceAccount, then Priority before DefaultTolerationSeconds;
@@ -96,6 +129,10 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
     ServiceAccount plugin; without one it reads the store), and
     `mount_service_account_tokens` makes it add the `kube-api-access-*` token volume
     (on when the server serves TokenRequest).
+    `pod_security` is PodSecurity's `podsecurity.Config` (None: the defaults — privileged
+    unless a namespace's labels say otherwise); it reads namespaces' labels from
+    `namespace_cache` (fleet/server/nscache.py; without one, from the store).  It judges
+    the mutated objects, after NodeRestriction, as in kube's order.
     `webhooks` is the (MutatingAdmissionWebhook, ValidatingAdmissionWebhook) pair of
     `webhook.webhook_plugins`: the mutating one runs last of the mutating plugins, the
     validating one last of the validating plugins before ResourceQuota (kube's order,
@@ -108,6 +145,7 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
     from fleet.admission.defaultstorageclass import DefaultStorageClass, StorageClassCache
     from fleet.admission.limitranger import LimitRanger
     from fleet.admission.noderestriction import NodeRestriction
+    from fleet.admission.podsecurity import PodSecurity
     from fleet.admission.priority import Priority
     from fleet.admission.pvcresize import PersistentVolumeClaimResize
     from fleet.admission.resourcequota import ResourceQuota
@@ -123,7 +161,8 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
         limit_ranger, service_account, priority, DefaultTolerationSeconds(not_ready_seconds, unreachable_seconds),
         DefaultStorageClass(store, storage_classes), StorageObjectInUseProtection(),
         DefaultIngressClass(store, ingress_class_cache)]
-    validating: list[ValidatingPlugin] = [NodeRestriction(store), limit_ranger, service_account, priority,
+    validating: list[ValidatingPlugin] = [NodeRestriction(store), PodSecurity(store, pod_security, namespace_cache),
+                                          limit_ranger, service_account, priority,
                                           PersistentVolumeClaimResize(store, storage_classes)]
     if webhooks is not None:
         mutating.append(webhooks[0])

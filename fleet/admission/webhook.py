@@ -45,7 +45,7 @@ from typing import Any
 import httpx
 import trio
 
-from fleet.admission import warnings as admission_warnings
+from fleet.admission import add_warning
 from fleet.admission.webhook_match import OPERATION_OF_VERB, Request, hooks_of, webhook_matches
 from fleet.admission.webhook_review import (
     CallError,
@@ -289,11 +289,11 @@ class _WebhookPlugin:
             # (The latter three: a malformed clientConfig in a stored object.)
             if hook.get("failurePolicy", "Fail") == "Ignore":
                 log.warning("failed calling webhook \"%s\" (ignored): %s", name, e)
-                admission_warnings.add(ignored_warning(name, str(e)))
+                add_warning(ignored_warning(name, str(e)))
                 return None
             raise call_failed(name, str(e)) from None
         for w in outcome.warnings:
-            admission_warnings.add(w)
+            add_warning(w)
         _record_audit_annotations(name, outcome.audit_annotations)
         if not outcome.allowed:
             raise denied(name, outcome.status)
@@ -322,14 +322,11 @@ def _name(obj: dict[str, Any] | None, old: dict[str, Any] | None) -> str:
 
 
 def _record_audit_annotations(hook_name: str, annotations: dict[str, str]) -> None:
-    if not annotations:
-        return
-    from fleet.auth.audit import CURRENT
+    """A webhook's auditAnnotations, keyed `<webhook name>/<key>` as kube-apiserver does."""
+    from fleet.auth.audit import record_annotation
 
-    ra = CURRENT.get()
-    if ra is not None:
-        for k, val in annotations.items():
-            ra.annotations[f"{hook_name}/{k}"] = val
+    for k, val in annotations.items():
+        record_annotation(f"{hook_name}/{k}", val)
 
 
 class MutatingWebhooks(_WebhookPlugin):
@@ -376,7 +373,7 @@ class ValidatingWebhooks(_WebhookPlugin):
             # Not silently: say so when a configuration relies on what is not evaluated yet.
             for h in obj.get("webhooks") or []:
                 if isinstance(h, dict) and h.get("matchConditions"):
-                    admission_warnings.add(MATCH_CONDITIONS_WARNING.format(name=h.get("name", "")))
+                    add_warning(MATCH_CONDITIONS_WARNING.format(name=h.get("name", "")))
         hooks, kind, req = self.matching(attrs, obj, old)
         if not hooks or req is None:
             return

@@ -720,6 +720,16 @@ def record_impersonation(user: UserInfo) -> None:
         ra.impersonated_user = user
 
 
+def record_annotation(key: str, value: str) -> None:
+    """An annotation on the audit event of the request being served: admission plugins
+    add theirs this way (kube's `AddAuditAnnotation`, e.g. PodSecurity's
+    `pod-security.kubernetes.io/audit-violations`).  A key already set keeps its first
+    value, as kube-apiserver does."""
+    ra = CURRENT.get()
+    if ra is not None:
+        ra.annotations.setdefault(key, value)
+
+
 def record_authentication_failure(reason: str) -> None:
     ra = CURRENT.get()
     if ra is not None:

@@ -185,6 +185,11 @@ def server(
         help="Remove rotated audit logs older than this many days (0: keep them).")] = 0,
     audit_log_maxbackup: Annotated[int, cyclopts.Parameter(
         help="Keep at most this many rotated audit logs (0: keep all).")] = 0,
+    pod_security_config: Annotated[str, cyclopts.Parameter(
+        help="PodSecurity admission's configuration (pod-security.admission.config.k8s.io/v1 "
+             "PodSecurityConfiguration, YAML or JSON: default levels for namespaces without "
+             "pod-security.kubernetes.io/* labels, exempt usernames, runtimeClasses and namespaces). "
+             "Unset: privileged by default, no exemptions.")] = "",
     cert_lifetime: Annotated[float | None, cyclopts.Parameter(
         show=False, help="Leaf certificate lifetime in seconds (tests).")] = None,
     log_level: str = "INFO",
@@ -248,6 +253,14 @@ def server(
     cfg.security.audit_log_maxsize, cfg.security.audit_log_maxage = audit_log_maxsize, audit_log_maxage
     cfg.security.audit_log_maxbackup = audit_log_maxbackup
     cfg.security.cert_lifetime = cert_lifetime
+    if pod_security_config:
+        from fleet.admission.podsecurity import ConfigError, load_config
+
+        try:
+            load_config(pod_security_config)
+        except ConfigError as e:
+            sys.exit(f"fleet server: --pod-security-config: {e}")
+    cfg.security.pod_security_config = pod_security_config
     if controllers:
         from fleet.controllers.manager import default_controllers, select
 

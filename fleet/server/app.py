@@ -31,8 +31,7 @@ import trio
 from quart_trio import QuartTrio
 
 from fleet import __version__
-from fleet.admission import AdmissionChain
-from fleet.admission import warnings as admission_warnings
+from fleet.admission import AdmissionChain, collect_warnings
 from fleet.api import errors
 from fleet.api.registry import Registry
 from fleet.auth import (
@@ -81,7 +80,7 @@ from fleet.server.proxy import (
     admin_token_from,
     reject_websocket,
 )
-from fleet.server.request_params import MAX_BODY, warning_headers
+from fleet.server.request_params import MAX_BODY, add_warning_headers
 from fleet.server.requestinfo import (
     is_node_proxy,
     request_attributes,
@@ -173,25 +172,21 @@ class APIServer:
         self.ready = True
 
     async def handle(self, req: Req) -> tuple[Resp, str, str]:
-        """Returns the response and the (verb, resource) labels for metrics; warnings added
-        by admission (fleet/admission/warnings.py) join the response's `Warning` header."""
-        token = admission_warnings.begin()
-        try:
-            resp, verb, resource = await self._handle(req)
-        finally:
-            extra = admission_warnings.end(token)
-        if extra:
-            folded = warning_headers(extra)["Warning"]
-            have = resp.headers.get("Warning")
-            resp.headers["Warning"] = f"{have}, {folded}" if have else folded
-        return resp, verb, resource
-
-    async def _handle(self, req: Req) -> tuple[Resp, str, str]:
+        """Returns the response and the (verb, resource) labels for metrics."""
         # Labels come from the request itself, so refused requests (401, 404,
         # 409, 422, ...) are counted under the verb and resource they aimed at.
         verb, resource = request_labels(req)
-        if self.audit is not None:
-            return await self.handle_audited(req, verb, resource)
+        # Warnings admission adds (PodSecurity's `would violate ...`) go out as
+        # Warning headers, on refusals too, after the handler's own.
+        with collect_warnings() as warnings:
+            if self.audit is not None:
+                resp, verb, resource = await self.handle_audited(req, verb, resource)
+            else:
+                resp, verb, resource = await self._handle(req, verb, resource)
+        add_warning_headers(resp.headers, warnings)
+        return resp, verb, resource
+
+    async def _handle(self, req: Req, verb: str, resource: str) -> tuple[Resp, str, str]:
         try:
             req.user = await self.authenticate(req.headers, req.peer_certs, req.remote)
             self.apply_impersonation(req)

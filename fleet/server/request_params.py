@@ -161,6 +161,14 @@ def warning_headers(warnings: list[str]) -> dict[str, str]:
     return {"Warning": ", ".join('299 - "' + w.replace('"', '\\"') + '"' for w in warnings)}
 
 
+def add_warning_headers(headers: dict[str, str], warnings: list[str]) -> None:
+    """Append `warnings` (admission's) to a response's headers, after any already there."""
+    extra = warning_headers(warnings)
+    if not extra:
+        return
+    headers["Warning"] = f"{headers['Warning']}, {extra['Warning']}" if headers.get("Warning") else extra["Warning"]
+
+
 def delete_options(req: Req) -> dict[str, Any]:
     opts: dict[str, Any] = {}
     if req.body.strip():

@@ -27,7 +27,7 @@ from quart_trio import QuartTrio
 from fleet import scheduler
 from fleet._core import memory
 from fleet._core.supervise import supervise
-from fleet.admission import builtin_chain, limitranger, resourcequota
+from fleet.admission import builtin_chain, limitranger, podsecurity, resourcequota
 from fleet.admission.defaultingressclass import IngressClassCache
 from fleet.admission.defaultstorageclass import StorageClassCache
 from fleet.admission.objcache import NamespacedCache
@@ -369,6 +369,9 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                       storage_class_cache=storage_classes,
                                       service_account_cache=service_accounts,
                                       mount_service_account_tokens=TOKEN_REQUEST in sec.handlers,
+                                      pod_security=podsecurity.load_config(cfg.security.pod_security_config)
+                                      if cfg.security.pod_security_config else None,
+                                      namespace_cache=namespaces,
                                       not_ready_seconds=cfg.default_not_ready_toleration_seconds,
                                       unreachable_seconds=cfg.default_unreachable_toleration_seconds)
             rest = ResourceAPI(store, registry, admission, namespaces)

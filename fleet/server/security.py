@@ -82,6 +82,10 @@ class SecurityConfig:
     audit_log_maxsize: int = 0
     audit_log_maxage: int = 0
     audit_log_maxbackup: int = 0
+    # --pod-security-config: PodSecurity admission's PodSecurityConfiguration (defaults
+    # for namespaces without labels, exemptions; fleet/admission/podsecurity.py).
+    # Unset: privileged everywhere unless a namespace's labels say otherwise.
+    pod_security_config: str = ""
     # --enable-bootstrap-token-auth: join tokens (kube-system/bootstrap-token-*
     # Secrets) authenticate as system:bootstrap:<id> (fleet/auth/bootstrap.py).
     bootstrap_tokens: bool = True

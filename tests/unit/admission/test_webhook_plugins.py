@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 
-from fleet.admission import warnings as admission_warnings
+from fleet.admission import collect_warnings
 from fleet.admission.webhook import (
     MUTATING_PREFIX,
     MutatingWebhooks,
@@ -147,12 +147,9 @@ async def test_failure_policies_and_warnings() -> None:
     assert e.value.code == 500
     assert e.value.message == ('Internal error occurred: failed calling webhook "f.x.test": '
                                "context deadline exceeded")
-    token = admission_warnings.begin()
-    try:
+    with collect_warnings() as got:
         await validating(t, hook("i.x.test", failurePolicy="Ignore"), hook("w.x.test")).validate(
             ATTRS, USER, cm(), None)
-    finally:
-        got = admission_warnings.end(token)
     # Validating webhooks run in parallel: the warnings come in either order.
     assert sorted(got) == ['failed calling webhook "i.x.test": connection refused; the request was admitted '
                            "(failurePolicy Ignore)", "mind the gap"]
@@ -234,12 +231,9 @@ async def test_configuration_with_match_conditions_is_warned_about() -> None:
     p = validating(FakeTransport({}))
     cfg = {"metadata": {"name": "c"}, "webhooks": [hook("m.x.test", matchConditions=[
         {"name": "not-system", "expression": "!request.userInfo.username.startsWith('system:')"}])]}
-    token = admission_warnings.begin()
-    try:
+    with collect_warnings() as got:
         await p.validate(Attributes("create", "admissionregistration.k8s.io", "v1",
                                     "validatingwebhookconfigurations", "", "", "c"), USER, cfg, None)
-    finally:
-        got = admission_warnings.end(token)
     assert got == ['webhook "m.x.test": matchConditions are not evaluated by this server yet; the webhook is '
                    "called for every request its rules and selectors match"]
 
