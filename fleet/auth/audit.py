@@ -720,6 +720,19 @@ def record_impersonation(user: UserInfo) -> None:
         ra.impersonated_user = user
 
 
+def record_annotations(annotations: Mapping[str, str], *, verb: str = "") -> None:
+    """What a handler learns about the request being served (process control: the
+    container, the command, the signal, the consenting ProcessControl) as annotations
+    of its audit events; `verb` corrects the audited verb when the method alone does
+    not say it (POST pods/signal is Fleet's `signal`)."""
+    ra = CURRENT.get()
+    if ra is None:
+        return
+    ra.annotations.update(annotations)
+    if verb and ra.attrs is not None:
+        ra.attrs = _replace_attrs(ra.attrs, verb=verb)
+
+
 def record_authentication_failure(reason: str) -> None:
     ra = CURRENT.get()
     if ra is not None:

@@ -187,6 +187,13 @@ def server(
         help="Keep at most this many rotated audit logs (0: keep all).")] = 0,
     cert_lifetime: Annotated[float | None, cyclopts.Parameter(
         show=False, help="Leaf certificate lifetime in seconds (tests).")] = None,
+    hardened: Annotated[bool, cyclopts.Parameter(
+        help="Production hardening: turns on the ProcessControl consent gate (exec, attach, "
+             "port-forward and signal need a fleet.dev/v1 ProcessControl in the pod's namespace "
+             "besides RBAC).", negative=())] = False,
+    process_control_consent: Annotated[bool, cyclopts.Parameter(
+        help="Require a ProcessControl's consent for exec, attach, port-forward and signal "
+             "(also on with --hardened; off by default: RBAC alone decides).", negative=())] = False,
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -248,6 +255,7 @@ def server(
     cfg.security.audit_log_maxsize, cfg.security.audit_log_maxage = audit_log_maxsize, audit_log_maxage
     cfg.security.audit_log_maxbackup = audit_log_maxbackup
     cfg.security.cert_lifetime = cert_lifetime
+    cfg.security.process_control_consent = hardened or process_control_consent
     if controllers:
         from fleet.controllers.manager import default_controllers, select
 

@@ -28,6 +28,7 @@ from fleet.api.kinds import (
     networkpolicy,
     persistentvolume,
     policy,
+    processcontrol,
     quota,
     rbac,
     scheduling,
@@ -62,6 +63,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *certificates.KINDS,
     events.EVENTS_EVENT,
     *authentication.KINDS,
+    *processcontrol.KINDS,
 )
 
 
