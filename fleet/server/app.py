@@ -469,6 +469,11 @@ class APIServer:
             raise errors.BadRequest("Upgrade request required")
         # A plain GET or a POST here is not a WebSocket upgrade: SPDY clients
         # (kubectl before 1.30, or its fallback after a failed WebSocket upgrade).
+        # The consent gate answers them too: kubectl prints only the fallback's error.
+        assert req.user is not None
+        await self.process_control.check(req.user, sub, route.namespace, route.name,
+                                         req.query.get("container") or None,
+                                         options=dict(req.query))
         return await self.pods.refuse_spdy(sub, route.namespace, route.name, req.query), verb, resource
 
     def authorize(self, user: UserInfo | None, verb: str, route: Route, info: Any) -> None:

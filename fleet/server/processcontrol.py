@@ -78,7 +78,7 @@ class ProcessControlGate:
     async def _consents(self, namespace: str) -> list[dict[str, Any]]:
         info = self.registry.get(pckind.GROUP, pckind.VERSION, "processcontrols")
         assert info is not None, "ProcessControl is not registered"
-        return (await self.store.list(info.key(namespace) + "/")).items
+        return (await self.store.list(info.key(namespace))).items
 
     async def check(self, user: UserInfo, action: str, namespace: str, pod_name: str,
                     container: str | None = None, *, command: Sequence[str] = (),
