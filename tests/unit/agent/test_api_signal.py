@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fleet.agent.api import LocateError, LocatedContainer, create_app
+from fleet.agent.api import LocatedContainer, LocateError, create_app
 from fleet.runtime.driver import ContainerHandle, ContainerState, ContainerStatus
 
 TOKEN = "t0ken"
