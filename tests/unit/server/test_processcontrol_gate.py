@@ -16,6 +16,7 @@ from fleet.api import errors
 from fleet.auth import Attributes, UserInfo
 from fleet.auth.bootstrap_policy import cluster_roles
 from fleet.server.security import SecurityConfig
+from fleet.testing.apiserver import TOKEN as ADMIN_TOKEN
 from fleet.testing.apiserver import InProcessAPI, open_api
 
 ALICE = UserInfo("alice", groups=("system:authenticated",))
@@ -160,3 +161,40 @@ async def test_processcontrol_objects_are_validated(api: InProcessAPI) -> None:
     assert status == 422 and body["reason"] == "Invalid"
     assert {c["field"] for c in body["details"]["causes"]} == {"spec.subjects[0].kind", "spec.actions[0]"}
     assert body["message"].startswith('ProcessControl.fleet.dev "bad" is invalid: [')
+
+
+@pytest.mark.parametrize(("kind", "sub", "query", "expected"), [
+    ("websocket", "exec", b"command=ls&container=web", 'to exec in container "web"'),
+    ("websocket", "attach", b"container=side", 'to attach to container "side"'),
+    ("raw", "portforward", b"", 'to port-forward to pod "p"'),
+])
+async def test_upgrades_pass_the_consent_gate(api: InProcessAPI, kind: str, sub: str, query: bytes,
+                                              expected: str) -> None:
+    """exec/attach (WebSocket) and port-forward (SPDY upgrade): 403 naming the missing
+    ProcessControl when the gate is on, before anything reaches an agent."""
+    import json
+
+    from fleet.server import upgrade
+    from fleet.server.app import create_app
+
+    api.server.process_control.consent_required = True
+    sent: list[dict[str, Any]] = []
+
+    async def send(msg: dict[str, Any]) -> None:
+        sent.append(msg)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "websocket.connect"} if kind == "websocket" else {"type": "raw.disconnect"}
+
+    path = f"/api/v1/namespaces/default/pods/p/{sub}"
+    scope: dict[str, Any] = {"type": "websocket" if kind == "websocket" else upgrade.SCOPE_TYPE,
+                             "method": "GET" if kind == "websocket" else "POST", "path": path,
+                             "raw_path": path.encode(), "query_string": query,
+                             "headers": [(b"authorization", f"Bearer {ADMIN_TOKEN}".encode())],
+                             "client": ("10.1.2.3", 4444), "extensions": {"websocket.http.response": {}}}
+    await create_app(api.server)(scope, receive, send)
+    start = next(m for m in sent if m.get("status") is not None)
+    assert start["status"] == 403
+    body = b"".join(m.get("body", b"") for m in sent)
+    assert expected in json.loads(body)["message"]
+    assert "no ProcessControl" in json.loads(body)["message"]
