@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from fleet.api import errors
 from fleet.auth import Attributes, UserInfo
@@ -65,14 +66,29 @@ async def signal(api: InProcessAPI, token: str, body: Any) -> tuple[int, Any]:
     return await api.json("POST", SIGNAL_PATH, body, token=token)
 
 
+async def rbac_sees(api: InProcessAPI, token: str) -> None:
+    """Wait until the watch-fed RBAC authorizer lets `token` signal (the binding just made)."""
+    with trio.fail_after(10):
+        while True:
+            status, body = await signal(api, token, {"signal": "SIGHUP", "container": "web"})
+            if status != 403 or "cannot signal" not in body["message"]:
+                return
+            await trio.sleep(0.02)
+
+
 async def test_signal_verb_is_not_implied_by_update_create_or_edit(api: InProcessAPI) -> None:
     await bind(api, "writer", "alice", [{"apiGroups": [""], "resources": ["pods", "pods/signal", "pods/exec"],
                                          "verbs": ["create", "update", "patch"]}])
+    with trio.fail_after(10):  # the watch-fed authorizer has seen the binding: alice may patch
+        while (await api.json("PATCH", "/api/v1/namespaces/default/pods/p", {"metadata": {"labels": {"x": "1"}}},
+                              token="alice-token", content_type="application/merge-patch+json"))[0] != 200:
+            await trio.sleep(0.02)
     status, body = await signal(api, "alice-token", {"signal": "SIGHUP", "container": "web"})
     assert status == 403
     assert body["message"].startswith('pods "p" is forbidden: User "alice" cannot signal resource "pods/signal" '
                                       'in API group "" in the namespace "default"')
     await bind(api, "signaller", "alice", [{"apiGroups": [""], "resources": ["pods/signal"], "verbs": ["signal"]}])
+    await rbac_sees(api, "alice-token")
     status, body = await signal(api, "alice-token", {"signal": "SIGHUP", "container": "web"})
     assert status == 400 and NO_HOST in body["message"], body  # past RBAC; the gate is off
 
@@ -89,6 +105,8 @@ def test_no_default_role_but_cluster_admin_grants_signal() -> None:
 async def test_consent_gate_on_and_off(api: InProcessAPI) -> None:
     await bind(api, "signaller", "alice", [{"apiGroups": [""], "resources": ["pods/signal"], "verbs": ["signal"]}])
     await bind(api, "signaller-bob", "bob", [{"apiGroups": [""], "resources": ["pods/signal"], "verbs": ["signal"]}])
+    await rbac_sees(api, "alice-token")
+    await rbac_sees(api, "bob-token")
     api.server.process_control.consent_required = True
     status, body = await signal(api, "alice-token", {"signal": "SIGHUP", "container": "web"})
     assert status == 403 and body["reason"] == "Forbidden"
