@@ -9,6 +9,9 @@ So the paths are the kubelet's and need no translation on the way:
     GET /exec/{namespace}/{pod}/{container}?command=..&stdin&stdout&stderr&tty
                                                            WebSocket, channel protocol
     GET /attach/{namespace}/{pod}/{container}?stdin&stdout&stderr&tty    WebSocket
+    POST /signal/{namespace}/{pod}/{container}?signal=SIGHUP
+                                                           Fleet's pods/signal: the signal to
+                                                           the container's main process
     GET /portForward/{namespace}/{pod}?port=N              WebSocket, one TCP connection
                                                            into the pod (agent/portforward.py)
     GET /stats/summary                                     the kubelet's Summary API shape
@@ -68,6 +71,7 @@ from fleet.agent import channels, logs, portforward
 from fleet.agent.tls import AgentTLS, authorize_request
 from fleet.api import meta
 from fleet.api.errors import APIError, BadRequest, Forbidden, InternalError, NotFound, Unauthorized
+from fleet.api.kinds.processcontrol import parse_signal, signal_name
 from fleet.runtime import shim
 from fleet.runtime.driver import (
     ContainerHandle,
@@ -388,6 +392,28 @@ async def _exec(locator: ContainerLocator, namespace: str, pod: str,
         nursery.cancel_scope.cancel()
     await _finish(protocol, status)
     return None
+
+
+async def _signal(locator: ContainerLocator, namespace: str, pod: str,
+                  container: str | None) -> Response:
+    """Send `?signal=` to the container's main process (its runtime driver's `signal`:
+    runc kill for OCI, the process group for the process driver)."""
+    raw = request.args.get("signal", "")
+    num = parse_signal(raw)
+    if num is None:
+        raise BadRequest(f"unknown signal {raw!r}; use a name such as SIGHUP or SIGTERM")
+    located = _locate(locator, namespace, pod, container)
+    name = located.name or container or ""
+    not_running = BadRequest(f'container "{name}" in pod "{pod}" is not running')
+    if located.handle is None or not await _is_running_fn(located)():
+        raise not_running
+    try:
+        await located.driver.signal(located.handle, num)
+    except (ContainerNotFound, ProcessLookupError):
+        raise not_running from None
+    log.info("sent %s to container %s of pod %s/%s", signal_name(num), name, namespace, pod)
+    return Response(json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                "status": "Success"}), content_type="application/json")
 
 
 def _request_resize(located: Any, cols: int, rows: int) -> None:
@@ -750,6 +776,10 @@ def create_app(locator: ContainerLocator, *, token: str | None, node_name: str =
     @app.websocket("/portForward/<namespace>/<pod>")
     async def port_forward_ws(namespace: str, pod: str) -> None:
         await portforward.serve(getattr(locator, "pod_sandbox", None), namespace, pod, websocket)
+
+    @app.route("/signal/<namespace>/<pod>/<container>", methods=["POST"])
+    async def signal_container(namespace: str, pod: str, container: str) -> Response:
+        return await _signal(locator, namespace, pod, container)
 
     @app.route("/stats/summary")
     async def summary() -> Response:

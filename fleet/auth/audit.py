@@ -730,6 +730,17 @@ def record_annotation(key: str, value: str) -> None:
         ra.annotations.setdefault(key, value)
 
 
+def record_annotations(annotations: Mapping[str, str], *, verb: str = "") -> None:
+    """Several `record_annotation`s at once (process control: the container, the
+    command, the signal, the consenting ProcessControl); `verb` corrects the audited
+    verb when the method alone does not say it (POST pods/signal is Fleet's `signal`)."""
+    for key, value in annotations.items():
+        record_annotation(key, value)
+    ra = CURRENT.get()
+    if verb and ra is not None and ra.attrs is not None:
+        ra.attrs = _replace_attrs(ra.attrs, verb=verb)
+
+
 def record_authentication_failure(reason: str) -> None:
     ra = CURRENT.get()
     if ra is not None:

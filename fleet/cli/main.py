@@ -192,6 +192,13 @@ def server(
              "Unset: privileged by default, no exemptions.")] = "",
     cert_lifetime: Annotated[float | None, cyclopts.Parameter(
         show=False, help="Leaf certificate lifetime in seconds (tests).")] = None,
+    hardened: Annotated[bool, cyclopts.Parameter(
+        help="Production hardening: turns on the ProcessControl consent gate (exec, attach, "
+             "port-forward and signal need a fleet.dev/v1 ProcessControl in the pod's namespace "
+             "besides RBAC).", negative=())] = False,
+    process_control_consent: Annotated[bool, cyclopts.Parameter(
+        help="Require a ProcessControl's consent for exec, attach, port-forward and signal "
+             "(also on with --hardened; off by default: RBAC alone decides).", negative=())] = False,
     log_level: str = "INFO",
 ) -> None:
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
@@ -261,6 +268,7 @@ def server(
         except ConfigError as e:
             sys.exit(f"fleet server: --pod-security-config: {e}")
     cfg.security.pod_security_config = pod_security_config
+    cfg.security.process_control_consent = hardened or process_control_consent
     if controllers:
         from fleet.controllers.manager import default_controllers, select
 

@@ -71,6 +71,7 @@ from fleet.server.metrics import Metrics
 from fleet.server.openapi import OpenAPICache
 from fleet.server.paths import node_proxy_route, resource_route, route_segments
 from fleet.server.portforward import PortForwardProxy
+from fleet.server.processcontrol import ProcessControlGate
 from fleet.server.proxy import (
     NODE_PROXY_VERBS,
     STREAM_SUBRESOURCES,
@@ -120,7 +121,8 @@ class APIServer:
                  metrics: Metrics, watches: WatchCounter, server_address: str, *,
                  agent_token: str | None = None, maintenance: NodeMaintenance | None = None,
                  resource_metrics: ResourceMetrics | None = None, anonymous: bool = False,
-                 audit: Auditor | None = None, agent_tls: ssl.SSLContext | None = None) -> None:
+                 audit: Auditor | None = None, agent_tls: ssl.SSLContext | None = None,
+                 process_control_consent: bool = False) -> None:
         self.store = store
         # The audit trail (fleet/auth/audit.py; None: off, and the hooks cost one check).
         self.audit = audit
@@ -144,6 +146,10 @@ class APIServer:
         # `agent_tls`: the client context for agents' HTTPS (fleet/server/proxy.py).
         self.pods = PodProxy(store, registry, agent_token, tls=agent_tls)
         self.portforward = PortForwardProxy(self.pods)
+        # exec/attach/port-forward/signal past RBAC: the ProcessControl consent gate (on
+        # with --hardened / --process-control-consent) and CONNECT admission.
+        self.process_control = ProcessControlGate(store, registry, admission, self.pods,
+                                                  consent=process_control_consent)
         self.nodes = NodeProxy(store, registry, agent_token, tls=agent_tls)
         # nodes/drain and nodes/schedulable; its runner (`maintenance.run`) is
         # started by whoever runs the server (fleet/server/run.py).
@@ -373,6 +379,8 @@ class APIServer:
         api = self.resources
         if route.subresource in STREAM_SUBRESOURCES and route.name is not None:
             return await self.agent_subresource(req, route, method)
+        if route.subresource == "signal" and route.name is not None:
+            return await self.pod_signal(req, route, method)
         info = api.kind_for(route)
         resource = route.plural + (f"/{route.subresource}" if route.subresource else "")
         if route.sse_watch and (method != "GET" or route.subresource):
@@ -431,6 +439,19 @@ class APIServer:
     async def _hpa_v1(self, req: Req, route: Route, verb: str, user: UserInfo, info: Any) -> Resp:
         return await self.hpa_v1.handle(req, route, verb, user)
 
+    async def pod_signal(self, req: Req, route: Route, method: str) -> tuple[Resp, str, str]:
+        """Fleet's POST pods/{name}/signal: RBAC verb `signal`, then consent and
+        admission (fleet/server/processcontrol.py), then the pod's agent."""
+        info = self.resources.kind_for(replace(route, subresource=""))
+        if "signal" not in info.subresources or route.namespace is None or route.name is None:
+            raise errors.NotFound("the server could not find the requested resource")
+        if method != "POST":
+            raise errors.MethodNotAllowed(f"{method} is not supported on {info.plural}/signal")
+        self.authorize(req.user, "signal", route, info)
+        assert req.user is not None
+        resp = await self.process_control.signal(route.namespace, route.name, req.body, req.user)
+        return resp, "signal", f"{info.plural}/signal"
+
     async def agent_subresource(self, req: Req, route: Route, method: str) -> tuple[Resp, str, str]:
         """pods/log (GET, streamed) and the SPDY form of pods/exec|attach (POST, refused).
 
@@ -457,6 +478,11 @@ class APIServer:
             raise errors.BadRequest("Upgrade request required")
         # A plain GET or a POST here is not a WebSocket upgrade: SPDY clients
         # (kubectl before 1.30, or its fallback after a failed WebSocket upgrade).
+        # The consent gate answers them too: kubectl prints only the fallback's error.
+        assert req.user is not None
+        await self.process_control.check(req.user, sub, route.namespace, route.name,
+                                         req.query.get("container") or None,
+                                         options=dict(req.query))
         return await self.pods.refuse_spdy(sub, route.namespace, route.name, req.query), verb, resource
 
     def authorize(self, user: UserInfo | None, verb: str, route: Route, info: Any) -> None:
@@ -490,6 +516,13 @@ class APIServer:
             if route.subresource not in info.subresources or route.namespace is None:
                 raise errors.NotFound("the server could not find the requested resource")
             self.authorize(user, "create", route, info)
+            assert route.name is not None
+            query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+            await self.process_control.check(
+                user, route.subresource, route.namespace, route.name,
+                next((v for k, v in query if k == "container"), None) or None,
+                command=[v for k, v in query if k == "command"] if route.subresource == "exec" else (),
+                options=_connect_options(query))
         except errors.APIError as e:
             await reject_websocket(send, extensions, e)
             self.metrics.observe("create", resource, e.code, time.perf_counter() - t0)
@@ -501,8 +534,6 @@ class APIServer:
                 AUDIT_CURRENT.reset(token)
         if ra is not None:
             send = ra.upgrade_send(send)
-        assert route.name is not None
-        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         offered = list(scope.get("subprotocols") or [])
         if route.subresource == "portforward":
             status = await self.portforward.websocket(route.namespace, route.name, query, offered,
@@ -561,6 +592,9 @@ class APIServer:
         try:
             user = await self.upgrade_user(ra, scope, headers, route)
             self.authorize(user, "create", route, self.resources.kind_for(replace(route, subresource="")))
+            query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+            await self.process_control.check(user, "portforward", route.namespace, route.name,
+                                             options=_connect_options(query))
         except errors.APIError as e:
             await send({"type": "raw.response", "status": e.code, "body": dumps(e.status()),
                         "headers": [(b"content-type", b"application/json")]})
@@ -694,6 +728,18 @@ class FleetASGI:
         await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
         self.server.metrics.observe(verb, resource, resp.status, time.perf_counter() - t0)
         await _stream(resp.body, receive, send)
+
+
+def _connect_options(query: list[tuple[str, str]]) -> dict[str, Any]:
+    """The connect request's query as the options object admission sees (repeated
+    keys — exec's `command`, port-forward's `ports` — become lists)."""
+    out: dict[str, Any] = {}
+    for k, v in query:
+        if k in ("command", "ports"):
+            out.setdefault(k, []).append(v)
+        else:
+            out[k] = v
+    return out
 
 
 def _raw_path(scope: dict[str, Any]) -> bytes:

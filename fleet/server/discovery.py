@@ -27,6 +27,7 @@ SUBRESOURCE_VERBS = {
 SUBRESOURCE_KINDS: dict[str, tuple[str, str, str]] = {
     "scale": ("autoscaling", "v1", "Scale"),
     "eviction": ("policy", "v1", "Eviction"),
+    "signal": ("fleet.dev", "v1", "PodSignal"),  # Fleet's pods/signal body
     "drain": (DRAIN_KIND["group"], DRAIN_KIND["version"], DRAIN_KIND["kind"]),
     "token": ("authentication.k8s.io", "v1", "TokenRequest"),
 }

@@ -464,6 +464,14 @@ class PodProxy:
         """Pod → node → agent address (pods/portforward names no container)."""
         return await self._agent_of(await self._pod(namespace, name), name)
 
+    async def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        """The stored pod, or the 404 a client should see."""
+        return await self._pod(namespace, name)
+
+    def auth_headers(self, agent: AgentAddress) -> dict[str, str]:
+        """What authenticates the server to `agent` (see `_auth_headers`)."""
+        return self._auth_headers(agent)
+
     async def _pod(self, namespace: str, name: str) -> dict[str, Any]:
         try:
             return await self.store.get(self._kind("pods").key(namespace, name))

@@ -83,6 +83,7 @@ SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
     "eviction": ("create",),
     "drain": ("create", "get"),
     "schedulable": ("create",),
-    "token": ("create",),  # serviceaccounts/{name}/token: a TokenRequest (fleet/server/tokenapi.py)
+    "token": ("create",),
+    "signal": ("signal",),  # pods/{name}/signal: Fleet's own verb (fleet/server/processcontrol.py)  # serviceaccounts/{name}/token: a TokenRequest (fleet/server/tokenapi.py)
 }
 SUPPORTED_SUBRESOURCES = frozenset(SUBRESOURCE_VERBS)

@@ -423,6 +423,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             api = APIServer(store, registry, sec.authenticator, sec.authorizer, admission,
                             rest, metrics, watches, f"{host}:{cfg.port}", agent_token=token,
                             anonymous=cfg.security.anonymous, audit=sec.audit,
+                            process_control_consent=cfg.security.process_control_consent,
                             agent_tls=kubelet_client.ctx)
             api.resource_handlers.update(sec.handlers)
             api.path_handlers.update(sec.paths)

@@ -94,6 +94,10 @@ class SecurityConfig:
     # (None: a twentieth of the lifetime, between 0.5 and 30 seconds).
     cert_lifetime: float | None = None
     cert_check_interval: float | None = None
+    # The ProcessControl consent gate (fleet/server/processcontrol.py): on with
+    # --hardened or --process-control-consent; off by default (RBAC alone decides
+    # exec/attach/port-forward/signal, as in Kubernetes).
+    process_control_consent: bool = False
 
 
 @dataclass

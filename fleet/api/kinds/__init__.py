@@ -29,6 +29,7 @@ from fleet.api.kinds import (
     networkpolicy,
     persistentvolume,
     policy,
+    processcontrol,
     quota,
     rbac,
     scheduling,
@@ -64,6 +65,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     events.EVENTS_EVENT,
     *authentication.KINDS,
     *admissionregistration.KINDS,
+    *processcontrol.KINDS,
 )
 
 

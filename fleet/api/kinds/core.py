@@ -86,7 +86,7 @@ NAMESPACE = KindInfo(
 POD = KindInfo(
     group="", version="v1", kind="Pod", plural="pods", singular="pod",
     short_names=("po",), categories=("all",),
-    subresources=("status", "binding", "log", "exec", "attach", "portforward", "eviction"),
+    subresources=("status", "binding", "log", "exec", "attach", "portforward", "eviction", "signal"),
     columns_override=table(*pods.POD_COLUMNS, wide=pods.POD_WIDE_COLUMNS),
     default=pods.default_pod, validate=pods.validate_pod, delete_grace=pods.pod_delete_grace,
     selectable_fields=("spec.nodeName", "spec.restartPolicy", "spec.schedulerName",

@@ -10,7 +10,7 @@ because people paste them into searches and scripts grep for them.
 
 Each command group is one module of this package, registered on the shared
 `commands` App (`base.py`) when imported here: `get` (get, describe),
-`apply` (apply, delete), `streams` (logs, exec, attach), `images`, `nodes`
+`apply` (apply, delete), `streams` (logs, exec, attach), `procsignal` (signal), `images`, `nodes`
 (cordon, uncordon, schedulable, drain), `info` (api-resources, version).
 
 Global options (--kubeconfig, --context, -n/--namespace) are accepted both
@@ -28,7 +28,7 @@ from cyclopts import CycloptsError
 from fleet.cli.interrupt import restore_interrupt
 
 # Importing the command modules registers their commands on `commands`.
-from fleet.cli.kfleet import apply, get, images, info, nodes, streams  # noqa: F401
+from fleet.cli.kfleet import apply, get, images, info, nodes, procsignal, streams  # noqa: F401
 from fleet.cli.kfleet.base import app, commands
 
 __all__ = ["app", "commands", "main", "run"]

@@ -19,7 +19,7 @@ IDENTITY = [
     # group, version, kind, plural, singular, namespaced, shortNames, categories, subresources
     ("", "v1", "Namespace", "namespaces", "namespace", False, ("ns",), (), ("status", "finalize")),
     ("", "v1", "Pod", "pods", "pod", True, ("po",), ("all",),
-     ("status", "binding", "log", "exec", "attach", "portforward", "eviction")),
+     ("status", "binding", "log", "exec", "attach", "portforward", "eviction", "signal")),
     ("", "v1", "Node", "nodes", "node", False, ("no",), (), ("status", "drain", "schedulable")),
     ("", "v1", "Service", "services", "service", True, ("svc",), ("all",), ("status",)),
     ("", "v1", "Endpoints", "endpoints", "endpoints", True, ("ep",), (), ()),
@@ -98,6 +98,8 @@ IDENTITY = [
      "validatingadmissionpolicy", False, (), (), ("status",)),
     ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding",
      "validatingadmissionpolicybindings", "validatingadmissionpolicybinding", False, (), (), ()),
+    # Fleet's own: the process-control consent object (fleet/api/kinds/processcontrol.py).
+    ("fleet.dev", "v1", "ProcessControl", "processcontrols", "processcontrol", True, ("pctl",), (), ()),
 ]
 READ_ONLY_GROUPS = ("metrics.k8s.io",)
 CREATE_ONLY_GROUPS = ("authorization.k8s.io", "authentication.k8s.io")
