@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import trio
 
-from fleet.store import open_store
 from fleet.store import encryption as enc
+from fleet.store import open_store
 from fleet.store.encryption import (
     DecryptError,
     EncryptionCodec,
