@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleet.store import encryption as enc
 from fleet.store import open_store
@@ -273,3 +275,20 @@ async def test_store_holds_only_ciphertext_and_every_read_path_gives_plaintext(
     # Reopened by a new process (fresh caches), the data still reads.
     async with open_store(db, codec=load_codec_from(config([kms_provider(kms)]))) as store:
         assert (await store.get("/core/secrets/ns/a"))["data"]["more"] == SECRET_B64
+
+
+_texts = st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
+                      lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+                      max_leaves=12).map(lambda v: json.dumps(v, separators=(",", ":")))
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=_texts, name=st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-.", min_size=1, max_size=30))
+def test_seal_then_open_is_the_identity_and_never_shows_the_text(text: str, name: str) -> None:
+    codec = EncryptionCodec(parse_config(config([aesgcm(("key2", KEY2), ("key1", KEY1))])))
+    key = f"/core/secrets/ns/{name}"
+    stored = codec.seal(key, text)
+    assert stored.startswith("k8s:enc:aesgcm:v1:key2:")
+    assert codec.open(key, stored) == text
+    if len(text) >= 8:
+        assert text not in stored
