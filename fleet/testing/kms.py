@@ -2,6 +2,7 @@
 unix socket, with optional OAuth2 client-credentials checking.
 
 In-process: `with TestKMS(sock_path) as kms: ...` serves on a thread;
+`TestKMS(tls_dir=D)` serves HTTPS on loopback instead (CA in `kms.ca_file`);
 `kms.rotate()` makes a new KEK current (old ones still unwrap); `kms.stop()`.
 As a process (e2e tests): `python -m fleet.testing.kms --socket PATH [--token T]`
 serves until killed.  KEKs live only in memory unless `--key-dir` keeps them
@@ -15,8 +16,9 @@ import base64
 import json
 import os
 import socketserver
+import ssl
 import threading
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,11 @@ from fleet.store.kms import key_id_of, open_with_kek, seal_with_kek
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    kms: TestKMS
+
+
+class _TLSServer(ThreadingHTTPServer):
     daemon_threads = True
     kms: TestKMS
 
@@ -93,9 +100,17 @@ class TestKMS:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, socket_path: str | os.PathLike[str], *, token: str = "",
-                 key_dir: str | os.PathLike[str] | None = None) -> None:
-        self.socket_path = Path(socket_path)
+    def __init__(self, socket_path: str | os.PathLike[str] | None = None, *, token: str = "",
+                 key_dir: str | os.PathLike[str] | None = None,
+                 tls_dir: str | os.PathLike[str] | None = None) -> None:
+        """On a unix socket, or (socket_path None, tls_dir given) over HTTPS on
+        127.0.0.1 with a fresh CA written to `tls_dir/kms-ca.crt` (`ca_file`)."""
+        if socket_path is None and tls_dir is None:
+            raise ValueError("a socket path or a TLS directory is needed")
+        self.socket_path = Path(socket_path) if socket_path is not None else None
+        self.tls_dir = Path(tls_dir) if tls_dir is not None else None
+        self.ca_file: Path | None = None
+        self.port = 0
         self.token = token
         self.key_dir = Path(key_dir) if key_dir else None
         self.keys: dict[str, bytes] = {}
@@ -108,11 +123,13 @@ class TestKMS:
                 self.current = key_id_of(kek)
         if not self.current:
             self.rotate()
-        self._server: _Server | None = None
+        self._server: _Server | _TLSServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def endpoint(self) -> str:
+        if self.socket_path is None:
+            return f"https://127.0.0.1:{self.port}"
         return f"unix://{self.socket_path}"
 
     def rotate(self) -> str:
@@ -127,8 +144,13 @@ class TestKMS:
         return kid
 
     def start(self) -> TestKMS:
-        self.socket_path.unlink(missing_ok=True)
-        self._server = _Server(str(self.socket_path), _Handler)
+        if self.socket_path is not None:
+            self.socket_path.unlink(missing_ok=True)
+            self._server = _Server(str(self.socket_path), _Handler)
+        else:
+            self._server = _TLSServer(("127.0.0.1", 0), _Handler)
+            self._server.socket = self._tls_context().wrap_socket(self._server.socket, server_side=True)
+            self.port = self._server.server_address[1]
         self._server.kms = self
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -139,7 +161,30 @@ class TestKMS:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
-        self.socket_path.unlink(missing_ok=True)
+        if self.socket_path is not None:
+            self.socket_path.unlink(missing_ok=True)
+
+    def _tls_context(self) -> ssl.SSLContext:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        from fleet.testing.oidc import _cert
+
+        assert self.tls_dir is not None
+        self.tls_dir.mkdir(parents=True, exist_ok=True)
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca = _cert("fleet-test-kms-ca", ca_key, ca_key, None, ca=True)
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _cert("127.0.0.1", key, ca_key, ca.subject, ca=False)
+        self.ca_file = self.tls_dir / "kms-ca.crt"
+        self.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+        cert_file, key_file = self.tls_dir / "kms.crt", self.tls_dir / "kms.key"
+        cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert_file, key_file)
+        return ctx
 
     def __enter__(self) -> TestKMS:
         return self.start()

@@ -292,3 +292,39 @@ def test_seal_then_open_is_the_identity_and_never_shows_the_text(text: str, name
     assert codec.open(key, stored) == text
     if len(text) >= 8:
         assert text not in stored
+
+
+def test_https_kms_with_ca_file_and_oauth2_from_the_config(tmp_path: Path) -> None:
+    class TokenHandler(BaseHTTPRequestHandler):
+        def log_message(self, *a: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.dumps({"access_token": "tls-tok", "expires_in": 600}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), TokenHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    secret_file = tmp_path / "client-secret"
+    secret_file.write_text("s3cret\n")
+    try:
+        with TestKMS(tls_dir=tmp_path / "tls", token="tls-tok") as k:
+            assert k.endpoint.startswith("https://127.0.0.1:")
+            entry = {"kms": {"apiVersion": "v2", "name": "remote", "endpoint": k.endpoint,
+                             "caFile": str(k.ca_file),
+                             "oauth2": {"tokenURL": f"http://127.0.0.1:{httpd.server_port}/token",
+                                        "clientID": "fleet", "clientSecretFile": str(secret_file)}}}
+            codec = load_codec_from(config([entry]))
+            stored = codec.seal("/core/secrets/ns/x", '{"v":1}')
+            assert stored.startswith("k8s:enc:kms:v2:remote:")
+            assert load_codec_from(config([entry])).open("/core/secrets/ns/x", stored) == '{"v":1}'
+            # Without the CA the server's certificate is not trusted: fail closed.
+            del entry["kms"]["caFile"]
+            with pytest.raises(EncryptionConfigError, match='kms provider "remote".*unreachable'):
+                load_codec_from(config([entry]))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
