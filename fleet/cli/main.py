@@ -179,6 +179,9 @@ def server(
     audit_policy_file: Annotated[str, cyclopts.Parameter(
         help="The audit policy (audit.k8s.io/v1 Policy, YAML or JSON). Unset: every request at "
              "the Metadata level. Secrets are never logged beyond Metadata.")] = "",
+    encryption_provider_config: Annotated[Path | None, cyclopts.Parameter(
+        help="EncryptionConfiguration (apiserver.config.k8s.io/v1) naming the resources stored "
+             "encrypted and their providers (identity, aesgcm, kms v2); see `fleet secrets rotate`.")] = None,
     audit_log_maxsize: Annotated[int, cyclopts.Parameter(
         help="Rotate the audit log when it would grow past this many megabytes (0: 100).")] = 0,
     audit_log_maxage: Annotated[int, cyclopts.Parameter(
@@ -204,6 +207,7 @@ def server(
     """Run the control plane: API server, store, scheduler, controllers, metrics, and a node agent."""
     from fleet.server.run import ServerConfig, ServerInfo, default_data_dir, run
     from fleet.store import StoreCorrupt
+    from fleet.store.encryption import EncryptionConfigError
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = ServerConfig(data_dir=data_dir or default_data_dir(), port=port, metrics_port=metrics_port,
@@ -269,6 +273,14 @@ def server(
             sys.exit(f"fleet server: --pod-security-config: {e}")
     cfg.security.pod_security_config = pod_security_config
     cfg.security.process_control_consent = hardened or process_control_consent
+    if encryption_provider_config is not None:
+        from fleet.store.encryption import load_config
+
+        try:
+            load_config(encryption_provider_config)  # validated now; the KMS is asked at start
+        except EncryptionConfigError as e:
+            sys.exit(f"fleet server: --encryption-provider-config: {e}")
+        cfg.encryption_provider_config = encryption_provider_config
     if controllers:
         from fleet.controllers.manager import default_controllers, select
 
@@ -332,7 +344,7 @@ def server(
 
     try:
         trio.run(main)
-    except* (StoreCorrupt, OSError) as group:
+    except* (StoreCorrupt, OSError, EncryptionConfigError) as group:
         # Start-up failures (a foreign or damaged database, a port in use) end the
         # process with one clear line instead of a traceback.
         for e in _leaves(group):
@@ -644,11 +656,13 @@ def main() -> None:
     restore_interrupt()  # every command stops on SIGINT, even below a parent ignoring it
 
     from fleet.cli.certs import app as certs_app
+    from fleet.cli.secrets import app as secrets_app
     from fleet.cli.token import app as token_app
 
     app.command(kfleet_app, name="ctl")
     app.command(token_app, name="token")
     app.command(certs_app, name="certs")
+    app.command(secrets_app, name="secrets")
     app()
 
 

@@ -75,7 +75,9 @@ from fleet.server.svcalloc_range import PortRange, ServiceIPRange
 from fleet.server.watch import WatchCounter
 from fleet.storage import registry as storage_registry
 from fleet.storage.provisioner import server_provisioner
-from fleet.store import KeyExists, Store, open_store
+from fleet.store import KeyExists, Store, ValueCodec, open_store
+from fleet.store.codec import PLAIN
+from fleet.store.encryption import load_codec
 
 if TYPE_CHECKING:
     from fleet.runtime.images.mirrors import RegistriesConfig
@@ -170,6 +172,9 @@ class ServerConfig:
     ingress: IngressConfig = field(default_factory=IngressConfig)
     # Authentication, authorization, PKI and audit (fleet/server/security.py).
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    # EncryptionConfiguration file (fleet/store/encryption.py): resources stored
+    # encrypted; None stores every value as plain JSON.
+    encryption_provider_config: Path | None = None
 
 
 @dataclass
@@ -314,8 +319,13 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
     serving = tlsconn.TLSConfig()
     serving.certfile, serving.keyfile = str(pki.serving_cert_file), str(pki.serving_key_file)
     serving.client_ca_fallback = pki.client_ca_bundle_pem()
+    codec: ValueCodec = PLAIN
+    if cfg.encryption_provider_config is not None:
+        # Fail closed: an invalid config or an unreachable KMS stops the start
+        # (EncryptionConfigError) before the store opens.
+        codec = await trio.to_thread.run_sync(load_codec, cfg.encryption_provider_config)
     async with open_store(data_dir / "fleet.db", retention=cfg.retention, sync=cfg.sync,
-                          compact_interval=cfg.compact_interval) as store:
+                          compact_interval=cfg.compact_interval, codec=codec) as store:
         registry = default_registry()
         await ensure_default_namespaces(store, registry)
         await ensure_default_service_accounts(store, registry)

@@ -29,6 +29,7 @@ from fleet.store.base import (
     StoreError,
     Watch,
 )
+from fleet.store.codec import PLAIN, ValueCodec
 from fleet.store.sqlite import SqliteStore
 from fleet.store.sqlite_file import integrity_check
 from fleet.store.sqlite_watch import SqliteWatch, StoreClosed, WatchOverflow
@@ -47,6 +48,7 @@ __all__ = [
     "SqliteStore",
     "SqliteWatch",
     "Store",
+    "ValueCodec",
     "StoreClosed",
     "StoreCorrupt",
     "StoreError",
@@ -66,6 +68,7 @@ async def open_store(
     compact_interval: float = 60.0,
     checkpoint_pages: int = 1000,
     watch_buffer: int = 10000,
+    codec: ValueCodec = PLAIN,
 ) -> AsyncIterator[SqliteStore]:
     """Open (or create) the store at `path` with its writer and compactor
     running in a nursery of their own; close it (queued writes committed,
@@ -81,6 +84,7 @@ async def open_store(
         compact_interval=compact_interval,
         checkpoint_pages=checkpoint_pages,
         watch_buffer=watch_buffer,
+        codec=codec,
     )
     await store.open()
     body_error: BaseException | None = None

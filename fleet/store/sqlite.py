@@ -75,6 +75,7 @@ from fleet.store.base import (
     StoreCorrupt,
     StoreError,
 )
+from fleet.store.codec import PLAIN, ValueCodec
 from fleet.store.sqlite_engine import _Engine, _Request
 from fleet.store.sqlite_file import (
     _MAX_INT64,
@@ -124,6 +125,7 @@ class SqliteStore:
         compact_interval: float = 60.0,
         checkpoint_pages: int = 1000,
         watch_buffer: int = 10000,
+        codec: ValueCodec = PLAIN,
     ) -> None:
         sync = sync.upper()
         if sync not in _SYNC_MODES:
@@ -136,6 +138,8 @@ class SqliteStore:
         self.compact_interval = compact_interval
         self.checkpoint_pages = checkpoint_pages
         self.watch_buffer = watch_buffer
+        # Every value passes through it between JSON text and the row (codec.py).
+        self.codec = codec
 
         self._engine: _Engine | None = None
         self._page_size = 4096
@@ -223,7 +227,7 @@ class SqliteStore:
         self._published = revision
         self._compacted = compacted
         self._live_keys = live
-        return _Engine(conn, revision, compact_done)
+        return _Engine(conn, revision, compact_done, self.codec)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The store's own tasks: the writer and the periodic compactor."""
@@ -476,17 +480,17 @@ class SqliteStore:
         return max(max_rev or 0, compacted), compacted
 
     async def get(self, key: str) -> dict[str, Any]:
-        def read(conn: sqlite3.Connection) -> str | None:
+        def read(conn: sqlite3.Connection) -> dict[str, Any] | None:
             row = conn.execute(
                 "SELECT l.value FROM live v JOIN log l ON l.revision = v.revision WHERE v.key = ?",
                 (key,),
             ).fetchone()
-            return None if row is None else row[0]
+            return None if row is None else json.loads(self.codec.open(key, row[0]))
 
-        value = await self._read(read)
-        if value is None:
+        obj = await self._read(read)
+        if obj is None:
             raise KeyNotFound(key)
-        return json.loads(value)
+        return obj
 
     async def list(
         self,
@@ -549,7 +553,7 @@ class SqliteStore:
                 more = True
                 rows = rows[:limit]
             keys = [r[0] for r in rows]
-            items = [json.loads(r[1]) for r in rows]
+            items = [json.loads(self.codec.open(r[0], r[1])) for r in rows]
         else:
             # State as of `revision`: per key, its newest row at or below
             # it (SQLite takes bare columns from the MAX() row); a tombstone
@@ -569,7 +573,7 @@ class SqliteStore:
                     more = True
                     break
                 keys.append(key)
-                items.append(json.loads(value))
+                items.append(json.loads(self.codec.open(key, value)))
         result = ListResult(items=items, revision=at)
         if more:
             result.continue_key = keys[-1]
@@ -651,8 +655,9 @@ class SqliteStore:
                     _TYPE_OF_KIND[kind],
                     key,
                     rev,
-                    json.loads(value),
-                    json.loads(prev) if prev is not None and kind != "created" else None,
+                    json.loads(self.codec.open(key, value)),
+                    json.loads(self.codec.open(key, prev))
+                    if prev is not None and kind != "created" else None,
                 )
             )
         return events

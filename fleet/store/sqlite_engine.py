@@ -25,6 +25,7 @@ from fleet.store.base import (
     RevisionConflict,
     StoreError,
 )
+from fleet.store.codec import PLAIN, ValueCodec
 from fleet.store.sqlite_file import _TYPE_OF_KIND, _clone, _dump
 
 # --------------------------------------------------------------------------
@@ -62,8 +63,10 @@ class _Engine:
     serializes every call, so no locking is needed here.
     """
 
-    def __init__(self, conn: sqlite3.Connection, revision: int, compact_done: int) -> None:
+    def __init__(self, conn: sqlite3.Connection, revision: int, compact_done: int,
+                 codec: ValueCodec = PLAIN) -> None:
         self.conn = conn
+        self.codec = codec
         self.revision = revision
         self.compact_done = compact_done
 
@@ -129,7 +132,7 @@ class _Engine:
             " WHERE v.key = ?",
             (key,),
         ).fetchone()
-        return None if row is None else (row[0], json.loads(row[1]))
+        return None if row is None else (row[0], json.loads(self.codec.open(key, row[1])))
 
     def _append(
         self,
@@ -141,7 +144,8 @@ class _Engine:
         prev: dict[str, Any] | None,
         overlay: dict[str, tuple[int, dict[str, Any]] | None],
     ) -> Event:
-        value = _dump(new)
+        text = _dump(new)
+        value = self.codec.seal(key, text)
         conn = self.conn
         conn.execute(
             "INSERT INTO log (revision, key, type, prev_revision, value) VALUES (?, ?, ?, ?, ?)",
@@ -154,7 +158,7 @@ class _Engine:
         else:
             conn.execute("DELETE FROM live WHERE key = ?", (key,))
         # Watchers get their own copy: the caller may mutate what we return.
-        ev = Event(_TYPE_OF_KIND[kind], key, rev, json.loads(value), prev)
+        ev = Event(_TYPE_OF_KIND[kind], key, rev, json.loads(text), prev)
         overlay[key] = None if kind == "deleted" else (rev, ev.obj)
         return ev
 
