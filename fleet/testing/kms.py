@@ -165,23 +165,12 @@ class TestKMS:
             self.socket_path.unlink(missing_ok=True)
 
     def _tls_context(self) -> ssl.SSLContext:
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric import ec
 
-        from fleet.testing.oidc import _cert
+        from fleet.testing.oidc import loopback_tls
 
         assert self.tls_dir is not None
         self.tls_dir.mkdir(parents=True, exist_ok=True)
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca = _cert("fleet-test-kms-ca", ca_key, ca_key, None, ca=True)
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = _cert("127.0.0.1", key, ca_key, ca.subject, ca=False)
-        self.ca_file = self.tls_dir / "kms-ca.crt"
-        self.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-        cert_file, key_file = self.tls_dir / "kms.crt", self.tls_dir / "kms.key"
-        cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))
+        self.ca_file, cert_file, key_file = loopback_tls(self.tls_dir, "kms")
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(cert_file, key_file)
         return ctx

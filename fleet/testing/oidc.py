@@ -45,6 +45,22 @@ def _cert(subject: str, key: Any, issuer_key: Any, issuer_name: x509.Name | None
     return b.sign(issuer_key, hashes.SHA256())
 
 
+def loopback_tls(directory: Path, name: str) -> tuple[Path, Path, Path]:
+    """A fresh test CA and a server certificate for 127.0.0.1 signed by it, written to
+    `directory` as `<name>-ca.crt`, `<name>.crt`, `<name>.key`: (ca, cert, key) files."""
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_cert = _cert(f"fleet-test-{name}-ca", ca_key, ca_key, None, ca=True)
+    srv_key = ec.generate_private_key(ec.SECP256R1())
+    srv_cert = _cert("127.0.0.1", srv_key, ca_key, ca_cert.subject, ca=False)
+    ca_file = directory / f"{name}-ca.crt"
+    ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    cert_file, key_file = directory / f"{name}.crt", directory / f"{name}.key"
+    cert_file.write_bytes(srv_cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(srv_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+    return ca_file, cert_file, key_file
+
+
 class OIDCProvider:
     """See the module docstring."""
 
@@ -60,16 +76,7 @@ class OIDCProvider:
         self.published: list[tuple[str, Any]] = [(self.kid, self.key.public_key())]
         # A discovery document with another issuer (to test the issuer check), when set.
         self.advertised_issuer: str | None = None
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca_cert = _cert("fleet-test-oidc-ca", ca_key, ca_key, None, ca=True)
-        srv_key = ec.generate_private_key(ec.SECP256R1())
-        srv_cert = _cert("127.0.0.1", srv_key, ca_key, ca_cert.subject, ca=False)
-        self.ca_file = self.dir / "oidc-ca.crt"
-        self.ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-        cert_file, key_file = self.dir / "oidc.crt", self.dir / "oidc.key"
-        cert_file.write_bytes(srv_cert.public_bytes(serialization.Encoding.PEM))
-        key_file.write_bytes(srv_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                   serialization.NoEncryption()))
+        self.ca_file, cert_file, key_file = loopback_tls(self.dir, "oidc")
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
