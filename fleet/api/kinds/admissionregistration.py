@@ -8,9 +8,12 @@ calls them).  Their defaulting and validation follow kube-apiserver's
 configuration is refused when it is written, not discovered on the first
 request it would have intercepted.
 
-ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding are stored and
-given their basic structural checks only; their CEL evaluation is later work.
-All four are cluster-scoped.
+ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding get their
+structural checks, and every CEL expression (a policy's validations, their
+messageExpressions, matchConditions, variables and auditAnnotations; a webhook's
+matchConditions) must compile (fleet/cel), else the write is refused with
+kube-apiserver's `compilation failed: ERROR: <input>:L:C: ...`.  The policies are
+evaluated by fleet/admission/policy.py.  All four are cluster-scoped.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from fleet import cel
 from fleet.api import validation as v
 from fleet.api.kinds._common import NONE, col, table
 from fleet.api.registry import KindInfo
@@ -35,6 +39,11 @@ OPERATIONS = ("*", "CONNECT", "CREATE", "DELETE", "UPDATE")
 SCOPES = ("*", "Cluster", "Namespaced")
 ADMISSION_REVIEW_VERSIONS = ("v1", "v1beta1")
 VALIDATION_ACTIONS = ("Audit", "Deny", "Warn")
+VALIDATION_REASONS = ("Forbidden", "Invalid", "RequestEntityTooLarge", "Unauthorized")
+# The CEL variables of a policy's expressions, and of a webhook's matchConditions
+# (kube's `authorizer` is not provided by Fleet: an expression using it does not compile).
+POLICY_VARIABLES = frozenset({"object", "oldObject", "request", "params", "namespaceObject", "variables"})
+WEBHOOK_VARIABLES = frozenset({"object", "oldObject", "request"})
 
 
 # --------------------------------------------------------------------------- defaults
@@ -272,7 +281,17 @@ def validate_webhook(hook: Any, path: str, *, mutating: bool) -> list[Cause]:
     return out
 
 
-def _validate_match_conditions(conds: Any, path: str) -> list[Cause]:
+def compile_cause(expression: Any, path: str, variables: frozenset[str]) -> list[Cause]:
+    """A field error when `expression` does not compile (ValidateValidatingAdmissionPolicy's
+    `compilation failed: ...`)."""
+    if not isinstance(expression, str) or not expression.strip():
+        return []
+    err = cel.compile_error(expression, variables)
+    return [v.invalid(path, expression, f"compilation failed: {err}")] if err else []
+
+
+def _validate_match_conditions(conds: Any, path: str,
+                               variables: frozenset[str] = WEBHOOK_VARIABLES) -> list[Cause]:
     if not isinstance(conds, list):
         return [v.type_invalid(path, conds, "array")]
     out: list[Cause] = []
@@ -295,6 +314,8 @@ def _validate_match_conditions(conds: Any, path: str) -> list[Cause]:
             names.add(name)
         if not isinstance(c.get("expression"), str) or not c.get("expression"):
             out.append(v.required(f"{p}.expression", ""))
+        else:
+            out += compile_cause(c["expression"], f"{p}.expression", variables)
     return out
 
 
@@ -332,8 +353,37 @@ def validate_policy(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cau
     for i, val in enumerate(spec.get("validations") or []):
         if not isinstance(val, dict) or not isinstance(val.get("expression"), str) or not val["expression"].strip():
             out.append(v.required(f"spec.validations[{i}].expression", ""))
+            continue
+        out += compile_cause(val["expression"], f"spec.validations[{i}].expression", POLICY_VARIABLES)
+        out += compile_cause(val.get("messageExpression"), f"spec.validations[{i}].messageExpression",
+                             POLICY_VARIABLES)
+        reason = val.get("reason")
+        if reason is not None and reason not in VALIDATION_REASONS:
+            out.append(v.not_supported(f"spec.validations[{i}].reason", reason, VALIDATION_REASONS))
     if spec.get("matchConditions") is not None:
-        out += _validate_match_conditions(spec["matchConditions"], "spec.matchConditions")
+        out += _validate_match_conditions(spec["matchConditions"], "spec.matchConditions", POLICY_VARIABLES)
+    variables = spec.get("variables")
+    for i, var in enumerate(variables if isinstance(variables, list) else []):
+        if not isinstance(var, dict) or not isinstance(var.get("name"), str) or not var["name"]:
+            out.append(v.required(f"spec.variables[{i}].name", ""))
+            continue
+        if not isinstance(var.get("expression"), str) or not var["expression"].strip():
+            out.append(v.required(f"spec.variables[{i}].expression", ""))
+            continue
+        out += compile_cause(var["expression"], f"spec.variables[{i}].expression", POLICY_VARIABLES)
+    anns = spec.get("auditAnnotations")
+    for i, ann in enumerate(anns if isinstance(anns, list) else []):
+        if not isinstance(ann, dict):
+            continue
+        if not isinstance(ann.get("valueExpression"), str) or not ann["valueExpression"].strip():
+            out.append(v.required(f"spec.auditAnnotations[{i}].valueExpression", ""))
+            continue
+        out += compile_cause(ann["valueExpression"], f"spec.auditAnnotations[{i}].valueExpression",
+                             POLICY_VARIABLES)
+    pk = spec.get("paramKind")
+    if pk is not None and (not isinstance(pk, dict) or not pk.get("kind") or not pk.get("apiVersion")):
+        out.append(v.required("spec.paramKind.kind" if isinstance(pk, dict) and not pk.get("kind")
+                              else "spec.paramKind.apiVersion", ""))
     return out
 
 
