@@ -56,7 +56,8 @@ _speedup.install()
 # Limits (documented in the module docstring and docs/fragments/cel.md).
 MAX_EXPRESSION_LENGTH = 100_000  # code points; cel-go's default parser expression size limit
 MAX_AST_NODES = 20_000
-MAX_AST_DEPTH = 600  # tree levels (one parenthesised level is ~9 of them): the interpreter recurses
+MAX_AST_DEPTH = 400  # tree levels after collapsing (an `a || b || ...` chain: one per operator);
+#                      the interpreter recurses ~5 Python frames per level, celpy allows 2500
 STEP_LIMIT = 1_000_000  # kube's per-expression PerCallLimit, in interpreter steps
 TIME_LIMIT = 0.25  # seconds of wall clock per evaluation (checked every 64 steps)
 COST_EXCEEDED = "operation cancelled: actual cost limit exceeded"
@@ -197,16 +198,6 @@ def _pos(tree: Any) -> tuple[int, int]:
     return 1, 1
 
 
-def _first_token(tree: Any) -> Any:
-    if isinstance(tree, lark.Token):
-        return tree
-    for c in tree.children:
-        t = _first_token(c)
-        if t is not None:
-            return t
-    return None
-
-
 def _macro_var(arg: lark.Tree) -> str | None:
     """The identifier a comprehension binds (its first argument must be a bare name)."""
     node: Any = arg
@@ -231,7 +222,7 @@ def _check(expression: str, ast: lark.Tree, variables: frozenset[str]) -> int:
             raise CompileError(_error_text(expression, 1, 1, f"expression exceeds the limit of {MAX_AST_NODES} "
                                                              "syntax nodes"))
         if depth > MAX_AST_DEPTH:
-            line, col = _pos(_first_token(tree) or tree)
+            line, col = _pos(tree)
             raise CompileError(_error_text(expression, line, col, "expression nesting exceeds the maximum "
                                                                   "allowed depth"))
         kind = tree.data
@@ -292,10 +283,11 @@ def _compile(expression: str, variables: frozenset[str]) -> Program | str:
     except Exception as e:  # noqa: BLE001 - the parser must not take the server down
         return _error_text(expression, 1, 1, f"Syntax error: {e}")
     try:
+        ast = _collapse(ast)
         nodes = _check(expression, ast, variables)
     except CompileError as e:
         return str(e)
-    return Program(expression, _collapse(ast), variables, nodes)
+    return Program(expression, ast, variables, nodes)
 
 
 def _environment() -> celpy.Environment:
