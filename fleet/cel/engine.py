@@ -103,20 +103,29 @@ class _Budget(threading.local):
 _BUDGET = _Budget()
 
 
-def _tick() -> None:
-    b = _BUDGET
-    if b.active:
-        b.steps += 1
-        if b.steps > b.limit or (b.steps & 63 == 0 and time.monotonic() > b.deadline):
-            raise _Exhausted
+_UNSET = object()
 
 
 class _BoundedEvaluator(Evaluator):
     """celpy's tree-walking evaluator, charging one step per AST node it visits."""
 
     def _visit_tree(self, tree: lark.Tree) -> Any:
-        _tick()
-        return super()._visit_tree(tree)
+        # lark's Interpreter._visit_tree without its visit_wrapper probe (celpy has none).
+        b = _BUDGET
+        if b.active:
+            b.steps += 1
+            if b.steps > b.limit or (b.steps & 63 == 0 and time.monotonic() > b.deadline):
+                raise _Exhausted
+        return getattr(self, tree.data)(tree)
+
+    def literal(self, tree: lark.Tree) -> Any:
+        # A literal's value never changes: convert the token once, kept on the tree node.
+        value = getattr(tree, "_fleet_value", _UNSET)
+        if value is _UNSET:
+            value = super().literal(tree)
+            if not isinstance(value, CELEvalError):
+                tree._fleet_value = value  # type: ignore[attr-defined]
+        return value
 
     def sub_evaluator(self, ast: lark.Tree) -> Evaluator:
         return _MacroEvaluator(ast, activation=self.activation)
