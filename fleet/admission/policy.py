@@ -110,7 +110,7 @@ class ValidatingAdmissionPolicy:
         if not pairs:
             return
         request = pe.request_variable(attrs, user, kind, req, obj, old)
-        ns_obj = self._namespace_object(req)
+        base = pe.request_activation(obj=obj, old=old, request=request, namespace_object=self._namespace_object(req))
         verdict = pe.Verdict()
         for policy, binding in pairs:
             pname = str((policy.get("metadata") or {}).get("name", ""))
@@ -125,8 +125,7 @@ class ValidatingAdmissionPolicy:
                     log.info("policy %s binding %s: %s (failurePolicy Ignore)", pname, _name(binding), e)
                 continue
             for params in params_list:
-                act = pe.build_activation(obj=obj, old=old, request=request, params=params,
-                                          namespace_object=ns_obj, variables=list(spec.get("variables") or []))
+                act = pe.policy_activation(base, params, list(spec.get("variables") or []))
                 result = pe.evaluate(policy, act)
                 if result is None:
                     continue

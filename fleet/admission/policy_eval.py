@@ -200,19 +200,34 @@ def request_variable(attrs: Attributes, user: UserInfo, kind: dict[str, str], re
     return out
 
 
-def build_activation(*, obj: dict[str, Any] | None, old: dict[str, Any] | None, request: dict[str, Any],
-                     params: dict[str, Any] | None, namespace_object: dict[str, Any] | None,
-                     variables: list[dict[str, Any]]) -> dict[str, Any]:
-    """The CEL activation of a policy: object, oldObject, request, params,
-    namespaceObject, and the lazy `variables` map."""
-    act = cel.to_activation({"object": obj, "oldObject": old, "request": request, "params": params,
-                             "namespaceObject": namespace_object})
+def request_activation(*, obj: dict[str, Any] | None, old: dict[str, Any] | None, request: dict[str, Any],
+                       namespace_object: dict[str, Any] | None) -> dict[str, Any]:
+    """The per-request part of the activation as CEL values (converted once per request,
+    shared by every policy judging it)."""
+    return cel.to_activation({"object": obj, "oldObject": old, "request": request,
+                              "namespaceObject": namespace_object})
+
+
+def policy_activation(base: dict[str, Any], params: dict[str, Any] | None,
+                      variables: list[dict[str, Any]]) -> dict[str, Any]:
+    """One policy's activation: the request's, its `params` and its lazy `variables`."""
+    act = dict(base)
+    act["params"] = cel.to_cel(params)
     thunks: dict[str, Callable[[], Any]] = {}
     for v in variables:
         if isinstance(v, dict) and isinstance(v.get("name"), str):
             thunks[v["name"]] = _variable_thunk(v["name"], v.get("expression"), act)
     act["variables"] = cel.LazyMap(thunks)
     return act
+
+
+def build_activation(*, obj: dict[str, Any] | None, old: dict[str, Any] | None, request: dict[str, Any],
+                     params: dict[str, Any] | None, namespace_object: dict[str, Any] | None,
+                     variables: list[dict[str, Any]]) -> dict[str, Any]:
+    """The CEL activation of a policy: object, oldObject, request, params,
+    namespaceObject, and the lazy `variables` map."""
+    base = request_activation(obj=obj, old=old, request=request, namespace_object=namespace_object)
+    return policy_activation(base, params, variables)
 
 
 def _variable_thunk(name: str, expression: Any, act: dict[str, Any]) -> Callable[[], Any]:

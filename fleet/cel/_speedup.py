@@ -1,4 +1,4 @@
-"""Take typing's run-time cost out of celpy's interpreter.
+"""Take typing's and logging's run-time cost out of celpy's interpreter.
 
 celpy's evaluator writes `cast(Tuple[Result, lark.Token], ...)` in its hot paths;
 each subscription builds (and hashes) a typing object on every AST node it
@@ -6,10 +6,14 @@ visits, which was over half the time of a typical admission expression.  The
 names are looked up in the module's globals at call time, so replacing them with
 an object whose subscription is free (and which still answers `isinstance` as the
 real one, for the two places celpy checks with them) changes no behaviour.
+
+Its loggers are called (at debug level) several times per node; their `debug`
+becomes a no-op (info and above still log).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import celpy.evaluation as _evaluation
@@ -26,6 +30,19 @@ class _Free:
 
     def __instancecheck__(self, obj: Any) -> bool:
         return isinstance(obj, self.real)
+
+
+class _Quiet:
+    """A logger whose debug() does nothing."""
+
+    def __init__(self, real: logging.Logger) -> None:
+        self.real = real
+
+    def debug(self, *_args: Any, **_kw: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
 
 
 def _cast(_type: Any, value: Any) -> Any:
@@ -47,4 +64,7 @@ def install() -> None:
         if hasattr(_evaluation, name):
             setattr(_evaluation, name, _Free(object))
     _evaluation.cast = _cast  # type: ignore[assignment]
+    _evaluation.logger = _Quiet(_evaluation.logger)  # type: ignore[assignment]
+    for cls in (_evaluation.NameContainer, _evaluation.Evaluator):
+        cls.logger = _Quiet(cls.logger)  # type: ignore[assignment]
     _evaluation._fleet_speedup = True  # type: ignore[attr-defined]

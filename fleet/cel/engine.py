@@ -153,6 +153,9 @@ def _collapse(tree: lark.Tree) -> lark.Tree:
     stack = [tree]
     while stack:
         t = stack.pop()
+        # Rule names as plain str: celpy compares them with strings at every node, and
+        # lark's Token.__eq__ is Python code.
+        t.data = str(t.data)
         for i, c in enumerate(t.children):
             while (isinstance(c, lark.Tree) and c.data in _PASS_THROUGH and len(c.children) == 1
                    and isinstance(c.children[0], lark.Tree)):
@@ -162,6 +165,7 @@ def _collapse(tree: lark.Tree) -> lark.Tree:
                 stack.append(c)
     while (tree.data in _PASS_THROUGH and len(tree.children) == 1 and isinstance(tree.children[0], lark.Tree)):
         tree = tree.children[0]
+    tree.data = str(tree.data)
     return tree
 
 
@@ -388,7 +392,7 @@ def _message(e: CELEvalError) -> str:
     if cls is ZeroDivisionError:
         return "division by zero" if "modulus" not in text or "divide" in text else "modulus by zero"
     if "no matching overload" in text or "no such overload" in text:
-        m = re.search(r"Token\('RULE', '(\w+)'\)", text)
+        m = re.search(r"(?:Token\('RULE', )?'(\w+)'\)? applied", text)
         return f"no matching overload for '{m.group(1)}'" if m else "no such overload"
     return text
 
