@@ -288,7 +288,7 @@ def _compile(expression: str, variables: frozenset[str]) -> Program | str:
         return _error_text(expression[:80], 1, 1, f"expression code point size exceeds limit: size: "
                                                   f"{len(expression)}, limit {MAX_EXPRESSION_LENGTH}")
     try:
-        ast = _ENV.compile(expression)
+        ast = _env().compile(expression)
     except CELParseError as e:
         return _syntax_error(expression, e)
     except RecursionError:
@@ -325,13 +325,17 @@ def _parse(parser: Any, text: str) -> Any:
         raise CELParseError(ex.get_context(text), line=ex.line, column=ex.column) from ex
 
 
-_ENV = _environment()
+@functools.lru_cache(maxsize=1)
+def _env() -> celpy.Environment:
+    """Built on first use: building the parser (lark compiling CEL's grammar) takes ~150 ms,
+    which processes that never compile CEL (the CLI) should not pay at import."""
+    return _environment()
 
 
 @functools.lru_cache(maxsize=1)
 def _base() -> Activation:
     """The activation every evaluation nests its variables in: functions and annotations."""
-    return Activation(annotations=_ENV.annotations, package=None, functions=FUNCTIONS)
+    return Activation(annotations=_env().annotations, package=None, functions=FUNCTIONS)
 
 
 def compile(expression: str, variables: Iterable[str]) -> Program:  # noqa: A001 - the CEL verb
