@@ -109,6 +109,8 @@ class ValidatingAdmissionPolicy:
                 log.warning("policy binding %s is malformed; skipped", bname, exc_info=True)
         if not pairs:
             return
+        # kube-apiserver's order: policy by policy, each policy's bindings in turn.
+        pairs.sort(key=lambda pb: (_name(pb[0]), _name(pb[1])))
         request = pe.request_variable(attrs, user, kind, req, obj, old)
         base = pe.request_activation(obj=obj, old=old, request=request, namespace_object=self._namespace_object(req))
         verdict = pe.Verdict()
@@ -120,7 +122,7 @@ class ValidatingAdmissionPolicy:
                 params_list: list[dict[str, Any] | None] = await self._params(spec.get("paramKind"), binding, req)
             except pe.ConfigError as e:
                 if fail:
-                    pe.apply_actions(verdict, pname, binding, [pe.Failure(str(e))])
+                    verdict.deny(pname, _name(binding), str(e))
                 else:
                     log.info("policy %s binding %s: %s (failurePolicy Ignore)", pname, _name(binding), e)
                 continue
@@ -130,7 +132,9 @@ class ValidatingAdmissionPolicy:
                 if result is None:
                     continue
                 pe.apply_actions(verdict, pname, binding, result.failures)
-                verdict.annotations.update(result.annotations)
+                for err in result.errors:
+                    verdict.deny(pname, _name(binding), err)
+                verdict.add_annotations(result.annotations)
         _publish(verdict)
         if verdict.denial is not None:
             message, reason = verdict.denial
@@ -141,7 +145,8 @@ class ValidatingAdmissionPolicy:
                                   kind=attrs.resource, causes=[{"message": message}])
 
     def _namespace_object(self, req: Request) -> dict[str, Any] | None:
-        if not req.namespace or self.namespaces is None:
+        # A Namespace itself has no namespaceObject (kube-apiserver unsets it).
+        if not req.namespace or self.namespaces is None or (req.group == "" and req.resource == "namespaces"):
             return None
         return self.namespaces.get(req.namespace)
 
@@ -189,7 +194,7 @@ def _publish(verdict: pe.Verdict) -> None:
 
     for w in verdict.warnings:
         add_warning(w)
-    for k, val in verdict.annotations.items():
+    for k, val in verdict.annotation_values().items():
         record_annotation(k, val)
     audit = verdict.audit_value()
     if audit is not None:

@@ -16,12 +16,16 @@ the objects and calls these.
   `message`, else `failed expression: <expression>`; an evaluation error is a
   failure `expression '<expression>' resulted in error: <why>` under
   failurePolicy Fail and nothing under Ignore (so is a misconfiguration);
+- misconfigurations (a missing param, an unknown paramKind) and auditAnnotation
+  errors refuse the request under failurePolicy Fail whatever the binding's
+  actions (kube-apiserver's `addConfigError`);
 - actions: a binding's failures are denied (`ValidatingAdmissionPolicy 'P' with
   binding 'B' denied request: M`, with the validation's `reason`, Invalid by
   default, as kube-apiserver), warned (`Validation failed for
   ValidatingAdmissionPolicy 'P' with binding 'B': M`) and/or audited (the
   `validation.policy.admission.k8s.io/validation_failure` annotation);
-- `auditAnnotations`: `<policy>/<key>` = the valueExpression's string (null: none).
+- `auditAnnotations`: `<policy>/<key>` = the valueExpression's string (null or
+  blank: none; distinct values from several bindings or params joined by ", ").
 
 Variables are lazy (`variables.<name>` evaluates on first use, once per
 evaluation).  `authorizer` is not provided.
@@ -169,9 +173,12 @@ class Failure:
 
 @dataclass
 class Evaluation:
-    """What one (policy, binding, param) evaluation found."""
+    """What one (policy, binding, param) evaluation found: failures (judged by the
+    binding's validationActions), audit annotation errors (denied outright under
+    failurePolicy Fail, as kube-apiserver) and audit annotations (key → value)."""
 
     failures: list[Failure] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
     annotations: dict[str, str] = field(default_factory=dict)
 
 
@@ -255,14 +262,16 @@ def match_conditions_hold(conditions: Any, activation: Mapping[str, Any],
     for c in conditions if isinstance(conditions, list) else []:
         if not isinstance(c, dict):
             continue
+        expr = c.get("expression")
         try:
-            expr = c.get("expression")
             if not isinstance(expr, str):
                 raise cel.CompileError("expression must be a string")
             if not _bool(cel.evaluate(cel.compile(expr, variables), activation), expr):
                 return False
         except (cel.EvalError, cel.CompileError) as e:
-            errors.append(f"error evaluating match condition \"{c.get('name', '')}\": {e}")
+            text = str(e)
+            errors.append(text if text.startswith("expression '") else
+                          f"expression '{expr}' resulted in error: {text}")
     if errors:
         raise cel.EvalError("; ".join(errors))
     return True
@@ -274,13 +283,13 @@ def _message(validation: dict[str, Any], activation: Mapping[str, Any]) -> str:
     if isinstance(mexpr, str) and mexpr:
         try:
             out = _eval(mexpr, activation)
-            if isinstance(out, str) and out.strip() and "\n" not in out:
+            if isinstance(out, str) and out.strip() and "\n" not in out.strip() and len(out) <= 5120:
                 return str(out).strip()
         except (cel.EvalError, cel.CompileError):
             pass  # kube falls back to the static message
     msg = validation.get("message")
-    if isinstance(msg, str) and msg:
-        return msg
+    if isinstance(msg, str) and msg.strip():
+        return msg.strip()
     return f"failed expression: {str(validation.get('expression', '')).strip()}"
 
 
@@ -323,20 +332,23 @@ def evaluate(policy: dict[str, Any], activation: Mapping[str, Any]) -> Evaluatio
     for ann in spec.get("auditAnnotations") or []:
         if not isinstance(ann, dict) or not isinstance(ann.get("key"), str):
             continue
+        vexpr = ann.get("valueExpression")
         try:
-            value = _eval(ann.get("valueExpression"), activation)
+            value = _eval(vexpr, activation)
         except (cel.EvalError, cel.CompileError) as e:
             if fail:
-                out.failures.append(Failure(f"expression '{ann.get('valueExpression')}' resulted in error: {e}"))
+                out.errors.append(f"expression '{vexpr}' resulted in error: {e}")
             continue
         if value is None:
             continue
         if not isinstance(value, str):
             if fail:
-                out.failures.append(Failure(f"valueExpression '{ann.get('valueExpression')}' resulted in type "
-                                            "that is not a string or null"))
+                kind = type(value).__name__.removesuffix("Type").lower()
+                out.errors.append(f"valueExpression '{vexpr}' resulted in unsupported return type: {kind}. "
+                                  "Return type must be either string or null.")
             continue
-        out.annotations[f"{name}/{ann['key']}"] = str(value)
+        if value.strip():
+            out.annotations[f"{name}/{ann['key']}"] = str(value).strip()[:10 * 1024]
     return out
 
 
@@ -349,11 +361,30 @@ class Verdict:
     denial: tuple[str, str] | None = None  # (message, reason) of the first denial
     warnings: list[str] = field(default_factory=list)
     audit_failures: list[dict[str, Any]] = field(default_factory=list)
-    annotations: dict[str, str] = field(default_factory=dict)
+    # `<policy>/<key>` → values from its bindings and params, distinct, in order.
+    annotations: dict[str, list[str]] = field(default_factory=dict)
+
+    def add_annotations(self, annotations: dict[str, str]) -> None:
+        for k, val in annotations.items():
+            values = self.annotations.setdefault(k, [])
+            if val not in values:
+                values.append(val)
+
+    def annotation_values(self) -> dict[str, str]:
+        """Several distinct values of one key are joined with ", " (kube's collector)."""
+        return {k: ", ".join(vals) for k, vals in self.annotations.items()}
 
     def audit_value(self) -> str | None:
-        """The validation_failure annotation's value (a JSON list, as kube-apiserver)."""
-        return json.dumps(self.audit_failures, separators=(",", ":")) if self.audit_failures else None
+        """The validation_failure annotation's value: kube-apiserver writes a one-element
+        JSON list per failure and an audit annotation keeps its first value, so the first
+        audited failure is what the event carries."""
+        return json.dumps(self.audit_failures[:1], separators=(",", ":")) if self.audit_failures else None
+
+    def deny(self, policy: str, binding: str, message: str, reason: str = DEFAULT_REASON) -> None:
+        """A denial outside the binding's actions (a misconfiguration, an audit annotation
+        error under failurePolicy Fail); the first one wins."""
+        if self.denial is None:
+            self.denial = (deny_message(policy, binding, message), reason)
 
 
 def deny_message(policy: str, binding: str, message: str) -> str:
@@ -377,8 +408,8 @@ def apply_actions(verdict: Verdict, policy: str, binding: dict[str, Any], failur
             if w not in verdict.warnings:
                 verdict.warnings.append(w)
         if "Audit" in actions:
-            verdict.audit_failures.append({"expressionIndex": f.index, "message": f.message,
-                                           "validationActions": actions, "binding": bname, "policy": policy})
+            verdict.audit_failures.append({"message": f.message, "policy": policy, "binding": bname,
+                                           "expressionIndex": f.index, "validationActions": actions})
 
 
 def reason_code(reason: str) -> int:

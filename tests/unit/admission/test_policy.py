@@ -186,7 +186,7 @@ def test_match_conditions_params_variables_and_namespace_object() -> None:
     assert pe.evaluate(skipped, act(deploy(9))) is None
     broken = policy(matchConditions=[{"name": "err", "expression": "object.nope"}])
     out = pe.evaluate(broken, act(deploy(9)))
-    assert out is not None and out.failures[0].message.startswith('error evaluating match condition "err": ')
+    assert out is not None and out.failures[0].message == "expression 'object.nope' resulted in error: no such key: nope"
     # A variable's error reaches the expression that reads it.
     bad = policy(variables=[{"name": "x", "expression": "object.nope"}], validations=[{"expression": "variables.x"}])
     out = pe.evaluate(bad, act(deploy(), None, bad["spec"]["variables"]))
@@ -196,9 +196,19 @@ def test_match_conditions_params_variables_and_namespace_object() -> None:
 def test_audit_annotations() -> None:
     p = policy(validations=[], auditAnnotations=[
         {"key": "replicas", "valueExpression": "'replicas=' + string(object.spec.replicas)"},
-        {"key": "none", "valueExpression": "null"}])
+        {"key": "none", "valueExpression": "null"}, {"key": "blank", "valueExpression": "'  '"},
+        {"key": "int", "valueExpression": "1"}, {"key": "err", "valueExpression": "object.nope"}])
     out = pe.evaluate(p, act(deploy(4)))
     assert out is not None and out.annotations == {"p/replicas": "replicas=4"}
+    assert out.failures == []
+    assert out.errors == ["valueExpression '1' resulted in unsupported return type: int. Return type must be "
+                          "either string or null.",
+                          "expression 'object.nope' resulted in error: no such key: nope"]
+    v = pe.Verdict()
+    v.add_annotations({"p/k": "a"})
+    v.add_annotations({"p/k": "b"})
+    v.add_annotations({"p/k": "a"})
+    assert v.annotation_values() == {"p/k": "a, b"}
 
 
 def test_actions() -> None:
@@ -208,8 +218,10 @@ def test_actions() -> None:
     pe.apply_actions(v, "p", binding("deny", actions=("Deny",)), fails)
     assert v.denial == ("ValidatingAdmissionPolicy 'p' with binding 'deny' denied request: too many", "Forbidden")
     assert v.warnings == ["Validation failed for ValidatingAdmissionPolicy 'p' with binding 'warn': too many"]
-    assert json.loads(v.audit_value() or "") == [{"expressionIndex": 0, "message": "too many", "validationActions":
-                                                 ["Warn", "Audit"], "binding": "warn", "policy": "p"}]
+    assert v.audit_value() == ('[{"message":"too many","policy":"p","binding":"warn","expressionIndex":0,'
+                               '"validationActions":["Warn","Audit"]}]')
+    v.deny("p", "other", "failed to configure binding: x")
+    assert v.denial[0].endswith("with binding 'deny' denied request: too many")  # the first denial wins
     assert [pe.reason_code(r) for r in ("Forbidden", "Invalid", "Unauthorized", "RequestEntityTooLarge")] == [
         403, 422, 401, 413]
 
@@ -249,6 +261,20 @@ async def test_plugin_ignores_unbound_and_unmatched() -> None:
     await p.validate(Attributes("create", "", "v1", "configmaps", "", "default", "c"), USER,
                      {"metadata": {"name": "c"}}, None)
     await p.validate(Attributes("get", "apps", "v1", "deployments", "", "default", "web"), USER, deploy(9), None)
+
+
+async def test_plugin_config_errors_deny_whatever_the_actions(tmp_path: Any) -> None:
+    unk = policy(paramKind={"apiVersion": "example.com/v1", "kind": "Nope"})
+    p = plugin([unk], [binding(actions=("Warn",), paramRef={"name": "x"})])
+    with pytest.raises(errors.APIError) as ei:
+        await p.validate(CREATE, USER, deploy(1), None)
+    assert ei.value.code == 422 and ei.value.message.endswith(
+        "with binding 'b' denied request: failed to configure policy: failed to find resource referenced by "
+        "paramKind: 'example.com/v1, Kind=Nope'")
+    # An auditAnnotation error under Fail refuses even an Audit-only binding.
+    bad = policy(validations=[], auditAnnotations=[{"key": "k", "valueExpression": "object.nope"}])
+    with pytest.raises(errors.APIError, match="resulted in error: no such key: nope"):
+        await plugin([bad], [binding(actions=("Audit",))]).validate(CREATE, USER, deploy(1), None)
 
 
 async def test_plugin_params_from_the_store(tmp_path: Any) -> None:
