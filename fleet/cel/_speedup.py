@@ -8,7 +8,8 @@ an object whose subscription is free (and which still answers `isinstance` as th
 real one, for the two places celpy checks with them) changes no behaviour.
 
 Its loggers are called (at debug level) several times per node; their `debug`
-becomes a no-op (info and above still log).
+becomes a no-op (info and above still log).  And an error's repr, which dumps the
+expression's tree, must not fail on fleet/cel's simplified trees.
 """
 
 from __future__ import annotations
@@ -64,6 +65,16 @@ def install() -> None:
         if hasattr(_evaluation, name):
             setattr(_evaluation, name, _Free(object))
     _evaluation.cast = _cast  # type: ignore[assignment]
+    # CELEvalError's repr dumps its tree back to CEL text; the dumper expects the grammar's
+    # full tree, and fleet/cel compiles to a simplified one (engine._collapse).
+    _dump = _evaluation.tree_dump
+
+    def tree_dump(ast: Any) -> str:
+        try:
+            return str(_dump(ast))
+        except Exception:  # noqa: BLE001 - only a description
+            return "<expression>"
+    _evaluation.tree_dump = tree_dump  # type: ignore[assignment]
     _evaluation.logger = _Quiet(_evaluation.logger)  # type: ignore[assignment]
     for cls in (_evaluation.NameContainer, _evaluation.Evaluator):
         cls.logger = _Quiet(cls.logger)  # type: ignore[assignment]

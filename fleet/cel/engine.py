@@ -20,9 +20,8 @@ and adds what the API server needs around it:
   message `operation cancelled: actual cost limit exceeded`.  Steps are not
   cel-go's cost units (those weigh string sizes and list traversals); they bound
   the same thing, the work done per expression.  Built-in functions run to
-  completion once called (a regular expression is Python's `re`, which can
-  backtrack where cel-go's RE2 cannot) — the wall-clock limit is checked
-  between steps only.
+  completion once called (regular expressions are RE2, linear as in cel-go) —
+  the wall-clock limit is checked between steps only.
 - Whatever goes wrong — a missing key (`no such key: x`), a type mismatch
   (`no matching overload`), a bug in the interpreter — comes out as `EvalError`
   with a message, never as another exception.
@@ -129,6 +128,15 @@ class _BoundedEvaluator(Evaluator):
 
     def sub_evaluator(self, ast: lark.Tree) -> Evaluator:
         return _MacroEvaluator(ast, activation=self.activation)
+
+    def member_dot_arg(self, tree: lark.Tree) -> Any:
+        # celpy iterates a comprehension's target without checking it is a list or map: a
+        # Python TypeError would escape CEL's error handling (and `||`'s short-circuit).
+        try:
+            return super().member_dot_arg(tree)
+        except (TypeError, AttributeError, IndexError) as e:
+            name = tree.children[1] if len(tree.children) > 1 else "?"
+            return CELEvalError(f"no such overload: {name}", TypeError, (str(e),))
 
 
 class _MacroEvaluator(_BoundedEvaluator):

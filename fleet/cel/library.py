@@ -25,13 +25,14 @@ Functions return `CELEvalError` values for errors (celpy's convention, which kee
 
 from __future__ import annotations
 
-import re
+import functools
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlsplit
 
 import celpy
+import re2
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
@@ -228,11 +229,12 @@ def _max(lst: Any) -> Any:
 
 # --------------------------------------------------------------------------- regex
 
-@__import__("functools").lru_cache(maxsize=512)
-def _regex(pattern: str) -> re.Pattern[str] | str:
+@functools.lru_cache(maxsize=512)
+def _regex(pattern: str) -> Any:
+    """RE2 (google-re2, which celpy's `matches` uses too): cel-go's syntax, linear time."""
     try:
-        return re.compile(pattern)
-    except re.error as e:
+        return re2.compile(pattern)
+    except re2.error as e:
         return f"error parsing regexp: {e}"
 
 
@@ -282,13 +284,21 @@ class Quantity:
     def __hash__(self) -> int:
         return hash(self.amount)
 
-    def __lt__(self, other: Quantity) -> bool:
+    # Ordering and + only between quantities (anything else: Python's TypeError, which
+    # celpy reports as no such overload).
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Quantity):
+            return NotImplemented
         return self.amount < other.amount
 
-    def __le__(self, other: Quantity) -> bool:
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Quantity):
+            return NotImplemented
         return self.amount <= other.amount
 
-    def __add__(self, other: Quantity) -> Quantity:
+    def __add__(self, other: object) -> Quantity:
+        if not isinstance(other, Quantity):
+            return NotImplemented
         return _q(self.amount + other.amount)
 
 

@@ -163,6 +163,18 @@ def test_lazy_variables_evaluate_once_on_use() -> None:
 
 
 @pytest.mark.parametrize("expr", [
+    "object.spec.replicas.all(x, x)", "null.exists(x, x)", "true.min()", "dyn(true) >= quantity('1Gi')",
+    "object.spec.image > [] != 2.5 && object.spec.nope ? 1 : object.spec.replicas.min()",
+])
+def test_type_errors_are_no_such_overload(expr: str) -> None:
+    with pytest.raises(cel.EvalError) as ei:
+        run(expr)
+    assert "internal error" not in str(ei.value)
+    # And they do not defeat short-circuiting.
+    assert run(f"true || ({expr})") is True
+
+
+@pytest.mark.parametrize("expr", [
     "object.spec.ports[5] == 1", "object.spec.ports['x'] == 1", "object['spec']['replicas'].foo == 1",
     "dyn(object).spec.replicas.all(x, x) == true", "int('x') == 1", "timestamp('nope') == timestamp('x')",
     "object.spec.replicas * 9223372036854775807 > 0", "double('nan') == 1.0", "'abc'.matches('[') == true",
