@@ -80,13 +80,15 @@ class ValidatingAdmissionPolicy:
 
     def __init__(self, store: Store, registry: Any, policies: Mapping[str, dict[str, Any]],
                  bindings: Mapping[str, dict[str, Any]], namespaces: Mapping[str, dict[str, Any]] | None = None,
-                 params: ParamCaches | None = None) -> None:
+                 params: ParamCaches | None = None, authorizer: Any = None) -> None:
         self.store = store
         self.registry = registry
         self.policies = policies
         self.bindings = bindings
         self.namespaces = namespaces
         self.params = params if params is not None else ParamCaches()
+        # The server's Authorizer, for CEL's `authorizer` (None: its checks error).
+        self.authorizer = authorizer
 
     async def validate(self, attrs: Attributes, user: UserInfo, obj: dict[str, Any] | None,
                        old: dict[str, Any] | None) -> None:
@@ -112,7 +114,9 @@ class ValidatingAdmissionPolicy:
         # kube-apiserver's order: policy by policy, each policy's bindings in turn.
         pairs.sort(key=lambda pb: (_name(pb[0]), _name(pb[1])))
         request = pe.request_variable(attrs, user, kind, req, obj, old)
-        base = pe.request_activation(obj=obj, old=old, request=request, namespace_object=self._namespace_object(req))
+        authz = pe.authorizer_for(self.authorizer.authorize, user, attrs) if self.authorizer is not None else None
+        base = pe.request_activation(obj=obj, old=old, request=request, namespace_object=self._namespace_object(req),
+                                     authorizer=authz)
         verdict = pe.Verdict()
         for policy, binding in pairs:
             pname = str((policy.get("metadata") or {}).get("name", ""))

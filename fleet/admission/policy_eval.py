@@ -28,7 +28,7 @@ the objects and calls these.
   blank: none; distinct values from several bindings or params joined by ", ").
 
 Variables are lazy (`variables.<name>` evaluates on first use, once per
-evaluation).  `authorizer` is not provided.
+evaluation).  `authorizer` asks the server's authorizer (fleet/cel/authz.py).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from fleet.admission.webhook_review import build_review
 from fleet.api.kinds.admissionregistration import POLICY_VARIABLES
 from fleet.api.selectors import selector_dict_matches
 from fleet.auth import Attributes, UserInfo
+from fleet.cel.authz import Authz, request_resource
 
 VALIDATION_FAILURE_ANNOTATION = "validation.policy.admission.k8s.io/validation_failure"
 # Validation.reason → HTTP code (dispatcher.go reasonToCode).
@@ -208,11 +209,20 @@ def request_variable(attrs: Attributes, user: UserInfo, kind: dict[str, str], re
 
 
 def request_activation(*, obj: dict[str, Any] | None, old: dict[str, Any] | None, request: dict[str, Any],
-                       namespace_object: dict[str, Any] | None) -> dict[str, Any]:
+                       namespace_object: dict[str, Any] | None, authorizer: Any = None) -> dict[str, Any]:
     """The per-request part of the activation as CEL values (converted once per request,
-    shared by every policy judging it)."""
-    return cel.to_activation({"object": obj, "oldObject": old, "request": request,
-                              "namespaceObject": namespace_object})
+    shared by every policy judging it).  `authorizer` is a `fleet.cel.authz.Authz` (None:
+    checks answer errored(), "no authorizer is configured")."""
+    act = cel.to_activation({"object": obj, "oldObject": old, "request": request,
+                             "namespaceObject": namespace_object})
+    act["authorizer"] = authorizer if authorizer is not None else Authz(None, UserInfo(""))
+    return act
+
+
+def authorizer_for(check: Any, user: UserInfo, attrs: Attributes) -> Authz:
+    """CEL's `authorizer` for a request: `check` is the server's Authorizer.authorize."""
+    return Authz(check, user, request_resource(attrs.group, attrs.resource, attrs.subresource,
+                                               attrs.namespace, attrs.name))
 
 
 def policy_activation(base: dict[str, Any], params: dict[str, Any] | None,

@@ -26,7 +26,7 @@ Mutating webhooks run one after the other, each seeing the previous one's
 result; with `reinvocationPolicy: IfNeeded` a webhook is called once more if a
 later webhook changed the object after it ran.  Validating webhooks run in
 parallel and the first refusal (in configuration order) is the answer.
-A webhook's `matchConditions` (CEL over `object`, `oldObject`, `request`; fleet/cel)
+A webhook's `matchConditions` (CEL over `object`, `oldObject`, `request`, `authorizer`; fleet/cel)
 are evaluated after its rules and selectors matched: any false, it is not called;
 all true, it is; an evaluation error (and no false) fails the call — refused with
 failurePolicy Fail, skipped with Ignore — as kube-apiserver's matchconditions
@@ -50,7 +50,7 @@ import trio
 
 from fleet import cel
 from fleet.admission import add_warning
-from fleet.admission.policy_eval import match_conditions_hold, request_variable
+from fleet.admission.policy_eval import authorizer_for, match_conditions_hold, request_variable
 from fleet.admission.webhook_match import OPERATION_OF_VERB, Request, hooks_of, webhook_matches
 from fleet.admission.webhook_review import (
     CallError,
@@ -254,13 +254,16 @@ class _WebhookPlugin:
     mutating = False
 
     def __init__(self, store: Store, registry: Any, cache: WebhookConfigCache,
-                 namespaces: Mapping[str, dict[str, Any]] | None = None, *, call: Any = None) -> None:
+                 namespaces: Mapping[str, dict[str, Any]] | None = None, *, call: Any = None,
+                 authorizer: Any = None) -> None:
         self.store = store
         self.registry = registry
         self.cache = cache
         self.namespaces = namespaces
         # async (store, hook, review) -> body; tests substitute the transport.
         self.call = call or call_webhook
+        # The server's Authorizer, for matchConditions' `authorizer` (None: its checks error).
+        self.authorizer = authorizer
 
     def matching(self, attrs: Attributes, obj: dict[str, Any] | None,
                  old: dict[str, Any] | None) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, str], Request | None]:
@@ -320,6 +323,8 @@ class _WebhookPlugin:
         """The webhook's matchConditions (raises the call failure for an error under Fail)."""
         act = cel.to_activation({"object": obj, "oldObject": old,
                                  "request": request_variable(attrs, user, kind, req, obj, old)})
+        act["authorizer"] = authorizer_for(self.authorizer.authorize if self.authorizer is not None else None,
+                                           user, attrs)
         try:
             return match_conditions_hold(hook["matchConditions"], act, WEBHOOK_VARIABLES)
         except cel.EvalError as e:
@@ -419,8 +424,9 @@ class ValidatingWebhooks(_WebhookPlugin):
 
 def webhook_plugins(store: Store, registry: Any, mutating_cache: WebhookConfigCache,
                     validating_cache: WebhookConfigCache,
-                    namespaces: Mapping[str, dict[str, Any]] | None = None,
+                    namespaces: Mapping[str, dict[str, Any]] | None = None, authorizer: Any = None,
                     ) -> tuple[MutatingWebhooks, ValidatingWebhooks]:
-    """The (MutatingAdmissionWebhook, ValidatingAdmissionWebhook) pair for `builtin_chain`."""
-    return (MutatingWebhooks(store, registry, mutating_cache, namespaces),
-            ValidatingWebhooks(store, registry, validating_cache, namespaces))
+    """The (MutatingAdmissionWebhook, ValidatingAdmissionWebhook) pair for `builtin_chain`;
+    `authorizer` answers matchConditions' CEL `authorizer`."""
+    return (MutatingWebhooks(store, registry, mutating_cache, namespaces, authorizer=authorizer),
+            ValidatingWebhooks(store, registry, validating_cache, namespaces, authorizer=authorizer))

@@ -14,9 +14,11 @@ cel-go's semantics and error words:
   `asInteger()`, `asApproximateFloat()`, `sign()`, `add(q|int)`, `sub(q|int)`,
   `isGreaterThan(q)`, `isLessThan(q)`, `compareTo(q)`; `==` compares amounts;
 - URLs: `url(s)`, `isURL(s)`, and `getScheme()`, `getHost()`, `getHostname()`,
-  `getPort()`, `getEscapedPath()`, `getQuery()`.
+  `getPort()`, `getEscapedPath()`, `getQuery()`;
+- the authorizer (authz.py): `path`, `group`, `resource`, `subresource`,
+  `namespace`, `name`, `serviceAccount`, `check`, `allowed`, `reason`, `errored`, `error`.
 
-Not provided: the `format` string function, `ip`/`cidr`, `authorizer`, sets
+Not provided: the `format` string function, `ip`/`cidr`, sets
 (`sets.contains`...), `base64`, `strings.quote`, two-variable comprehensions.
 
 Functions return `CELEvalError` values for errors (celpy's convention, which keeps
@@ -37,6 +39,7 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
 from fleet.api.quantity import QuantityError, parse_quantity
+from fleet.cel.authz import AUTHZ_FUNCTIONS
 
 _Fn = Callable[..., Any]
 
@@ -453,6 +456,8 @@ def _get_query(u: Any) -> Any:
 
 
 FUNCTIONS: dict[str, _Fn] = {name: _guard(name, fn) for name, fn in {
+    # authorizer (k8s library.Authz), fleet/cel/authz.py
+    **AUTHZ_FUNCTIONS,
     # strings (cel-go ext.Strings)
     "lowerAscii": _lower_ascii, "upperAscii": _upper_ascii, "trim": _trim, "split": _split,
     "join": _join, "replace": _replace, "substring": _substring, "charAt": _char_at,

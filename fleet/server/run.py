@@ -380,9 +380,10 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             await nursery.start(_supervised("admission-policy-param-caches", vap_params.run, store))
             admission = builtin_chain(store, priority_cache=priority_classes,
                                       webhooks=webhook_plugins(store, registry, mutating_hooks,
-                                                               validating_hooks, namespaces),
+                                                               validating_hooks, namespaces, sec.authorizer),
                                       policies=ValidatingAdmissionPolicy(store, registry, vap_policies,
-                                                                         vap_bindings, namespaces, vap_params),
+                                                                         vap_bindings, namespaces, vap_params,
+                                                                         sec.authorizer),
                                       limit_range_cache=limit_ranges, quota_cache=quotas,
                                       ingress_class_cache=ingress_classes,
                                       storage_class_cache=storage_classes,

@@ -39,10 +39,10 @@ SCOPES = ("*", "Cluster", "Namespaced")
 ADMISSION_REVIEW_VERSIONS = ("v1", "v1beta1")
 VALIDATION_ACTIONS = ("Audit", "Deny", "Warn")
 VALIDATION_REASONS = ("Forbidden", "Invalid", "RequestEntityTooLarge", "Unauthorized")
-# The CEL variables of a policy's expressions, and of a webhook's matchConditions
-# (kube's `authorizer` is not provided by Fleet: an expression using it does not compile).
-POLICY_VARIABLES = frozenset({"object", "oldObject", "request", "params", "namespaceObject", "variables"})
-WEBHOOK_VARIABLES = frozenset({"object", "oldObject", "request"})
+# The CEL variables of a policy's expressions, and of a webhook's matchConditions.
+POLICY_VARIABLES = frozenset({"object", "oldObject", "request", "params", "namespaceObject", "variables",
+                              "authorizer"})
+WEBHOOK_VARIABLES = frozenset({"object", "oldObject", "request", "authorizer"})
 
 
 # --------------------------------------------------------------------------- defaults

@@ -344,3 +344,54 @@ def test_webhook_match_conditions_compile_at_creation() -> None:
     got = causes(VALIDATING_WEBHOOK_CONFIGURATION, {"metadata": {"name": "c"}, "webhooks": [hook]})
     assert list(got) == ["webhooks[0].matchConditions[1].expression"]
     assert "undeclared reference to 'params'" in got["webhooks[0].matchConditions[1].expression"]
+
+
+# --------------------------------------------------------------------------- authorizer
+
+class FakeAuthorizer:
+    """Allows alice to delete deployments in `default`, and service account ns/sa to list pods."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, Attributes]] = []
+
+    def authorize(self, user: UserInfo, attrs: Attributes) -> Any:
+        from fleet.auth import Decision
+
+        self.asked.append((user.name, attrs))
+        if user.name == "alice" and attrs.verb == "delete" and attrs.resource == "deployments" \
+                and attrs.namespace == "default":
+            return Decision(True, "RBAC: allowed by RoleBinding")
+        if user.name == "system:serviceaccount:ns:sa" and attrs.resource == "pods" and attrs.verb == "list":
+            return Decision(True, "")
+        if attrs.path == "/healthz":
+            return Decision(True, "")
+        return Decision(False, "nope")
+
+
+async def test_plugin_authorizer_checks() -> None:
+    authz = FakeAuthorizer()
+    pol = policy(validations=[
+        {"expression": "authorizer.group('apps').resource('deployments').namespace('default').check('delete')"
+                       ".allowed()", "message": "may not delete"},
+        {"expression": "authorizer.requestResource.check('delete').allowed()", "message": "request resource"},
+        {"expression": "authorizer.serviceAccount('ns', 'sa').group('').resource('pods').check('list').allowed()"},
+        {"expression": "authorizer.path('/healthz').check('get').allowed()"},
+        {"expression": "authorizer.group('').resource('secrets').check('get').reason() == 'nope'"},
+        {"expression": "!authorizer.group('').resource('secrets').check('get').errored()"},
+    ])
+    p = ValidatingAdmissionPolicy(None, default_registry(), {"p": pol}, {"b": binding()}, {}, ParamCaches(),
+                                  authz)
+    await p.validate(CREATE, USER, deploy(1), None)
+    # The requestResource check carries the request's resource, namespace and name; version `*`.
+    rr = [a for u, a in authz.asked if u == "alice" and a.name == "web"]
+    assert rr and (rr[0].group, rr[0].version, rr[0].resource, rr[0].namespace) == ("apps", "*", "deployments",
+                                                                                     "default")
+    with pytest.raises(errors.APIError, match="denied request: may not delete$"):
+        await p.validate(CREATE, UserInfo("bob"), deploy(1), None)
+
+
+def test_authorizer_without_a_server_authorizer_errors() -> None:
+    p = policy(validations=[{"expression": "authorizer.path('/x').check('get').errored() && "
+                                           "authorizer.path('/x').check('get').error() == 'no authorizer is configured'"}])
+    out = pe.evaluate(p, act(deploy()))
+    assert out is not None and out.failures == []

@@ -318,3 +318,21 @@ async def test_equivalent_match_for_hpas_through_the_registry() -> None:
     assert t.calls[0][1]["kind"] == {"group": "autoscaling", "version": "v2", "kind": "HorizontalPodAutoscaler"}
     await validating(t, {**h, "matchPolicy": "Exact"}).validate(attrs, USER, {"metadata": {"name": "h"}}, None)
     assert len(t.calls) == 1
+
+
+async def test_match_condition_with_the_authorizer() -> None:
+    from fleet.auth import Decision
+
+    class Admins:
+        def authorize(self, user: UserInfo, attrs: Attributes) -> Decision:
+            return Decision(user.name == "root" and attrs.verb == "*", "")
+
+    t = FakeTransport({"m.x.test": {"allowed": True}})
+    h = hook("m.x.test", matchConditions=[{"name": "not-admins", "expression":
+                                           "!authorizer.group('').resource('configmaps').check('*').allowed()"}])
+    p = ValidatingWebhooks(None, default_registry(), cache_of(h), {}, call=t,  # type: ignore[arg-type]
+                           authorizer=Admins())
+    await p.validate(ATTRS, UserInfo("root"), cm(), None)
+    assert t.calls == []  # admins skip the webhook
+    await p.validate(ATTRS, USER, cm(), None)
+    assert len(t.calls) == 1
