@@ -144,8 +144,16 @@ class _MacroEvaluator(_BoundedEvaluator):
     nested activation (celpy clones the whole activation per element, which made each
     element cost more than a whole simple expression)."""
 
+    _nested: Activation | None = None
+
     def set_activation(self, values: Any) -> Evaluator:
-        self.activation = self.base_activation.nested_activation(vars=values)
+        # One nested activation per comprehension run, its variable rebound per element
+        # (elements are evaluated one after the other; celpy's macros consume eagerly).
+        if self._nested is None:
+            self._nested = self.base_activation.nested_activation(vars=values)
+        else:
+            self._nested.identifiers.load_values(values)
+        self.activation = self._nested
         return self
 
 
