@@ -277,6 +277,11 @@ def _check(expression: str, ast: lark.Tree, variables: frozenset[str]) -> int:
                 line, col = _pos(children[0])
                 raise CompileError(_error_text(expression, line, col,
                                                f"undeclared reference to '{name}' (in container '')"))
+            if name == "has":
+                args = children[1].children if len(children) > 1 and isinstance(children[1], lark.Tree) else []
+                if len(args) != 1 or not isinstance(args[0], lark.Tree) or args[0].data != "member_dot":
+                    line, col = _pos(children[0])
+                    raise CompileError(_error_text(expression, line, col + 3, "invalid argument to has() macro"))
         if kind == "member_dot_arg":
             name = str(children[1])
             if name not in KNOWN_FUNCTIONS:

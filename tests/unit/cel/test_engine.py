@@ -39,6 +39,9 @@ def test_undeclared_variables_and_functions_do_not_compile() -> None:
     assert cel.compile_error("object.spec.ports.all(p, p > 0)", VARS) is None
     assert "undeclared reference to 'p'" in str(cel.compile_error("object.spec.ports.all(p, p > 0) && p > 1", VARS))
     assert "macro requires" in str(cel.compile_error("object.spec.ports.all(1, true)", VARS))
+    assert "invalid argument to has() macro" in str(cel.compile_error("has(object)", VARS))
+    assert "invalid argument to has() macro" in str(cel.compile_error("has(object.a, object.b)", VARS))
+    assert cel.compile_error("has(object.spec) && has(object['spec'].x)", VARS) is None
     with pytest.raises(cel.CompileError):
         cel.compile("1 +", VARS)
 
