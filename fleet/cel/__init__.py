@@ -14,9 +14,11 @@ from fleet.cel.engine import (
     compile_error,
     evaluate,
     evaluate_json,
+    field_references,
     to_activation,
+    undefined_field_error,
 )
 from fleet.cel.library import to_cel, to_json
 
 __all__ = ["COST_EXCEEDED", "STEP_LIMIT", "TIME_LIMIT", "CompileError", "EvalError", "LazyMap", "Program",
-           "compile", "compile_error", "evaluate", "evaluate_json", "to_activation", "to_cel", "to_json"]
+           "compile", "compile_error", "evaluate", "evaluate_json", "field_references", "to_activation", "to_cel", "to_json", "undefined_field_error"]

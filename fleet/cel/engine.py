@@ -369,6 +369,32 @@ def compile(expression: str, variables: Iterable[str]) -> Program:  # noqa: A001
     return out
 
 
+def field_references(program: Program, root: str) -> list[tuple[str, int, int]]:
+    """The fields selected directly on the variable `root` (`variables.foo` → ("foo", line,
+    column)), for callers that know which fields exist (a policy's declared variables)."""
+    out: list[tuple[str, int, int]] = []
+    for t in program.ast.iter_subtrees():
+        if t.data != "member_dot" or len(t.children) != 2:
+            continue
+        target, field_tok = t.children
+        if isinstance(target, lark.Tree) and target.data == "primary" and target.children \
+                and isinstance(target.children[0], lark.Tree) and target.children[0].data == "ident" \
+                and str(target.children[0].children[0]) == root:
+            line, col = _pos(field_tok)
+            out.append((str(field_tok), line, max(col - 1, 1)))  # cel-go points at the '.'
+
+    return out
+
+
+def undefined_field_error(program: Program, root: str, defined: Iterable[str]) -> str | None:
+    """cel-go's `undefined field 'x'` for the first field of `root` not in `defined`."""
+    known = set(defined)
+    for name, line, col in field_references(program, root):
+        if name not in known:
+            return _error_text(program.expression, line, col, f"undefined field '{name}'")
+    return None
+
+
 def compile_error(expression: str, variables: Iterable[str]) -> str | None:
     """The compile error text of `expression`, or None when it compiles."""
     out = _compile(expression, frozenset(variables))

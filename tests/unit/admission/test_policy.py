@@ -331,9 +331,23 @@ def test_policy_expressions_compile_at_creation() -> None:
     assert "compilation failed" in got["spec.matchConditions[0].expression"]
     assert "undeclared reference to 'self'" in got["spec.variables[0].expression"]
     assert "compilation failed" in got["spec.auditAnnotations[0].valueExpression"]
-    ok = {"metadata": {"name": "p"}, "spec": {"matchConstraints": {"resourceRules": RULES}, "validations": [
+    ok = {"metadata": {"name": "p"}, "spec": {"matchConstraints": {"resourceRules": RULES},
+                                              "variables": [{"name": "x", "expression": "true"}], "validations": [
         {"expression": "object.spec.replicas <= params.max && variables.x", "messageExpression": "'m'"}]}}
     assert causes(VALIDATING_ADMISSION_POLICY, ok) == {}
+
+
+def test_undefined_policy_variables_do_not_compile() -> None:
+    obj = {"metadata": {"name": "p"}, "spec": {
+        "matchConstraints": {"resourceRules": RULES},
+        "variables": [{"name": "a", "expression": "variables.b"}, {"name": "b", "expression": "variables.a"}],
+        "validations": [{"expression": "variables.limt > 1", "messageExpression": "string(variables.b)"}]}}
+    got = causes(VALIDATING_ADMISSION_POLICY, obj)
+    assert got == {
+        "spec.variables[0].expression": "Invalid value: \"variables.b\": compilation failed: ERROR: <input>:1:10: "
+                                        "undefined field 'b'\n | variables.b\n | .........^",
+        "spec.validations[0].expression": "Invalid value: \"variables.limt > 1\": compilation failed: ERROR: "
+                                          "<input>:1:10: undefined field 'limt'\n | variables.limt > 1\n | .........^"}
 
 
 def test_webhook_match_conditions_compile_at_creation() -> None:
