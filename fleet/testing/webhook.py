@@ -38,6 +38,8 @@ class WebhookServer:
 
     def __init__(self, cert_file: Path, key_file: Path, answer: Answer) -> None:
         self.reviews: list[dict[str, Any]] = []
+        # The client (address, port) of each review, in order: one per connection reused.
+        self.peers: list[tuple[str, int]] = []
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -49,6 +51,7 @@ class WebhookServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.reviews.append({"path": self.path, **review})  # list.append: thread-safe
+                outer.peers.append(self.client_address[:2])
                 out = answer(self.path, review)
                 body = out if isinstance(out, bytes) else json.dumps(out).encode()
                 self.send_response(200)
