@@ -12,7 +12,10 @@ Decisions live beside this module: which webhooks a request calls in
 webhook_match.py, the AdmissionReview and the meaning of an answer in
 webhook_review.py.  This module is the I/O: the HTTPS POST (httpx, verified with
 the webhook's `caBundle`, or the system roots when it has none), the timeout
-(`timeoutSeconds`, default 10), and the Service reference.
+(`timeoutSeconds`, default 10), and the Service reference.  Clients are pooled
+per trust (`WebhookClients`, one per caBundle, shared by the two plugins), so
+calls to a webhook reuse kept-alive connections instead of paying a TCP and TLS
+handshake each, as kube-apiserver's webhook client manager keeps its clients.
 
 A `service` reference is resolved to one of the Service's ready *endpoints*
 (its Endpoints object), not to its ClusterIP: the API server runs on the host,
@@ -42,6 +45,7 @@ import logging
 import socket
 import ssl
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -100,6 +104,35 @@ def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
         except ssl.SSLError as e:
             raise CallError(f"invalid caBundle: {e}") from None
     return ssl.create_default_context()
+
+
+class WebhookClients:
+    """Pooled HTTPS clients, one per trust (caBundle; None = the system roots), kept for
+    the server's life so connections to a webhook stay open between calls.  At most
+    `size` clients: the least recently used one is closed when a new trust needs room.
+    Owned by one server's plugins (connections belong to the Trio run that opened them)."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._clients: OrderedDict[str | None, httpx.AsyncClient] = OrderedDict()
+
+    async def get(self, ca_bundle: str | None) -> httpx.AsyncClient:
+        client = self._clients.get(ca_bundle)
+        if client is not None:
+            self._clients.move_to_end(ca_bundle)
+            return client
+        client = httpx.AsyncClient(verify=_ssl_context(ca_bundle),
+                                   limits=httpx.Limits(keepalive_expiry=30.0))
+        self._clients[ca_bundle] = client
+        while len(self._clients) > self.size:
+            _, old = self._clients.popitem(last=False)
+            await old.aclose()
+        return client
+
+    async def aclose(self) -> None:
+        while self._clients:
+            _, client = self._clients.popitem()
+            await client.aclose()
 
 
 async def resolve_service(store: Store, svc: dict[str, Any]) -> tuple[str, int]:
@@ -165,8 +198,11 @@ def describe(e: BaseException, host: str, port: int) -> str:
     return str(root) or str(e) or type(root).__name__
 
 
-async def call_webhook(store: Store, hook: dict[str, Any], review: dict[str, Any]) -> bytes:
-    """POST the review to the webhook; the raw answer body.  Raises CallError."""
+async def call_webhook(store: Store, hook: dict[str, Any], review: dict[str, Any], *,
+                       clients: WebhookClients | None = None) -> bytes:
+    """POST the review to the webhook; the raw answer body.  Raises CallError.  With
+    `clients`, the call reuses that pool's client for the webhook's caBundle (and its
+    open connections); without, it opens and closes a client of its own."""
     cc = hook.get("clientConfig") or {}
     timeout = hook.get("timeoutSeconds") or DEFAULT_TIMEOUT
     ctx = _ssl_context(cc.get("caBundle"))
@@ -182,9 +218,14 @@ async def call_webhook(store: Store, hook: dict[str, Any], review: dict[str, Any
         extensions["sni_hostname"] = f"{svc.get('name')}.{svc.get('namespace')}.svc"
     try:
         with trio.fail_after(timeout):
-            async with httpx.AsyncClient(verify=ctx, timeout=timeout) as client:
-                resp = await client.post(url, json=review, extensions=extensions,
+            if clients is not None:
+                client = await clients.get(cc.get("caBundle"))
+                resp = await client.post(url, json=review, extensions=extensions, timeout=timeout,
                                          headers={"Accept": "application/json"})
+            else:
+                async with httpx.AsyncClient(verify=ctx, timeout=timeout) as own:
+                    resp = await own.post(url, json=review, extensions=extensions,
+                                          headers={"Accept": "application/json"})
     except trio.TooSlowError:
         raise CallError("context deadline exceeded") from None
     except httpx.TimeoutException:
@@ -255,13 +296,13 @@ class _WebhookPlugin:
 
     def __init__(self, store: Store, registry: Any, cache: WebhookConfigCache,
                  namespaces: Mapping[str, dict[str, Any]] | None = None, *, call: Any = None,
-                 authorizer: Any = None) -> None:
+                 clients: WebhookClients | None = None, authorizer: Any = None) -> None:
         self.store = store
         self.registry = registry
         self.cache = cache
         self.namespaces = namespaces
         # async (store, hook, review) -> body; tests substitute the transport.
-        self.call = call or call_webhook
+        self.call = call or functools.partial(call_webhook, clients=clients or WebhookClients())
         # The server's Authorizer, for matchConditions' `authorizer` (None: its checks error).
         self.authorizer = authorizer
 
@@ -426,7 +467,9 @@ def webhook_plugins(store: Store, registry: Any, mutating_cache: WebhookConfigCa
                     validating_cache: WebhookConfigCache,
                     namespaces: Mapping[str, dict[str, Any]] | None = None, authorizer: Any = None,
                     ) -> tuple[MutatingWebhooks, ValidatingWebhooks]:
-    """The (MutatingAdmissionWebhook, ValidatingAdmissionWebhook) pair for `builtin_chain`;
-    `authorizer` answers matchConditions' CEL `authorizer`."""
-    return (MutatingWebhooks(store, registry, mutating_cache, namespaces, authorizer=authorizer),
-            ValidatingWebhooks(store, registry, validating_cache, namespaces, authorizer=authorizer))
+    """The (MutatingAdmissionWebhook, ValidatingAdmissionWebhook) pair for `builtin_chain`, sharing
+    one pool of webhook clients; `authorizer` answers matchConditions' CEL `authorizer`."""
+    clients = WebhookClients()
+    return (MutatingWebhooks(store, registry, mutating_cache, namespaces, clients=clients, authorizer=authorizer),
+            ValidatingWebhooks(store, registry, validating_cache, namespaces, clients=clients,
+                               authorizer=authorizer))

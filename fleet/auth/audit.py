@@ -8,7 +8,7 @@ This module owns the *decisions*: which level a request is audited at (the
 `Policy` file of `--audit-policy-file`, rules in order, the first match wins,
 kube-apiserver's `policy/checker.go`), and what each event holds at that level
 (`RequestAudit`, one per request).  Where the lines go (a rotated file, stdout)
-is fleet/auth/audit_log.py; the API server calls the hooks (fleet/server/app.py).
+is fleet/auth/audit_log.py; the API server calls the hooks (fleet/server/app.py, access.py, connect.py).
 
 Three rules that no policy can loosen:
 

@@ -57,7 +57,7 @@ UID_HEADER = "impersonate-uid"
 EXTRA_HEADER_PREFIX = "impersonate-extra-"
 
 AUTHENTICATION_GROUP = "authentication.k8s.io"
-_JOINER = ", "  # how fleet/server/app.py `_headers` joins a repeated header
+_JOINER = ", "  # how fleet/server/asgi.py `scope_headers` joins a repeated header
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 

@@ -7,7 +7,7 @@ Three client protocols end here, all relayed to the pod's node agent:
   SPDY bytes (`fleet.server.spdy`).
 * **Plain SPDY/3.1** (kubectl's fallback when the WebSocket upgrade fails, and
   `KUBECTL_PORT_FORWARD_WEBSOCKETS=false`): `POST` with `Upgrade: SPDY/3.1`,
-  `X-Stream-Protocol-Version: portforward.k8s.io` (app.py turns that into a raw
+  `X-Stream-Protocol-Version: portforward.k8s.io` (connect.py turns that into a raw
   byte stream).
 * **The channel protocol** (`v4.channel.k8s.io`, the kubelet's WebSocket port
   forward; the Python client's `portforward()`): `?ports=80,81`; port i gets

@@ -4,7 +4,7 @@
 containers; Fleet treats them as its audited replacement for SSH, behind three gates
 in this order:
 
-1. RBAC, done by app.py before anything here: `create` on pods/exec|attach|portforward
+1. RBAC, done by connect.py before anything here: `create` on pods/exec|attach|portforward
    as kube-apiserver authorizes them, and Fleet's own verb `signal` on pods/signal —
    never implied by `update` or `create` (only a rule naming `signal`, or `*`, grants it).
 2. Consent (`ProcessControlGate.consent`): with the gate on (`fleet server --hardened`

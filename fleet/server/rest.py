@@ -22,7 +22,7 @@ and holds the read verbs (get, list; watch is watch.py).
 
 Every handler follows the pipeline order of kube-apiserver: decode → default
 → mutating admission → validate → validating admission → store.
-Authentication and authorization happened before (see app.py), and anything
+Authentication and authorization happened before (see access.py), and anything
 that goes wrong raises an `APIError`, rendered as a Status by the caller.
 """
 from __future__ import annotations

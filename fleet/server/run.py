@@ -65,7 +65,8 @@ from fleet.network.cluster_dns import ClusterDNSConfig, kube_dns_spec, run_clust
 from fleet.network.dns import DNSStats
 from fleet.network.ingress import IngressConfig, run_ingress
 from fleet.server import limits, security, svcrepair, systemsvc, tlsconn, upgrade
-from fleet.server.app import APIServer, FleetASGI, create_app
+from fleet.server.app import APIServer
+from fleet.server.asgi import FleetASGI, create_app
 from fleet.server.metrics import Metrics
 from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI

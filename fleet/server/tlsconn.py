@@ -18,7 +18,7 @@ and logs a warning.
 connections without a restart.  `ChainTCPServer` (installed into hypercorn's trio
 worker by `enable`) reads the peer chain after the handshake and puts it into
 each request's scope as `scope["extensions"]["tls"]["client_cert_chain"]` (PEM,
-leaf first) — what fleet/server/app.py `peer_certs(scope)` reads.  A connection
+leaf first) — what `scope_peer_certs(scope)` below reads.  A connection
 whose client certificate expires is closed then: the client reconnects with its
 renewed certificate instead of sending requests that would be refused.
 """

@@ -32,7 +32,8 @@ from cryptography.x509.oid import NameOID
 from jwt.algorithms import RSAAlgorithm
 
 
-def _cert(subject: str, key: Any, issuer_key: Any, issuer_name: x509.Name | None, *, ca: bool) -> x509.Certificate:
+def _cert(subject: str, key: Any, issuer_key: Any, issuer_name: x509.Name | None, *, ca: bool,
+          dns_names: tuple[str, ...] = ()) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
     b = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer_name or name)
@@ -40,18 +41,20 @@ def _cert(subject: str, key: Any, issuer_key: Any, issuer_name: x509.Name | None
          .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
          .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
     if not ca:
-        b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+        sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        b = b.add_extension(x509.SubjectAlternativeName(sans + [x509.DNSName(n) for n in dns_names]),
                             critical=False)
     return b.sign(issuer_key, hashes.SHA256())
 
 
-def loopback_tls(directory: Path, name: str) -> tuple[Path, Path, Path]:
-    """A fresh test CA and a server certificate for 127.0.0.1 signed by it, written to
-    `directory` as `<name>-ca.crt`, `<name>.crt`, `<name>.key`: (ca, cert, key) files."""
+def loopback_tls(directory: Path, name: str, *, dns_names: tuple[str, ...] = ()) -> tuple[Path, Path, Path]:
+    """A fresh test CA and a server certificate for 127.0.0.1 (and `dns_names`) signed by
+    it, written to `directory` as `<name>-ca.crt`, `<name>.crt`, `<name>.key`: (ca, cert,
+    key) files."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = _cert(f"fleet-test-{name}-ca", ca_key, ca_key, None, ca=True)
     srv_key = ec.generate_private_key(ec.SECP256R1())
-    srv_cert = _cert("127.0.0.1", srv_key, ca_key, ca_cert.subject, ca=False)
+    srv_cert = _cert("127.0.0.1", srv_key, ca_key, ca_cert.subject, ca=False, dns_names=dns_names)
     ca_file = directory / f"{name}-ca.crt"
     ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     cert_file, key_file = directory / f"{name}.crt", directory / f"{name}.key"

@@ -1,11 +1,11 @@
 """Dynamic admission webhooks against a real `fleet server`, configured with kubectl.
 
-The webhooks are written here: a small HTTPS server (threading `http.server` + ssl)
-on 127.0.0.1, with a certificate from a CA this module makes with `cryptography`;
-the configurations carry that CA as their `caBundle`.  Every configuration selects
-only the namespace of the test that created it (namespaceSelector on
-`kubernetes.io/metadata.name`), so the tests share one server without seeing each
-other's webhooks.
+The webhooks' decisions are written here (`review_answer`), served by
+fleet/testing/webhook.py's `WebhookServer` (threading `http.server` + ssl on
+127.0.0.1) with a certificate from a test CA (`loopback_tls`); the configurations
+carry that CA as their `caBundle`.  Every configuration selects only the namespace
+of the test that created it (namespaceSelector on `kubernetes.io/metadata.name`),
+so the tests share one server without seeing each other's webhooks.
 
 * a mutating webhook injects a label into ConfigMaps (JSONPatch), and its warning is
   printed by kubectl;
@@ -24,14 +24,8 @@ other's webhooks.
 
 from __future__ import annotations
 
-import base64
-import datetime
-import http.server
-import ipaddress
 import json
 import socket
-import ssl
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -39,118 +33,58 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from fleet.testing.oidc import loopback_tls
+from fleet.testing.webhook import API, WebhookServer, configmap_hook, json_patch, review_response
 from tests.conftest import KUBECTL, FleetServer, ServerFactory, create_namespace, run_kubectl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(KUBECTL is None, reason="needs kubectl")]
 
-API = "admissionregistration.k8s.io/v1"
 # The Service the service-reference test puts in front of the webhook (named in the certificate).
 SVC, SVC_NS = "hooks", "webhook-svc-e2e"
 
 
 # --------------------------------------------------------------------------- the webhook server
 
-def _cert(subject: str, key: Any, issuer: x509.Name, issuer_key: Any, *, ca: bool) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    b = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-         .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
-         .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(hours=2))
-         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if not ca:
-        b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                                         x509.DNSName(f"{SVC}.{SVC_NS}.svc")]),
-                            critical=False)
-    return b.sign(issuer_key, hashes.SHA256())
+def make_tls(tmp: Path, name: str = "webhook") -> tuple[bytes, Path, Path]:
+    """(CA PEM, certificate file, key file) for 127.0.0.1 and the Service's DNS name."""
+    ca, cert, key = loopback_tls(tmp, name, dns_names=(f"{SVC}.{SVC_NS}.svc",))
+    return ca.read_bytes(), cert, key
 
 
-def make_tls(tmp: Path) -> tuple[bytes, ssl.SSLContext]:
-    """(CA PEM, server context for 127.0.0.1)."""
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "webhook-test-ca")])
-    ca = _cert("webhook-test-ca", ca_key, ca_name, ca_key, ca=True)
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = _cert("127.0.0.1", key, ca_name, ca_key, ca=False)
-    (tmp / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (tmp / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                    serialization.PrivateFormat.PKCS8,
-                                                    serialization.NoEncryption()))
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(tmp / "tls.crt", tmp / "tls.key")
-    return ca.public_bytes(serialization.Encoding.PEM), ctx
-
-
-def review_answer(path: str, review: dict[str, Any]) -> dict[str, Any]:
+def review_answer(path: str, review: dict[str, Any]) -> dict[str, Any] | bytes:
     """What the test's webhooks decide, by URL path."""
     req = review["request"]
     obj = req.get("object") or {}
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    resp: dict[str, Any] = {"uid": req["uid"], "allowed": True}
     if path == "/mutate":
         ops: list[dict[str, Any]] = []
         if not labels:
             ops.append({"op": "add", "path": "/metadata/labels", "value": {}})
         ops.append({"op": "add", "path": "/metadata/labels/injected-by", "value": "webhook"})
-        resp.update(patchType="JSONPatch", patch=base64.b64encode(json.dumps(ops).encode()).decode(),
-                    warnings=["label injected by the test webhook"])
-    elif path == "/validate":
-        resp["auditAnnotations"] = {"checked": "true"}
+        return review_response(review, **json_patch(ops), warnings=["label injected by the test webhook"])
+    if path == "/validate":
         if labels.get("deny") == "yes":
-            resp.update(allowed=False, status={"code": 403, "reason": "Forbidden",
-                                               "message": "configmaps labelled deny=yes are not allowed"})
-    elif path == "/slow":
+            return review_response(review, allowed=False, auditAnnotations={"checked": "true"},
+                                   status={"code": 403, "reason": "Forbidden",
+                                           "message": "configmaps labelled deny=yes are not allowed"})
+        return review_response(review, auditAnnotations={"checked": "true"})
+    if path == "/slow":
         time.sleep(3)
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
-
-
-class WebhookServer:
-    def __init__(self, ctx: ssl.SSLContext) -> None:
-        self.reviews: list[dict[str, Any]] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.reviews.append({"path": self.path, **review})
-                body = (b"<html>not an AdmissionReview</html>" if self.path == "/garbage"
-                        else json.dumps(review_answer(self.path, review)).encode())
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+    if path == "/garbage":
+        return b"<html>not an AdmissionReview</html>"
+    return review_response(review)
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, ssl.SSLContext]:
+def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, Path, Path]:
     return make_tls(tmp_path_factory.mktemp("webhook-tls"))
 
 
 @pytest.fixture(scope="module")
-def webhook(tls: tuple[bytes, ssl.SSLContext]) -> Iterator[WebhookServer]:
-    srv = WebhookServer(tls[1])
-    try:
+def webhook(tls: tuple[bytes, Path, Path]) -> Iterator[WebhookServer]:
+    with WebhookServer(tls[1], tls[2], review_answer) as srv:
         yield srv
-    finally:
-        srv.close()
 
 
 def free_port() -> int:
@@ -178,14 +112,6 @@ def configs(fleet_server: FleetServer) -> Iterator[list[tuple[str, str]]]:
     with fleet_server.client() as c:
         for plural, name in made:
             c.delete(f"/apis/{API}/{plural}/{name}")
-
-
-def hook(name: str, ns: str, url: str, ca: bytes, **kw: Any) -> dict[str, Any]:
-    return {"name": name, "clientConfig": {"url": url, "caBundle": base64.b64encode(ca).decode()},
-            "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                       "resources": ["configmaps"]}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-            "sideEffects": "None", "admissionReviewVersions": ["v1"], **kw}
 
 
 def install(srv: FleetServer, made: list[tuple[str, str]], kind: str, *hooks: dict[str, Any]) -> str:
@@ -227,11 +153,11 @@ def labels_of(srv: FleetServer, ns: str, name: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- tests
 
 def test_mutating_webhook_injects_a_label(fleet_server: FleetServer, webhook: WebhookServer,
-                                          tls: tuple[bytes, ssl.SSLContext], ns: str,
+                                          tls: tuple[bytes, Path, Path], ns: str,
                                           configs: list[tuple[str, str]]) -> None:
     url = f"https://127.0.0.1:{webhook.port}/mutate"
     install(fleet_server, configs, "MutatingWebhookConfiguration",
-            hook("inject.webhooks.fleet.test", ns, url, tls[0]))
+            configmap_hook("inject.webhooks.fleet.test", ns, url, tls[0]))
     deadline = time.monotonic() + 10
     while True:
         name = f"cm-{uuid.uuid4().hex[:6]}"
@@ -258,11 +184,11 @@ def test_mutating_webhook_injects_a_label(fleet_server: FleetServer, webhook: We
 
 
 def test_validating_webhook_rejects_with_its_message(fleet_server: FleetServer, webhook: WebhookServer,
-                                                     tls: tuple[bytes, ssl.SSLContext], ns: str,
+                                                     tls: tuple[bytes, Path, Path], ns: str,
                                                      configs: list[tuple[str, str]]) -> None:
     url = f"https://127.0.0.1:{webhook.port}/validate"
     install(fleet_server, configs, "ValidatingWebhookConfiguration",
-            hook("deny.webhooks.fleet.test", ns, url, tls[0]))
+            configmap_hook("deny.webhooks.fleet.test", ns, url, tls[0]))
     err = eventually_refused(fleet_server, ns, "deny=yes")
     assert ('admission webhook "deny.webhooks.fleet.test" denied the request: '
             "configmaps labelled deny=yes are not allowed") in err
@@ -271,11 +197,11 @@ def test_validating_webhook_rejects_with_its_message(fleet_server: FleetServer, 
 
 
 def test_webhook_with_a_false_match_condition_is_not_called(fleet_server: FleetServer, webhook: WebhookServer,
-                                                            tls: tuple[bytes, ssl.SSLContext], ns: str,
+                                                            tls: tuple[bytes, Path, Path], ns: str,
                                                             configs: list[tuple[str, str]]) -> None:
     url = f"https://127.0.0.1:{webhook.port}/validate"
     install(fleet_server, configs, "ValidatingWebhookConfiguration",
-            hook("cond.webhooks.fleet.test", ns, url, tls[0], matchConditions=[
+            configmap_hook("cond.webhooks.fleet.test", ns, url, tls[0], matchConditions=[
                 {"name": "checked-only", "expression": "object.metadata.name.startsWith('checked-')"}]))
     deadline = time.monotonic() + 10
     while True:  # the configuration cache is watch-fed: wait until the webhook is live
@@ -290,11 +216,11 @@ def test_webhook_with_a_false_match_condition_is_not_called(fleet_server: FleetS
     assert not [r for r in webhook.reviews if r["request"].get("name") == "unchecked"]
 
 
-def test_dead_webhook_fails_closed_naming_it(fleet_server: FleetServer, tls: tuple[bytes, ssl.SSLContext],
+def test_dead_webhook_fails_closed_naming_it(fleet_server: FleetServer, tls: tuple[bytes, Path, Path],
                                             ns: str, configs: list[tuple[str, str]]) -> None:
     url = f"https://127.0.0.1:{free_port()}/validate"
     install(fleet_server, configs, "ValidatingWebhookConfiguration",
-            hook("dead.webhooks.fleet.test", ns, url, tls[0], timeoutSeconds=2))
+            configmap_hook("dead.webhooks.fleet.test", ns, url, tls[0], timeoutSeconds=2))
     err = eventually_refused(fleet_server, ns)
     assert (f'Internal error occurred: failed calling webhook "dead.webhooks.fleet.test": Post "{url}": '
             f"dial tcp 127.0.0.1:{url.split(':')[2].split('/')[0]}: connect: connection refused") in err
@@ -304,11 +230,11 @@ def test_dead_webhook_fails_closed_naming_it(fleet_server: FleetServer, tls: tup
 
 
 def test_dead_webhook_with_ignore_admits_with_a_warning(fleet_server: FleetServer,
-                                                       tls: tuple[bytes, ssl.SSLContext], ns: str,
+                                                       tls: tuple[bytes, Path, Path], ns: str,
                                                        configs: list[tuple[str, str]]) -> None:
     url = f"https://127.0.0.1:{free_port()}/mutate"
     install(fleet_server, configs, "MutatingWebhookConfiguration",
-            hook("optional.webhooks.fleet.test", ns, url, tls[0], failurePolicy="Ignore", timeoutSeconds=2))
+            configmap_hook("optional.webhooks.fleet.test", ns, url, tls[0], failurePolicy="Ignore", timeoutSeconds=2))
     deadline = time.monotonic() + 10
     while True:
         rc, out, err = create_configmap(fleet_server, ns, f"cm-{uuid.uuid4().hex[:6]}")
@@ -320,11 +246,11 @@ def test_dead_webhook_with_ignore_admits_with_a_warning(fleet_server: FleetServe
 
 
 def test_slow_webhook_times_out_and_fails_closed(fleet_server: FleetServer, webhook: WebhookServer,
-                                                 tls: tuple[bytes, ssl.SSLContext], ns: str,
+                                                 tls: tuple[bytes, Path, Path], ns: str,
                                                  configs: list[tuple[str, str]]) -> None:
     url = f"https://127.0.0.1:{webhook.port}/slow"
     install(fleet_server, configs, "ValidatingWebhookConfiguration",
-            hook("slow.webhooks.fleet.test", ns, url, tls[0], timeoutSeconds=1))
+            configmap_hook("slow.webhooks.fleet.test", ns, url, tls[0], timeoutSeconds=1))
     err = eventually_refused(fleet_server, ns)
     assert ('Internal error occurred: failed calling webhook "slow.webhooks.fleet.test": '
             "context deadline exceeded") in err
@@ -332,10 +258,10 @@ def test_slow_webhook_times_out_and_fails_closed(fleet_server: FleetServer, webh
 
 def test_wrong_ca_bundle_fails_closed(fleet_server: FleetServer, webhook: WebhookServer, ns: str,
                                       tmp_path: Path, configs: list[tuple[str, str]]) -> None:
-    other_ca, _ = make_tls(tmp_path)
+    other_ca, _, _ = make_tls(tmp_path, "other")
     url = f"https://127.0.0.1:{webhook.port}/validate"
     install(fleet_server, configs, "ValidatingWebhookConfiguration",
-            hook("untrusted.webhooks.fleet.test", ns, url, other_ca))
+            configmap_hook("untrusted.webhooks.fleet.test", ns, url, other_ca))
     err = eventually_refused(fleet_server, ns)
     assert 'failed calling webhook "untrusted.webhooks.fleet.test"' in err
     assert "tls: failed to verify certificate" in err
@@ -354,11 +280,11 @@ def test_invalid_configuration_refused_with_kube_messages(fleet_server: FleetSer
 
 
 def test_server_dry_run_calls_side_effect_free_webhooks(fleet_server: FleetServer, webhook: WebhookServer,
-                                                        tls: tuple[bytes, ssl.SSLContext], ns: str,
+                                                        tls: tuple[bytes, Path, Path], ns: str,
                                                         configs: list[tuple[str, str]]) -> None:
     url = f"https://127.0.0.1:{webhook.port}/validate"
     install(fleet_server, configs, "ValidatingWebhookConfiguration",
-            hook("dry.webhooks.fleet.test", ns, url, tls[0], sideEffects="NoneOnDryRun"))
+            configmap_hook("dry.webhooks.fleet.test", ns, url, tls[0], sideEffects="NoneOnDryRun"))
     eventually_refused(fleet_server, ns, "deny=yes")
     rc, out, err = create_configmap(fleet_server, ns, "dry", "deny=yes", dry_run=True)
     assert rc != 0 and 'admission webhook "dry.webhooks.fleet.test" denied the request' in err
@@ -370,7 +296,7 @@ def test_server_dry_run_calls_side_effect_free_webhooks(fleet_server: FleetServe
 
 
 def test_webhook_through_a_service_reference(fleet_server: FleetServer, webhook: WebhookServer,
-                                             tls: tuple[bytes, ssl.SSLContext],
+                                             tls: tuple[bytes, Path, Path],
                                              configs: list[tuple[str, str]]) -> None:
     create_namespace(fleet_server, SVC_NS)
     try:
@@ -383,7 +309,7 @@ def test_webhook_through_a_service_reference(fleet_server: FleetServer, webhook:
         for doc in docs:
             rc, out, err = run_kubectl(fleet_server, "apply", "-f", "-", input=json.dumps(doc))
             assert rc == 0, err
-        h = hook("svc.webhooks.fleet.test", SVC_NS, "", tls[0])
+        h = configmap_hook("svc.webhooks.fleet.test", SVC_NS, "", tls[0])
         h["clientConfig"] = {"service": {"namespace": SVC_NS, "name": SVC, "path": "/validate"},
                              "caBundle": h["clientConfig"]["caBundle"]}
         install(fleet_server, configs, "ValidatingWebhookConfiguration", h)
@@ -396,24 +322,24 @@ def test_webhook_through_a_service_reference(fleet_server: FleetServer, webhook:
 
 
 def test_garbage_answer_fails_closed_clearly(fleet_server: FleetServer, webhook: WebhookServer,
-                                            tls: tuple[bytes, ssl.SSLContext], ns: str,
+                                            tls: tuple[bytes, Path, Path], ns: str,
                                             configs: list[tuple[str, str]]) -> None:
     url = f"https://127.0.0.1:{webhook.port}/garbage"
     install(fleet_server, configs, "MutatingWebhookConfiguration",
-            hook("garbage.webhooks.fleet.test", ns, url, tls[0]))
+            configmap_hook("garbage.webhooks.fleet.test", ns, url, tls[0]))
     err = eventually_refused(fleet_server, ns)
     assert ('Internal error occurred: failed calling webhook "garbage.webhooks.fleet.test": '
             "received invalid webhook response") in err
 
 
 def test_audit_annotations_in_the_audit_log(fleet_server_factory: ServerFactory, webhook: WebhookServer,
-                                            tls: tuple[bytes, ssl.SSLContext], tmp_path: Path) -> None:
+                                            tls: tuple[bytes, Path, Path], tmp_path: Path) -> None:
     log = tmp_path / "audit.log"
     srv = fleet_server_factory.start(extra_args=["--audit-log-path", str(log)])
     ns = f"wh-{uuid.uuid4().hex[:6]}"
     create_namespace(srv, ns)
     url = f"https://127.0.0.1:{webhook.port}/validate"
-    install(srv, [], "ValidatingWebhookConfiguration", hook("audit.webhooks.fleet.test", ns, url, tls[0]))
+    install(srv, [], "ValidatingWebhookConfiguration", configmap_hook("audit.webhooks.fleet.test", ns, url, tls[0]))
     eventually_refused(srv, ns, "deny=yes")
     rc, out, err = create_configmap(srv, ns, "audited")
     assert rc == 0, err

@@ -2,8 +2,9 @@
 
 One server (no built-in agent) and three simulated nodes are shared by the
 module; each test works in its own namespace, with a `ClaimBinder` playing the
-storage provisioner (Fleet has none yet, and the scheduler — as Kubernetes' —
-waits for claims to bind) and a `PodWatch` recording the order of pod events.
+storage provisioner (simulated nodes run no storage driver, and the scheduler — as
+Kubernetes' — waits for claims to bind; StatefulSets with real volumes are
+tests/e2e/test_storage.py's) and a `PodWatch` recording the order of pod events.
 
 - a StatefulSet of 3 starts its pods in order 0, 1, 2, each only after the
   previous one is Running and Ready; each pod keeps its claim (same object,

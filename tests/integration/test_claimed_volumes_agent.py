@@ -9,9 +9,6 @@ writes the CSINode object and serves the volume's stats; a restarted agent keeps
 mount (no driver call at all) and, when the pod is deleted, unpublishes and unstages.
 As root with runc, the same with the oci driver: the container reads its claim (and a
 subPath of it) and gets a raw block volume at its devicePath.
-
-PersistentVolume and CSINode are registered here when the server does not have them
-yet (they come from the storage kinds work); with them built in, nothing is added.
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ from fleet.agent import csiplan, inventory
 from fleet.agent.config import AgentConfig
 from fleet.agent.run import run as run_agent
 from fleet.agent.volumes import mounts_under
-from fleet.api.registry import KindInfo, Registry
 from fleet.client import MERGE_PATCH, ApiException, Client, ClientConfig
 from fleet.network.cluster_dns import ClusterDNSConfig
 from fleet.network.ingress import IngressConfig
@@ -66,36 +62,10 @@ def _import_tiny_image(data_dir: Path, work: Path) -> None:
     archive = write_oci_archive(image, work / "tiny.tar", IMAGE)
     import_archive_sync(ImageStore(data_dir / "images"), archive, IMAGE)
 
-EXTRA_KINDS = (
-    KindInfo(group="", version="v1", kind="PersistentVolume", plural="persistentvolumes",
-             singular="persistentvolume", namespaced=False, short_names=("pv",),
-             subresources=("status",)),
-    KindInfo(group="storage.k8s.io", version="v1", kind="CSINode", plural="csinodes",
-             singular="csinode", namespaced=False),
-    KindInfo(group="storage.k8s.io", version="v1", kind="VolumeAttachment",
-             plural="volumeattachments", singular="volumeattachment", namespaced=False,
-             subresources=("status",)),
-)
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@pytest.fixture
-def with_storage_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = server_run.default_registry
-
-    def registry_with_storage() -> Registry:
-        reg = real()
-        for info in EXTRA_KINDS:
-            if reg.get(info.group, info.version, info.plural) is None:
-                reg.register(info)
-        return reg
-
-    monkeypatch.setattr(server_run, "default_registry", registry_with_storage)
 
 
 @pytest.fixture
@@ -181,8 +151,7 @@ async def _bound_claim(api: Client, ns: str, name: str, pv: str, handle: str,
 
 
 async def test_pod_with_a_claim_gets_its_volume_keeps_it_across_restart_and_tears_down(
-        tmp_path: Path, with_storage_kinds: None,
-        driver_root: dict[str, fakecsi.TmpDirDriver]) -> None:
+        tmp_path: Path, driver_root: dict[str, fakecsi.TmpDirDriver]) -> None:
     ns = "default"
     async with running(tmp_path, "process") as (n, info, acfg, agent, api):
         node = acfg.node_name
@@ -332,8 +301,7 @@ async def _new_driver(made: dict[str, fakecsi.TmpDirDriver], node: str,
 @pytest.mark.skipif(find_runtime() is None, reason="needs runc or crun")
 @pytest.mark.skipif(busybox_problem() is not None, reason="needs busybox-static")
 async def test_oci_container_sees_its_claim_and_its_block_device(
-        tmp_path: Path, with_storage_kinds: None,
-        driver_root: dict[str, fakecsi.TmpDirDriver]) -> None:
+        tmp_path: Path, driver_root: dict[str, fakecsi.TmpDirDriver]) -> None:
     ns = "default"
     (tmp_path / "backing" / "vol-1").mkdir(parents=True)
     (tmp_path / "backing" / "vol-1" / "hello").write_text("hello from the volume")

@@ -1,12 +1,8 @@
 """The storage controllers in a real `fleet server` (tests/conftest.py's `fleet_server`,
 no agent): static binding, Retain → Released, a static Delete volume → Failed,
 hand-off to a provisioner, the Events a claim gets when it cannot be served, the
-default StorageClasses, and the pvc-protection finalizer going once no pod uses
-the claim.
-
-All but the pvc-protection test need the PersistentVolume and StorageClass kinds in
-the API (they arrive with the storage kinds change); without them the server does
-not run the binder at all, and those tests are skipped.
+default StorageClasses, the pvc-protection finalizer going once no pod uses the
+claim, and the pv-protection finalizer holding a Bound volume until its claim goes.
 """
 
 from __future__ import annotations
@@ -181,6 +177,32 @@ def test_pvc_protection_lets_an_unused_claim_go(api: API, namespace: str) -> Non
     path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/guarded"
     api.delete(path)
     wait_for("the finalizer to be removed and the claim to go", lambda: api.get(path) is None)
+
+
+def test_pv_protection_keeps_a_bound_volume_until_its_claim_goes(api: API, namespace: str) -> None:
+    """kubernetes.io/pv-protection: a Bound volume being deleted stays (Terminating) while
+    its claim holds it; once the claim is gone it is Released and the finalizer lets go."""
+    cls = f"manual-{uuid.uuid4().hex[:6]}"
+    pv_name = f"pv-{cls}"
+    pv_path = f"/api/v1/persistentvolumes/{pv_name}"
+    claim_path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/data"
+    api.post("/api/v1/persistentvolumes", pv_body(pv_name, cls))
+    api.post(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", pvc_body("data", cls))
+    wait_for("the volume to be Bound",
+             lambda: (v := api.get(pv_path)) and v["status"].get("phase") == "Bound")
+
+    api.delete(pv_path)
+    time.sleep(2)  # the pv-protection controller has had its chance to (wrongly) let go
+    pv = api.get(pv_path)
+    assert pv is not None and pv["metadata"].get("deletionTimestamp"), pv
+    assert pm.PV_PROTECTION in pv["metadata"]["finalizers"], pv["metadata"]
+    assert pv["status"]["phase"] == "Bound", pv["status"]
+    claim = api.get(claim_path)
+    assert claim is not None and claim["status"]["phase"] == "Bound", claim
+
+    api.delete(claim_path)
+    wait_for("the claim to go", lambda: api.get(claim_path) is None)
+    wait_for("the volume to go once it is no longer Bound", lambda: api.get(pv_path) is None)
 
 
 def test_claim_without_class_gets_the_default_class(api: API, namespace: str) -> None:

@@ -11,9 +11,6 @@ PV controller completes the claims' binding.
 - a bound local volume pins every later pod of the claim to its node, and a pod that
   must run elsewhere stays Pending with kube-scheduler's "volume node affinity
   conflict" message.
-
-Needs the PersistentVolume and StorageClass kinds and the PV controller (the storage
-work of issue 13): against a server without them the module is skipped.
 """
 
 from __future__ import annotations
@@ -23,18 +20,12 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from ..conftest import FleetServer, ServerFactory, _make_base
 from .test_scheduling_sim import SimThread, events_for, ok, wait_for
 
 HOSTNAME = "kubernetes.io/hostname"
-
-
-def _serves(c: httpx.Client, path: str, plural: str) -> bool:
-    r = c.get(path)
-    return r.status_code == 200 and any(res.get("name") == plural for res in r.json().get("resources") or [])
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +35,6 @@ def cluster() -> Iterator[tuple[FleetServer, SimThread]]:
     sim: SimThread | None = None
     try:
         srv = factory.start()
-        with srv.client() as c:
-            if not (_serves(c, "/api/v1", "persistentvolumes")
-                    and _serves(c, "/apis/storage.k8s.io/v1", "storageclasses")):
-                pytest.skip("the server does not serve PersistentVolumes/StorageClasses yet (issue 13)")
         sim = SimThread(srv, count=2, prefix="vb")
         sim.start()
         with srv.client() as c:

@@ -1,5 +1,5 @@
 """Impersonation (fleet/auth/impersonation.py): header parsing, the `impersonate` checks and
-the user they produce, pure; then through the in-process API (the hook in app.py)."""
+the user they produce, pure; then through the in-process API (the hook in access.py)."""
 
 from __future__ import annotations
 
@@ -274,7 +274,7 @@ async def test_server_keeps_the_impersonator_for_audit(tmp_path: Path) -> None:
 
 
 async def _upgrade(api: Any, scope: dict[str, Any], first: dict[str, Any]) -> list[dict[str, Any]]:
-    from fleet.server.app import create_app
+    from fleet.server.asgi import create_app
 
     sent: list[dict[str, Any]] = []
     inbox = [first]

@@ -138,7 +138,7 @@ async def test_internal_error_is_a_panic_event(api: InProcessAPI, tmp_path: Path
 async def test_upgrades_are_audited(api: InProcessAPI, tmp_path: Path, kind: str, token: bool,
                                     code: int) -> None:
     from fleet.server import upgrade
-    from fleet.server.app import create_app
+    from fleet.server.asgi import create_app
 
     log = audit_on(api, tmp_path)
     sent: list[dict[str, Any]] = []
@@ -174,7 +174,7 @@ async def test_upgrades_are_audited(api: InProcessAPI, tmp_path: Path, kind: str
 
 
 async def test_request_refused_before_the_pipeline_is_audited(api: InProcessAPI, tmp_path: Path) -> None:
-    from fleet.server.app import create_app
+    from fleet.server.asgi import create_app
     from fleet.server.request_params import MAX_BODY
 
     log = audit_on(api, tmp_path)

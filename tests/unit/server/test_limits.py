@@ -8,7 +8,7 @@ import pytest
 import trio
 from hypercorn.config import Config as HyperConfig
 
-from fleet.server.app import _read_body
+from fleet.server.asgi import _read_body
 from fleet.server.limits import BodyIdleTimeout, ClientTimeouts
 from fleet.server.request_params import MAX_BODY
 

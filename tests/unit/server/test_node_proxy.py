@@ -21,7 +21,7 @@ from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve
 
 from fleet.auth import Decision
-from fleet.server.app import create_app
+from fleet.server.asgi import create_app
 from fleet.server.proxy import parse_node_proxy, proxy_request_headers
 from fleet.testing.apiserver import TOKEN, InProcessAPI, open_api
 

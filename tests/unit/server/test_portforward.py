@@ -309,7 +309,7 @@ async def serve_pf_agent(nursery: trio.Nursery, seen: list[str]) -> int:
 
 
 async def test_channel_protocol_through_the_api(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from fleet.server.app import create_app
+    from fleet.server.asgi import create_app
     from fleet.testing.apiserver import open_api
     from tests.unit.server.test_proxy import ASGIClient, put_node, put_pod
 
@@ -344,7 +344,7 @@ async def test_channel_protocol_through_the_api(tmp_path) -> None:  # type: igno
 async def test_websocket_bad_input_is_a_status(tmp_path, path: str, query: bytes,  # type: ignore[no-untyped-def]
                                                token: str | None, protocols: tuple[str, ...],
                                                code: int, fragment: str) -> None:
-    from fleet.server.app import create_app
+    from fleet.server.asgi import create_app
     from fleet.testing.apiserver import TOKEN, open_api
     from tests.unit.server.test_proxy import ASGIClient, put_node, put_pod
 

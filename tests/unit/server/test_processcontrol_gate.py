@@ -193,7 +193,7 @@ async def test_upgrades_pass_the_consent_gate(api: InProcessAPI, kind: str, sub:
     import json
 
     from fleet.server import upgrade
-    from fleet.server.app import create_app
+    from fleet.server.asgi import create_app
 
     api.server.process_control.consent_required = True
     sent: list[dict[str, Any]] = []

@@ -16,7 +16,7 @@ import trio_websocket
 
 from fleet.api import errors
 from fleet.server import proxy
-from fleet.server.app import create_app
+from fleet.server.asgi import create_app
 from fleet.server.proxy import (
     AgentAddress,
     agent_address,

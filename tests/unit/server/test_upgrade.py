@@ -39,7 +39,7 @@ async def test_refused_raw_upgrades_are_statuses(tmp_path, path: str, token: boo
                                                  offered: bytes, code: int, fragment: str) -> None:
     import json
 
-    from fleet.server.app import create_app
+    from fleet.server.asgi import create_app
     from fleet.testing.apiserver import TOKEN, open_api
     from tests.unit.server.test_proxy import put_node, put_pod
 

@@ -3,9 +3,11 @@ ids, parameters, sizes, allocatable capacity, records, create/delete/expand."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import stat
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -202,3 +204,41 @@ def test_the_registry_builds_in_tree_drivers(tmp_path: Path, monkeypatch: pytest
     for drv in (d, h):
         assert drv.capabilities.node_local and not drv.capabilities.attach_required
         assert drv.capabilities.topology_keys == ("kubernetes.io/hostname",)
+
+
+# An installed package's way in: a `fleet.storage.drivers` entry point naming a callable
+# that registers its driver.
+EP_DRIVER = "entry-point.fleet.test"
+
+
+def _register_entry_point_driver() -> None:
+    registry.register(EP_DRIVER, HostPathDriver)
+
+
+def test_entry_point_plugins_register_and_a_broken_one_is_only_logged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    group = registry.ENTRY_POINT_GROUP
+    eps = [metadata.EntryPoint(name="good", value=f"{__name__}:_register_entry_point_driver", group=group),
+           metadata.EntryPoint(name="broken", value="tests.unit.storage.no_such_plugin", group=group)]
+    asked: list[str] = []
+
+    def entry_points(*, group: str) -> list[metadata.EntryPoint]:
+        asked.append(group)
+        return eps if group == registry.ENTRY_POINT_GROUP else []
+
+    monkeypatch.setattr(registry.metadata, "entry_points", entry_points)
+    registry.unregister(EP_DRIVER)
+    try:
+        with caplog.at_level(logging.ERROR, logger=registry.__name__):
+            registry.load_plugins()
+        assert asked == [group]
+        assert registry.known(EP_DRIVER) and EP_DRIVER in registry.names()
+        assert isinstance(registry.create(EP_DRIVER, DriverEnv(tmp_path, "n1")), HostPathDriver)
+        assert registry.capabilities(EP_DRIVER) == HostPathDriver.capabilities
+        assert "storage plugin broken (tests.unit.storage.no_such_plugin) failed to load" in caplog.text
+        # A module the operator names (--storage-plugin) must load: its failure is an error.
+        with pytest.raises(ModuleNotFoundError):
+            registry.load_plugins(["tests.unit.storage.no_such_plugin"])
+    finally:
+        registry.unregister(EP_DRIVER)
+    assert not registry.known(EP_DRIVER)
