@@ -6,8 +6,9 @@ validating plugins raise an `APIError` to refuse.  Built-in plugins live one
 per module beside this one (`priority.py`, `default_toleration_seconds.py`,
 `limitranger.py`, `resourcequota.py`, `defaultingressclass.py`, `defaultstorageclass.py`,
 `storageprotection.py`, `pvcresize.py`, `noderestriction.py`, `serviceaccount.py`); the dynamic
-webhooks (`webhook.py`) join the same chain: MutatingAdmissionWebhook after the built-in mutating
-plugins, ValidatingAdmissionWebhook after the built-in validating ones but before ResourceQuota,
+webhooks (`webhook.py`) and ValidatingAdmissionPolicy (`policy.py`, CEL) join the same chain:
+MutatingAdmissionWebhook after the built-in mutating plugins, then ValidatingAdmissionPolicy and
+ValidatingAdmissionWebhook after the built-in validating ones but before ResourceQuota,
 kube-apiserver's order.
 
 The server runs the two halves around the kind's validation, as
@@ -108,7 +109,8 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
                   storage_class_cache: Any = None, service_account_cache: Any = None,
                   mount_service_account_tokens: bool = False, pod_security: Any = None,
                   namespace_cache: Any = None,
-                  webhooks: tuple[MutatingPlugin, ValidatingPlugin] | None = None) -> AdmissionChain:
+                  webhooks: tuple[MutatingPlugin, ValidatingPlugin] | None = None,
+                  policies: ValidatingPlugin | None = None) -> AdmissionChain:
     """The chain `fleet server` runs, in kube-apiserver's recommended plugin order
     (LimitRanger, ServiceAccount, then Priority before DefaultTolerationSeconds;
     ResourceQuota last, so it charges exactly what the others let through).  NodeRestriction
@@ -137,6 +139,8 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
     `webhook.webhook_plugins`: the mutating one runs last of the mutating plugins, the
     validating one last of the validating plugins before ResourceQuota (kube's order,
     so quota charges only what the webhooks let through).
+    `policies` is the ValidatingAdmissionPolicy plugin (policy.py): after the built-in
+    validating plugins, before ValidatingAdmissionWebhook (kube's order).
     """
     # Imported here: the plugins import the store and the kinds, which need not
     # load for code that only wants the chain's types.
@@ -164,6 +168,8 @@ def builtin_chain(store: Any, *, not_ready_seconds: int = 300, unreachable_secon
     validating: list[ValidatingPlugin] = [NodeRestriction(store), PodSecurity(store, pod_security, namespace_cache),
                                           limit_ranger, service_account, priority,
                                           PersistentVolumeClaimResize(store, storage_classes)]
+    if policies is not None:
+        validating.append(policies)
     if webhooks is not None:
         mutating.append(webhooks[0])
         validating.append(webhooks[1])

@@ -29,8 +29,11 @@ Mutating webhooks run one after the other, each seeing the previous one's
 result; with `reinvocationPolicy: IfNeeded` a webhook is called once more if a
 later webhook changed the object after it ran.  Validating webhooks run in
 parallel and the first refusal (in configuration order) is the answer.
-`matchConditions` (CEL) are NOT evaluated yet: a webhook that has them is called
-as if they all held (it sees more requests than it asked for, never fewer).
+A webhook's `matchConditions` (CEL over `object`, `oldObject`, `request`, `authorizer`; fleet/cel)
+are evaluated after its rules and selectors matched: any false, it is not called;
+all true, it is; an evaluation error (and no false) fails the call — refused with
+failurePolicy Fail, skipped with Ignore — as kube-apiserver's matchconditions
+matcher decides.
 """
 
 from __future__ import annotations
@@ -49,7 +52,9 @@ from typing import Any
 import httpx
 import trio
 
+from fleet import cel
 from fleet.admission import add_warning
+from fleet.admission.policy_eval import authorizer_for, match_conditions_hold, request_variable
 from fleet.admission.webhook_match import OPERATION_OF_VERB, Request, hooks_of, webhook_matches
 from fleet.admission.webhook_review import (
     CallError,
@@ -63,6 +68,7 @@ from fleet.admission.webhook_review import (
     supports_dry_run,
 )
 from fleet.api import meta
+from fleet.api.kinds.admissionregistration import WEBHOOK_VARIABLES
 from fleet.auth import Attributes, UserInfo
 from fleet.store import KeyNotFound, Store
 from fleet.store.watchcache import WatchCache
@@ -243,8 +249,46 @@ SUBRESOURCE_KINDS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("pods", "eviction"): ("policy", "v1", "Eviction"),
 }
 
-MATCH_CONDITIONS_WARNING = ('webhook "{name}": matchConditions are not evaluated by this server yet; the webhook '
-                            "is called for every request its rules and selectors match")
+
+
+def _kind(registry: Any, attrs: Attributes) -> tuple[dict[str, str], bool]:
+    """The request's GroupVersionKind (as the AdmissionReview names it) and its scope."""
+    sub_kind = SUBRESOURCE_KINDS.get((attrs.resource, attrs.subresource)) or \
+        SUBRESOURCE_KINDS.get(("*", attrs.subresource))
+    info = None
+    try:
+        info = registry.get(attrs.group, attrs.version, attrs.resource) if registry else None
+    except Exception:  # noqa: BLE001 - an unknown resource is sent with its resource name only
+        info = None
+    kind = info.kind if info is not None else ""
+    namespaced = bool(info.namespaced) if info is not None else bool(attrs.namespace)
+    if sub_kind is not None:
+        return {"group": sub_kind[0], "version": sub_kind[1], "kind": sub_kind[2]}, namespaced
+    return {"group": attrs.group, "version": attrs.version, "kind": kind}, namespaced
+
+
+def _served_versions(registry: Any, group: str, resource: str) -> frozenset[str]:
+    # Asked afresh (a scan of ~100 kinds, only when some webhook or policy is configured):
+    # CRDs add and change versions at run time.
+    infos = registry.all() if registry is not None else ()
+    return frozenset(i.version for i in infos if i.group == group and i.plural == resource)
+
+
+def admission_request(registry: Any, namespaces: Mapping[str, dict[str, Any]] | None, attrs: Attributes,
+                      obj: dict[str, Any] | None, old: dict[str, Any] | None,
+                      ) -> tuple[dict[str, str], Request | None]:
+    """(kind, matcher Request) of an admission request; Request None for verbs admission
+    never intercepts.  Shared by the webhook and the ValidatingAdmissionPolicy plugins."""
+    kind, namespaced = _kind(registry, attrs)
+    op = OPERATION_OF_VERB.get(attrs.verb)
+    if op is None:
+        return kind, None
+    ns_labels = None
+    if attrs.namespace and namespaces is not None:
+        ns = namespaces.get(attrs.namespace)
+        ns_labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
+    return kind, Request(op, attrs.group, attrs.version, attrs.resource, attrs.subresource, attrs.namespace,
+                         namespaced, obj, old, ns_labels, _served_versions(registry, attrs.group, attrs.resource))
 
 
 class _WebhookPlugin:
@@ -252,52 +296,21 @@ class _WebhookPlugin:
 
     def __init__(self, store: Store, registry: Any, cache: WebhookConfigCache,
                  namespaces: Mapping[str, dict[str, Any]] | None = None, *, call: Any = None,
-                 clients: WebhookClients | None = None) -> None:
+                 clients: WebhookClients | None = None, authorizer: Any = None) -> None:
         self.store = store
         self.registry = registry
         self.cache = cache
         self.namespaces = namespaces
         # async (store, hook, review) -> body; tests substitute the transport.
         self.call = call or functools.partial(call_webhook, clients=clients or WebhookClients())
-
-    def _kind(self, attrs: Attributes) -> tuple[dict[str, str], bool]:
-        sub_kind = SUBRESOURCE_KINDS.get((attrs.resource, attrs.subresource)) or \
-            SUBRESOURCE_KINDS.get(("*", attrs.subresource))
-        info = None
-        try:
-            info = self.registry.get(attrs.group, attrs.version, attrs.resource) if self.registry else None
-        except Exception:  # noqa: BLE001 - an unknown resource is sent with its resource name only
-            info = None
-        kind = info.kind if info is not None else ""
-        namespaced = bool(info.namespaced) if info is not None else bool(attrs.namespace)
-        if sub_kind is not None:
-            return {"group": sub_kind[0], "version": sub_kind[1], "kind": sub_kind[2]}, namespaced
-        return {"group": attrs.group, "version": attrs.version, "kind": kind}, namespaced
-
-    def _request(self, attrs: Attributes, obj: dict[str, Any] | None, old: dict[str, Any] | None,
-                 namespaced: bool) -> Request | None:
-        op = OPERATION_OF_VERB.get(attrs.verb)
-        if op is None:
-            return None
-        ns_labels = None
-        if attrs.namespace and self.namespaces is not None:
-            ns = self.namespaces.get(attrs.namespace)
-            ns_labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
-        return Request(op, attrs.group, attrs.version, attrs.resource, attrs.subresource, attrs.namespace,
-                       namespaced, obj, old, ns_labels, self._served_versions(attrs.group, attrs.resource))
-
-    def _served_versions(self, group: str, resource: str) -> frozenset[str]:
-        # Asked afresh (a scan of ~100 kinds, only when some webhook is configured): CRDs
-        # add and change versions at run time.
-        infos = self.registry.all() if self.registry is not None else ()
-        return frozenset(i.version for i in infos if i.group == group and i.plural == resource)
+        # The server's Authorizer, for matchConditions' `authorizer` (None: its checks error).
+        self.authorizer = authorizer
 
     def matching(self, attrs: Attributes, obj: dict[str, Any] | None,
                  old: dict[str, Any] | None) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, str], Request | None]:
         if not self.cache:
             return [], {}, None
-        kind, namespaced = self._kind(attrs)
-        req = self._request(attrs, obj, old, namespaced)
+        kind, req = admission_request(self.registry, self.namespaces, attrs, obj, old)
         if req is None:
             return [], kind, None
         out = []
@@ -313,7 +326,10 @@ class _WebhookPlugin:
     async def _call(self, name: str, hook: dict[str, Any], attrs: Attributes, user: UserInfo,
                     kind: dict[str, str], req: Request, obj: dict[str, Any] | None,
                     old: dict[str, Any] | None) -> Outcome | None:
-        """One call; None when it failed and failurePolicy is Ignore.  Raises on refusal."""
+        """One call; None when it was not made (a false matchCondition) or failed with
+        failurePolicy Ignore.  Raises on refusal."""
+        if hook.get("matchConditions") and not self._conditions_hold(name, hook, attrs, user, kind, req, obj, old):
+            return None
         if attrs.dry_run and not supports_dry_run(hook):
             raise dry_run_unsupported(name)
         uid = str(uuid.uuid4())
@@ -340,6 +356,24 @@ class _WebhookPlugin:
         if not outcome.allowed:
             raise denied(name, outcome.status)
         return outcome
+
+
+    def _conditions_hold(self, name: str, hook: dict[str, Any], attrs: Attributes, user: UserInfo,
+                         kind: dict[str, str], req: Request, obj: dict[str, Any] | None,
+                         old: dict[str, Any] | None) -> bool:
+        """The webhook's matchConditions (raises the call failure for an error under Fail)."""
+        act = cel.to_activation({"object": obj, "oldObject": old,
+                                 "request": request_variable(attrs, user, kind, req, obj, old)})
+        act["authorizer"] = authorizer_for(self.authorizer.authorize if self.authorizer is not None else None,
+                                           user, attrs)
+        try:
+            return match_conditions_hold(hook["matchConditions"], act, WEBHOOK_VARIABLES)
+        except cel.EvalError as e:
+            why = f"failed to evaluate match conditions: {e}"
+            if hook.get("failurePolicy", "Fail") == "Ignore":
+                log.warning("webhook \"%s\" skipped (failurePolicy Ignore): %s", name, why)
+                return False
+            raise call_failed(name, why) from None
 
 
 IDENTITY_FIELDS = ("name", "namespace", "uid", "generateName")
@@ -410,12 +444,6 @@ class ValidatingWebhooks(_WebhookPlugin):
 
     async def validate(self, attrs: Attributes, user: UserInfo, obj: dict[str, Any] | None,
                        old: dict[str, Any] | None) -> None:
-        if attrs.group == GROUP and attrs.resource in ("mutatingwebhookconfigurations",
-                                                       "validatingwebhookconfigurations") and obj is not None:
-            # Not silently: say so when a configuration relies on what is not evaluated yet.
-            for h in obj.get("webhooks") or []:
-                if isinstance(h, dict) and h.get("matchConditions"):
-                    add_warning(MATCH_CONDITIONS_WARNING.format(name=h.get("name", "")))
         hooks, kind, req = self.matching(attrs, obj, old)
         if not hooks or req is None:
             return
@@ -437,9 +465,11 @@ class ValidatingWebhooks(_WebhookPlugin):
 
 def webhook_plugins(store: Store, registry: Any, mutating_cache: WebhookConfigCache,
                     validating_cache: WebhookConfigCache,
-                    namespaces: Mapping[str, dict[str, Any]] | None = None,
+                    namespaces: Mapping[str, dict[str, Any]] | None = None, authorizer: Any = None,
                     ) -> tuple[MutatingWebhooks, ValidatingWebhooks]:
-    """The (MutatingAdmissionWebhook, ValidatingAdmissionWebhook) pair for `builtin_chain`."""
+    """The (MutatingAdmissionWebhook, ValidatingAdmissionWebhook) pair for `builtin_chain`, sharing
+    one pool of webhook clients; `authorizer` answers matchConditions' CEL `authorizer`."""
     clients = WebhookClients()
-    return (MutatingWebhooks(store, registry, mutating_cache, namespaces, clients=clients),
-            ValidatingWebhooks(store, registry, validating_cache, namespaces, clients=clients))
+    return (MutatingWebhooks(store, registry, mutating_cache, namespaces, clients=clients, authorizer=authorizer),
+            ValidatingWebhooks(store, registry, validating_cache, namespaces, clients=clients,
+                               authorizer=authorizer))

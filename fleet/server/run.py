@@ -31,6 +31,7 @@ from fleet.admission import builtin_chain, limitranger, podsecurity, resourcequo
 from fleet.admission.defaultingressclass import IngressClassCache
 from fleet.admission.defaultstorageclass import StorageClassCache
 from fleet.admission.objcache import NamespacedCache
+from fleet.admission.policy import ParamCaches, ValidatingAdmissionPolicy, policy_caches
 from fleet.admission.priority import ClassCache
 from fleet.admission.serviceaccount import ServiceAccountCache
 from fleet.admission.webhook import (
@@ -372,9 +373,18 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             await nursery.start(_supervised("mutating-webhook-cache", mutating_hooks.run, store))
             validating_hooks = WebhookConfigCache(VALIDATING_PREFIX)
             await nursery.start(_supervised("validating-webhook-cache", validating_hooks.run, store))
+            # ValidatingAdmissionPolicy: policies, bindings and params, watch-fed.
+            vap_policies, vap_bindings = policy_caches()
+            await nursery.start(_supervised("admission-policy-cache", vap_policies.run, store))
+            await nursery.start(_supervised("admission-policy-binding-cache", vap_bindings.run, store))
+            vap_params = ParamCaches()
+            await nursery.start(_supervised("admission-policy-param-caches", vap_params.run, store))
             admission = builtin_chain(store, priority_cache=priority_classes,
                                       webhooks=webhook_plugins(store, registry, mutating_hooks,
-                                                               validating_hooks, namespaces),
+                                                               validating_hooks, namespaces, sec.authorizer),
+                                      policies=ValidatingAdmissionPolicy(store, registry, vap_policies,
+                                                                         vap_bindings, namespaces, vap_params,
+                                                                         sec.authorizer),
                                       limit_range_cache=limit_ranges, quota_cache=quotas,
                                       ingress_class_cache=ingress_classes,
                                       storage_class_cache=storage_classes,

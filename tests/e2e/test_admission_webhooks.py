@@ -18,7 +18,8 @@ so the tests share one server without seeing each other's webhooks.
 * a webhook reached through a Service reference (its endpoints; TLS checked for
   `<service>.<namespace>.svc`);
 * a webhook's auditAnnotations land in the request's audit event (a server of its own
-  with `--audit-log-path`).
+  with `--audit-log-path`);
+* a webhook whose matchCondition (CEL) is false for a request is not called.
 """
 
 from __future__ import annotations
@@ -193,6 +194,26 @@ def test_validating_webhook_rejects_with_its_message(fleet_server: FleetServer, 
             "configmaps labelled deny=yes are not allowed") in err
     rc, out, err = create_configmap(fleet_server, ns, "allowed", "deny=no")
     assert rc == 0, err
+
+
+def test_webhook_with_a_false_match_condition_is_not_called(fleet_server: FleetServer, webhook: WebhookServer,
+                                                            tls: tuple[bytes, Path, Path], ns: str,
+                                                            configs: list[tuple[str, str]]) -> None:
+    url = f"https://127.0.0.1:{webhook.port}/validate"
+    install(fleet_server, configs, "ValidatingWebhookConfiguration",
+            configmap_hook("cond.webhooks.fleet.test", ns, url, tls[0], matchConditions=[
+                {"name": "checked-only", "expression": "object.metadata.name.startsWith('checked-')"}]))
+    deadline = time.monotonic() + 10
+    while True:  # the configuration cache is watch-fed: wait until the webhook is live
+        rc, out, err = create_configmap(fleet_server, ns, f"checked-{uuid.uuid4().hex[:6]}", "deny=yes")
+        if rc != 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert 'admission webhook "cond.webhooks.fleet.test" denied the request' in err
+    # Its condition is false for this name: not called, so not refused.
+    rc, out, err = create_configmap(fleet_server, ns, "unchecked", "deny=yes")
+    assert rc == 0, err
+    assert not [r for r in webhook.reviews if r["request"].get("name") == "unchecked"]
 
 
 def test_dead_webhook_fails_closed_naming_it(fleet_server: FleetServer, tls: tuple[bytes, Path, Path],

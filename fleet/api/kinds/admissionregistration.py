@@ -8,9 +8,12 @@ calls them).  Their defaulting and validation follow kube-apiserver's
 configuration is refused when it is written, not discovered on the first
 request it would have intercepted.
 
-ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding are stored and
-given their basic structural checks only; their CEL evaluation is later work.
-All four are cluster-scoped.
+ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding get their
+structural checks, and every CEL expression (a policy's validations, their
+messageExpressions, matchConditions, variables and auditAnnotations; a webhook's
+matchConditions) must compile (fleet/cel), else the write is refused with
+kube-apiserver's `compilation failed: ERROR: <input>:L:C: ...`.  The policies are
+evaluated by fleet/admission/policy.py.  All four are cluster-scoped.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ OPERATIONS = ("*", "CONNECT", "CREATE", "DELETE", "UPDATE")
 SCOPES = ("*", "Cluster", "Namespaced")
 ADMISSION_REVIEW_VERSIONS = ("v1", "v1beta1")
 VALIDATION_ACTIONS = ("Audit", "Deny", "Warn")
+VALIDATION_REASONS = ("Forbidden", "Invalid", "RequestEntityTooLarge", "Unauthorized")
+# The CEL variables of a policy's expressions, and of a webhook's matchConditions.
+POLICY_VARIABLES = frozenset({"object", "oldObject", "request", "params", "namespaceObject", "variables",
+                              "authorizer"})
+WEBHOOK_VARIABLES = frozenset({"object", "oldObject", "request", "authorizer"})
 
 
 # --------------------------------------------------------------------------- defaults
@@ -272,7 +280,24 @@ def validate_webhook(hook: Any, path: str, *, mutating: bool) -> list[Cause]:
     return out
 
 
-def _validate_match_conditions(conds: Any, path: str) -> list[Cause]:
+def compile_cause(expression: Any, path: str, variables: frozenset[str],
+                  policy_variables: list[str] | None = None) -> list[Cause]:
+    """A field error when `expression` does not compile (ValidateValidatingAdmissionPolicy's
+    `compilation failed: ...`).  With `policy_variables` (the names a policy expression may
+    read as `variables.<name>`), reading any other is `undefined field '<name>'`, as cel-go's
+    type check finds it."""
+    if not isinstance(expression, str) or not expression.strip():
+        return []
+    from fleet import cel  # imported on first use: celpy costs ~70 ms to import
+
+    err = cel.compile_error(expression, variables)
+    if err is None and policy_variables is not None:
+        err = cel.undefined_field_error(cel.compile(expression, variables), "variables", policy_variables)
+    return [v.invalid(path, expression, f"compilation failed: {err}")] if err else []
+
+
+def _validate_match_conditions(conds: Any, path: str, variables: frozenset[str] = WEBHOOK_VARIABLES,
+                               policy_variables: list[str] | None = None) -> list[Cause]:
     if not isinstance(conds, list):
         return [v.type_invalid(path, conds, "array")]
     out: list[Cause] = []
@@ -295,6 +320,8 @@ def _validate_match_conditions(conds: Any, path: str) -> list[Cause]:
             names.add(name)
         if not isinstance(c.get("expression"), str) or not c.get("expression"):
             out.append(v.required(f"{p}.expression", ""))
+        else:
+            out += compile_cause(c["expression"], f"{p}.expression", variables, policy_variables)
     return out
 
 
@@ -329,11 +356,45 @@ def validate_policy(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cau
         out.append(v.not_supported("spec.failurePolicy", fp, FAILURE_POLICIES))
     if not spec.get("validations") and not spec.get("auditAnnotations"):
         out.append(v.required("spec.validations", "validations or auditAnnotations must contain at least one item"))
+    raw_vars = spec.get("variables")
+    declared = [var["name"] for var in raw_vars if isinstance(var, dict) and isinstance(var.get("name"), str)] \
+        if isinstance(raw_vars, list) else []
     for i, val in enumerate(spec.get("validations") or []):
         if not isinstance(val, dict) or not isinstance(val.get("expression"), str) or not val["expression"].strip():
             out.append(v.required(f"spec.validations[{i}].expression", ""))
+            continue
+        out += compile_cause(val["expression"], f"spec.validations[{i}].expression", POLICY_VARIABLES, declared)
+        out += compile_cause(val.get("messageExpression"), f"spec.validations[{i}].messageExpression",
+                             POLICY_VARIABLES, declared)
+        reason = val.get("reason")
+        if reason is not None and reason not in VALIDATION_REASONS:
+            out.append(v.not_supported(f"spec.validations[{i}].reason", reason, VALIDATION_REASONS))
     if spec.get("matchConditions") is not None:
-        out += _validate_match_conditions(spec["matchConditions"], "spec.matchConditions")
+        out += _validate_match_conditions(spec["matchConditions"], "spec.matchConditions", POLICY_VARIABLES,
+                                          declared)
+    variables = spec.get("variables")
+    for i, var in enumerate(variables if isinstance(variables, list) else []):
+        if not isinstance(var, dict) or not isinstance(var.get("name"), str) or not var["name"]:
+            out.append(v.required(f"spec.variables[{i}].name", ""))
+            continue
+        if not isinstance(var.get("expression"), str) or not var["expression"].strip():
+            out.append(v.required(f"spec.variables[{i}].expression", ""))
+            continue
+        # A variable may read the variables declared before it.
+        out += compile_cause(var["expression"], f"spec.variables[{i}].expression", POLICY_VARIABLES, declared[:i])
+    anns = spec.get("auditAnnotations")
+    for i, ann in enumerate(anns if isinstance(anns, list) else []):
+        if not isinstance(ann, dict):
+            continue
+        if not isinstance(ann.get("valueExpression"), str) or not ann["valueExpression"].strip():
+            out.append(v.required(f"spec.auditAnnotations[{i}].valueExpression", ""))
+            continue
+        out += compile_cause(ann["valueExpression"], f"spec.auditAnnotations[{i}].valueExpression",
+                             POLICY_VARIABLES, declared)
+    pk = spec.get("paramKind")
+    if pk is not None and (not isinstance(pk, dict) or not pk.get("kind") or not pk.get("apiVersion")):
+        out.append(v.required("spec.paramKind.kind" if isinstance(pk, dict) and not pk.get("kind")
+                              else "spec.paramKind.apiVersion", ""))
     return out
 
 

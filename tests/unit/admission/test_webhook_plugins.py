@@ -227,15 +227,57 @@ async def test_subresource_kinds_in_the_review() -> None:
     assert req["subResource"] == "eviction"
 
 
-async def test_configuration_with_match_conditions_is_warned_about() -> None:
-    p = validating(FakeTransport({}))
-    cfg = {"metadata": {"name": "c"}, "webhooks": [hook("m.x.test", matchConditions=[
-        {"name": "not-system", "expression": "!request.userInfo.username.startsWith('system:')"}])]}
-    with collect_warnings() as got:
-        await p.validate(Attributes("create", "admissionregistration.k8s.io", "v1",
-                                    "validatingwebhookconfigurations", "", "", "c"), USER, cfg, None)
-    assert got == ['webhook "m.x.test": matchConditions are not evaluated by this server yet; the webhook is '
-                   "called for every request its rules and selectors match"]
+NOT_SYSTEM = {"name": "not-system", "expression": "!request.userInfo.username.startsWith('system:')"}
+
+
+async def test_match_conditions_all_true_calls_any_false_skips() -> None:
+    t = FakeTransport({"m.x.test": {"allowed": True}, "n.x.test": {"allowed": True}})
+    p = validating(t, hook("m.x.test", matchConditions=[NOT_SYSTEM]),
+                   hook("n.x.test", matchConditions=[
+                       NOT_SYSTEM, {"name": "labelled", "expression": "has(object.metadata.labels.team)"}]))
+    await p.validate(ATTRS, USER, cm(), None)
+    assert [c[0] for c in t.calls] == ["m.x.test"]  # n: its second condition is false
+    t.calls.clear()
+    await p.validate(ATTRS, UserInfo("system:node:a"), cm(team="x"), None)
+    assert t.calls == []  # the first condition is false for both
+
+
+async def test_match_condition_sees_object_old_object_and_request() -> None:
+    t = FakeTransport({"m.x.test": {"allowed": True}})
+    cond = {"name": "scaled", "expression": "request.operation == 'UPDATE' && oldObject.metadata.labels.v != "
+                                            "object.metadata.labels.v && request.userInfo.groups.exists(g, g == 'devs')"}
+    p = validating(t, hook("m.x.test", matchConditions=[cond]))
+    await p.validate(Attributes("update", "", "v1", "configmaps", "", "default", "cm"), USER, cm(v="2"), cm(v="1"))
+    await p.validate(Attributes("update", "", "v1", "configmaps", "", "default", "cm"), USER, cm(v="1"), cm(v="1"))
+    assert len(t.calls) == 1
+
+
+async def test_match_condition_error_follows_failure_policy() -> None:
+    err = {"name": "missing", "expression": "object.spec.nothing == 1"}  # ConfigMaps have no spec
+    t = FakeTransport({"m.x.test": {"allowed": True}})
+    with pytest.raises(errors.APIError) as ei:
+        await validating(t, hook("m.x.test", matchConditions=[err])).validate(ATTRS, USER, cm(), None)
+    assert ei.value.code == 500
+    assert ei.value.message == ('Internal error occurred: failed calling webhook "m.x.test": failed to evaluate '
+                                "match conditions: expression 'object.spec.nothing == 1' resulted in error: "
+                                "no such key: spec")
+    await validating(t, hook("m.x.test", failurePolicy="Ignore", matchConditions=[err])).validate(
+        ATTRS, USER, cm(), None)
+    assert t.calls == []
+    # A false condition wins over an error: not called, not refused.
+    await validating(t, hook("m.x.test", matchConditions=[err, {"name": "f", "expression": "false"}])).validate(
+        ATTRS, USER, cm(), None)
+    assert t.calls == []
+
+
+async def test_mutating_webhook_match_conditions() -> None:
+    t = FakeTransport({"m.x.test": patch_label("seen", "yes")})
+    p = mutating(t, hook("m.x.test", matchConditions=[{"name": "opt-in",
+                                                       "expression": "object.metadata.labels['inject'] == 'true'"}]))
+    out = await p.mutate(ATTRS, USER, cm(inject="false"), None)
+    assert "seen" not in out["metadata"]["labels"] and t.calls == []
+    out = await p.mutate(ATTRS, USER, cm(inject="true"), None)
+    assert out["metadata"]["labels"]["seen"] == "yes"
 
 
 async def test_audit_annotations_prefixed_with_the_webhook_name() -> None:
@@ -275,4 +317,22 @@ async def test_equivalent_match_for_hpas_through_the_registry() -> None:
         await validating(t, h).validate(attrs, USER, {"metadata": {"name": "h"}}, None)
     assert t.calls[0][1]["kind"] == {"group": "autoscaling", "version": "v2", "kind": "HorizontalPodAutoscaler"}
     await validating(t, {**h, "matchPolicy": "Exact"}).validate(attrs, USER, {"metadata": {"name": "h"}}, None)
+    assert len(t.calls) == 1
+
+
+async def test_match_condition_with_the_authorizer() -> None:
+    from fleet.auth import Decision
+
+    class Admins:
+        def authorize(self, user: UserInfo, attrs: Attributes) -> Decision:
+            return Decision(user.name == "root" and attrs.verb == "*", "")
+
+    t = FakeTransport({"m.x.test": {"allowed": True}})
+    h = hook("m.x.test", matchConditions=[{"name": "not-admins", "expression":
+                                           "!authorizer.group('').resource('configmaps').check('*').allowed()"}])
+    p = ValidatingWebhooks(None, default_registry(), cache_of(h), {}, call=t,  # type: ignore[arg-type]
+                           authorizer=Admins())
+    await p.validate(ATTRS, UserInfo("root"), cm(), None)
+    assert t.calls == []  # admins skip the webhook
+    await p.validate(ATTRS, USER, cm(), None)
     assert len(t.calls) == 1
