@@ -20,7 +20,7 @@ In-process: microseconds per `fleet.cel.evaluate` of a simple expression, one wi
 comprehension over 10 elements, and of one whole policy (`policy_eval.evaluate`, two
 validations), beside a Python function doing the same checks by hand.
 
-Results go to bench/results/bench_cel.json and, unless `--no-doc`, docs/fragments/cel.md
+Results go to bench/results/bench_cel.json and, unless `--no-doc`, docs/benchmarks.md
 (between the bench markers).
 """
 
@@ -45,7 +45,7 @@ from bench.common import (
     write_results,
 )
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "fragments" / "cel.md"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench_cel:begin -->", "<!-- bench_cel:end -->"
 API = "/apis/admissionregistration.k8s.io/v1"
 VALIDATIONS = [
@@ -190,7 +190,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--evals", type=int, default=2000)
-    ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/fragments/cel.md")
+    ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/benchmarks.md")
     ap.add_argument("--render-only", metavar="JSON", help="re-render the doc section from a results file")
     a = ap.parse_args()
     if a.render_only:
