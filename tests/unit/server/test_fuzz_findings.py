@@ -1,0 +1,65 @@
+"""Regression tests for what the authorization-aware fuzzing campaign found
+(tests/e2e/test_fuzz_*.py; docs/reliability.md lists the findings)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.api.registry import default_registry
+from fleet.server.openapi import document
+from fleet.testing.apiserver import open_api
+
+METHOD_VERBS = {("get", False): "list", ("post", False): "create", ("delete", False): "deletecollection",
+                ("get", True): "get", ("put", True): "update", ("patch", True): "patch", ("delete", True): "delete"}
+
+
+@pytest.fixture
+async def api(tmp_path):
+    async with open_api(tmp_path) as a:
+        yield a
+
+
+async def test_deleting_the_namespace_collection_is_405_and_deletes_nothing(api):
+    # kube-apiserver's namespace storage has no DeleteCollection; Fleet deleted namespaces
+    # one by one until it met a protected one.
+    await api.json("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": "aaa"}})
+    code, body = await api.json("DELETE", "/api/v1/namespaces")
+    assert code == 405 and body["reason"] == "MethodNotAllowed", body
+    code, body = await api.json("GET", "/api/v1/namespaces/aaa")
+    assert code == 200 and not body["metadata"].get("deletionTimestamp")
+    code, disc = await api.json("GET", "/api/v1")
+    ns = next(r for r in disc["resources"] if r["name"] == "namespaces")
+    assert "deletecollection" not in ns["verbs"]
+
+
+def test_served_openapi_lists_only_the_verbs_each_kind_serves():
+    # The served OpenAPI offered get/list/update/patch/delete of the reviews and writes of
+    # metrics.k8s.io; the server answers those 405.
+    registry = default_registry()
+    seen = 0
+    for info in registry.all():
+        doc = document(registry, info.group, info.version)
+        assert doc is not None
+        for path, item in doc["paths"].items():
+            if path.rstrip("/").split("/")[-1 if not path.endswith("}") else -2] != info.plural:
+                continue
+            if info.namespaced != ("{namespace}" in path) and "{namespace}" in path:
+                continue
+            for method in ("get", "post", "put", "patch", "delete"):
+                if method in item:
+                    verb = METHOD_VERBS[(method, path.endswith("/{name}"))]
+                    assert verb in info.verbs, (path, method, info.verbs)
+                    seen += 1
+    assert seen > 300
+    doc = document(registry, "authorization.k8s.io", "v1")
+    assert doc is not None
+    assert set(doc["paths"]["/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"]) == {"parameters", "post"}
+    assert "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews/{name}" not in doc["paths"]
+    doc = document(registry, "metrics.k8s.io", "v1beta1")
+    assert doc is not None
+    assert set(doc["paths"]["/apis/metrics.k8s.io/v1beta1/nodes/{name}"]) == {"parameters", "get"}
+    doc = document(registry, "", "v1")
+    assert doc is not None
+    assert "delete" not in doc["paths"]["/api/v1/namespaces"]
+    assert "delete" in doc["paths"]["/api/v1/namespaces/{name}"]
