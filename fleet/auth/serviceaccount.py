@@ -377,7 +377,9 @@ def unverified_claims(token: str) -> dict[str, Any] | None:
         return None
     try:
         payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: a payload nested past Python's recursion limit (an unauthenticated
+        # client's `[[[[...` was a 500 with a traceback; PyJWT guards its own decoding alike).
         return None
     return payload if isinstance(payload, dict) else None
 

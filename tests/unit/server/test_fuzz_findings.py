@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from fleet.api.registry import default_registry
@@ -63,3 +65,28 @@ def test_served_openapi_lists_only_the_verbs_each_kind_serves():
     assert doc is not None
     assert "delete" not in doc["paths"]["/api/v1/namespaces"]
     assert "delete" in doc["paths"]["/api/v1/namespaces/{name}"]
+
+
+DEEP = b"[" * 5000 + b"]" * 5000
+
+
+def test_a_bearer_token_nested_past_the_recursion_limit_is_not_a_service_account_token():
+    # An unauthenticated client's token whose payload is `[[[[...`: a 500 with a traceback.
+    from fleet.auth.serviceaccount import unverified_claims
+
+    payload = base64.urlsafe_b64encode(DEEP).decode().rstrip("=")
+    assert unverified_claims(f"eyJhbGciOiJSUzI1NiJ9.{payload}.c2ln") is None
+
+
+def test_audit_body_decoding_survives_deep_nesting():
+    from fleet.auth.audit import decode_body
+
+    assert decode_body(DEEP, "application/json") is None
+    assert decode_body(b"a: " + DEEP + b"\n", "application/yaml") is None
+
+
+def test_a_detached_signature_with_a_deep_header_does_not_verify():
+    from fleet.auth.bootstrap import verify_detached_signature
+
+    header = base64.urlsafe_b64encode(DEEP).decode().rstrip("=")
+    assert verify_detached_signature("content", f"{header}..c2ln", "abcdef", "0123456789abcdef") is False
