@@ -446,7 +446,9 @@ class ServiceAccountTokenAuthenticator:
                  api_audiences: Sequence[str] = (), clock: Callable[[], float] = time.time) -> None:
         self.keys = keys
         self.get = get
-        self.issuers = set(issuers)
+        # A tuple, not a set: an unverified `iss` may be any JSON value, and a list or
+        # map is unhashable (`[] in set()` raised TypeError: a 500 for a garbage token).
+        self.issuers = tuple(dict.fromkeys(issuers))
         self.api_audiences = list(api_audiences or issuers[:1])
         self.clock = clock
 

@@ -111,3 +111,79 @@ def assert_server_healthy(c: httpx.Client, srv: Any, tally: Tally, namespace: st
     five = sum(n for code, n in tally.hist.items() if code >= 500)
     assert five == expected_5xx, (five, expected_5xx, tally.hist)
     assert_log_clean(srv.output())
+
+
+def ok(tally: Tally, r: httpx.Response) -> dict[str, Any]:
+    """A control request that must succeed (200/201); its JSON body."""
+    tally.count("control", r.status_code)
+    assert r.status_code in (200, 201), (r.status_code, r.text[:600])
+    return r.json()
+
+
+def low_privilege_service_account(admin: httpx.Client, tally: Tally, namespace: str, name: str) -> str:
+    """Create `namespace` and a ServiceAccount in it whose only grant is get/list on
+    configmaps there (a Role and RoleBinding); its bearer token from the TokenRequest API."""
+    ok(tally, admin.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
+                                                      "metadata": {"name": namespace}}))
+    ok(tally, admin.post(f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                         json={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}))
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    ok(tally, admin.post(f"{rbac}/roles", json={
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "cm-reader"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}))
+    ok(tally, admin.post(f"{rbac}/rolebindings", json={
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "cm-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}))
+    tr = ok(tally, admin.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                              json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                    "spec": {"expirationSeconds": 3600}}))
+    return str(tr["status"]["token"])
+
+
+def raw_request(url: str, ctx: Any, method: str, path: str, headers: list[tuple[bytes, bytes]],
+                body: bytes = b"", timeout: float = 20.0) -> httpx.Response:
+    """One HTTP/1.1 request written byte for byte (header values an HTTP client would
+    refuse to send: trailing blanks, raw non-ASCII, control characters) over TLS when
+    `url` is https; the answer read to the end of the connection.  A connection the
+    server closes without an answer is a status 0 response (not a crash: the caller
+    decides)."""
+    import socket
+    import ssl
+
+    u = httpx.URL(url)
+    head = [f"{method} {path} HTTP/1.1".encode(), f"Host: {u.host}:{u.port}".encode(), b"Connection: close",
+            f"Content-Length: {len(body)}".encode()]
+    head += [k + b": " + v for k, v in headers]
+    data = b"\r\n".join(head) + b"\r\n\r\n" + body
+    with socket.create_connection((u.host, u.port or 443), timeout=timeout) as s:
+        conn: Any = s
+        if u.scheme == "https":
+            assert isinstance(ctx, ssl.SSLContext)
+            conn = ctx.wrap_socket(s, server_hostname=u.host)
+        chunks = []
+        try:
+            conn.sendall(data)
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+        except (ConnectionResetError, ssl.SSLEOFError, BrokenPipeError):
+            pass
+    raw = b"".join(chunks)
+    if not raw:
+        return httpx.Response(0)
+    head_raw, _, rest = raw.partition(b"\r\n\r\n")
+    lines = head_raw.split(b"\r\n")
+    status = int(lines[0].split()[1])
+    hdrs = [tuple(x.strip() for x in line.split(b":", 1)) for line in lines[1:] if b":" in line]
+    if any(k.lower() == b"transfer-encoding" and b"chunked" in v.lower() for k, v in hdrs):
+        out, buf = b"", rest
+        while buf:
+            size_line, _, buf = buf.partition(b"\r\n")
+            size = int(size_line.split(b";")[0] or b"0", 16)
+            if size == 0:
+                break
+            out, buf = out + buf[:size], buf[size + 2:]
+        rest = out
+    return httpx.Response(status, headers=[(k, v) for k, v in hdrs
+                                           if k.lower() not in (b"transfer-encoding", b"content-encoding")],
+                          content=rest)

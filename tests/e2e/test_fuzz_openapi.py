@@ -38,7 +38,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 
 from tests.conftest import FleetServer
-from tests.e2e.badinput import Tally, assert_server_healthy
+from tests.e2e.badinput import Tally, assert_server_healthy, low_privilege_service_account, ok
 
 NS = "fuzz-openapi"
 SA = "fuzz-reader"
@@ -63,33 +63,14 @@ def admin(fleet_server: FleetServer) -> Iterator[httpx.Client]:
     TALLY.report()
 
 
-def _ok(r: httpx.Response) -> dict[str, Any]:
-    TALLY.count("control", r.status_code)
-    assert r.status_code in (200, 201), r.text[:600]
-    return r.json()
-
-
 @pytest.fixture(scope="module")
 def reader(fleet_server: FleetServer, admin: httpx.Client) -> Iterator[httpx.Client]:
     """A client for a ServiceAccount that may only get and list configmaps in NS."""
-    _ok(admin.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}))
-    _ok(admin.post(f"/api/v1/namespaces/{NS}/serviceaccounts",
-                   json={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SA}}))
-    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}"
-    _ok(admin.post(f"{rbac}/roles", json={
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "cm-reader"},
-        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}))
-    _ok(admin.post(f"{rbac}/rolebindings", json={
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "cm-reader"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": SA, "namespace": NS}]}))
+    token = low_privilege_service_account(admin, TALLY, NS, SA)
     for i in range(3):  # something for the fuzzer's reads, writes and deletes to meet
-        _ok(admin.post(f"/api/v1/namespaces/{NS}/configmaps", json={
+        ok(TALLY, admin.post(f"/api/v1/namespaces/{NS}/configmaps", json={
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}"}, "data": {"a": "b"}}))
-    tr = _ok(admin.post(f"/api/v1/namespaces/{NS}/serviceaccounts/{SA}/token",
-                        json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                              "spec": {"expirationSeconds": 3600}}))
-    with fleet_server.client(token=tr["status"]["token"], timeout=30.0) as c:
+    with fleet_server.client(token=token, timeout=30.0) as c:
         r = c.get(f"/api/v1/namespaces/{NS}/configmaps")
         assert r.status_code == 200, r.text  # the grant works
         assert c.get(f"/api/v1/namespaces/{NS}/secrets").status_code == 403  # and is all it has
@@ -99,8 +80,8 @@ def reader(fleet_server: FleetServer, admin: httpx.Client) -> Iterator[httpx.Cli
 # --------------------------------------------------------------------------- the cases
 
 def _documents(admin: httpx.Client) -> dict[str, dict[str, Any]]:
-    index = _ok(admin.get("/openapi/v3"))
-    return {gv: _ok(admin.get(ref["serverRelativeURL"])) for gv, ref in sorted(index["paths"].items())}
+    index = ok(TALLY, admin.get("/openapi/v3"))
+    return {gv: ok(TALLY, admin.get(ref["serverRelativeURL"])) for gv, ref in sorted(index["paths"].items())}
 
 
 def _draw(op: Any) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 
@@ -90,3 +91,22 @@ def test_a_detached_signature_with_a_deep_header_does_not_verify():
 
     header = base64.urlsafe_b64encode(DEEP).decode().rstrip("=")
     assert verify_detached_signature("content", f"{header}..c2ln", "abcdef", "0123456789abcdef") is False
+
+
+@pytest.mark.parametrize("iss", [["https://kubernetes.default.svc.cluster.local"], {"a": 1}, 5, None])
+async def test_a_token_whose_issuer_is_not_a_string_is_not_ours(iss):
+    # `iss` a list was `TypeError: unhashable type: 'list'`, a 500 for an unauthenticated client.
+    from fleet.auth.serviceaccount import (
+        ServiceAccountTokenAuthenticator,
+        SigningKeys,
+        new_signing_key,
+    )
+
+    async def get(plural, namespace, name):
+        return None
+
+    key = new_signing_key()
+    auth = ServiceAccountTokenAuthenticator(SigningKeys(key, [key.public_key()]), get)
+    header = base64.urlsafe_b64encode(b'{"alg":"RS256"}').decode().rstrip("=")
+    payload = base64.urlsafe_b64encode(json.dumps({"iss": iss}).encode()).decode().rstrip("=")
+    assert await auth.authenticate_token(f"{header}.{payload}.c2ln") is None
