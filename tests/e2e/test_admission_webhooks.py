@@ -24,13 +24,9 @@ other's webhooks.
 from __future__ import annotations
 
 import base64
-import datetime
-import http.server
-import ipaddress
 import json
 import socket
 import ssl
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,12 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from tests.conftest import KUBECTL, FleetServer, ServerFactory, create_namespace, run_kubectl
+from tests.e2e.webhookserver import WebhookServer, make_tls
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(KUBECTL is None, reason="needs kubectl")]
 
@@ -53,35 +46,6 @@ SVC, SVC_NS = "hooks", "webhook-svc-e2e"
 
 
 # --------------------------------------------------------------------------- the webhook server
-
-def _cert(subject: str, key: Any, issuer: x509.Name, issuer_key: Any, *, ca: bool) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    b = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-         .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
-         .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(hours=2))
-         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if not ca:
-        b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                                         x509.DNSName(f"{SVC}.{SVC_NS}.svc")]),
-                            critical=False)
-    return b.sign(issuer_key, hashes.SHA256())
-
-
-def make_tls(tmp: Path) -> tuple[bytes, ssl.SSLContext]:
-    """(CA PEM, server context for 127.0.0.1)."""
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "webhook-test-ca")])
-    ca = _cert("webhook-test-ca", ca_key, ca_name, ca_key, ca=True)
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = _cert("127.0.0.1", key, ca_name, ca_key, ca=False)
-    (tmp / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (tmp / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                    serialization.PrivateFormat.PKCS8,
-                                                    serialization.NoEncryption()))
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(tmp / "tls.crt", tmp / "tls.key")
-    return ca.public_bytes(serialization.Encoding.PEM), ctx
-
 
 def review_answer(path: str, review: dict[str, Any]) -> dict[str, Any]:
     """What the test's webhooks decide, by URL path."""
@@ -106,46 +70,20 @@ def review_answer(path: str, review: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
 
 
-class WebhookServer:
-    def __init__(self, ctx: ssl.SSLContext) -> None:
-        self.reviews: list[dict[str, Any]] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.reviews.append({"path": self.path, **review})
-                body = (b"<html>not an AdmissionReview</html>" if self.path == "/garbage"
-                        else json.dumps(review_answer(self.path, review)).encode())
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+def answer(path: str, review: dict[str, Any]) -> bytes:
+    if path == "/garbage":
+        return b"<html>not an AdmissionReview</html>"
+    return json.dumps(review_answer(path, review)).encode()
 
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, ssl.SSLContext]:
-    return make_tls(tmp_path_factory.mktemp("webhook-tls"))
+    return make_tls(tmp_path_factory.mktemp("webhook-tls"), [f"{SVC}.{SVC_NS}.svc"])
 
 
 @pytest.fixture(scope="module")
 def webhook(tls: tuple[bytes, ssl.SSLContext]) -> Iterator[WebhookServer]:
-    srv = WebhookServer(tls[1])
+    srv = WebhookServer(tls[1], answer)
     try:
         yield srv
     finally:

@@ -110,3 +110,38 @@ async def test_a_token_whose_issuer_is_not_a_string_is_not_ours(iss):
     header = base64.urlsafe_b64encode(b'{"alg":"RS256"}').decode().rstrip("=")
     payload = base64.urlsafe_b64encode(json.dumps({"iss": iss}).encode()).decode().rstrip("=")
     assert await auth.authenticate_token(f"{header}.{payload}.c2ln") is None
+
+
+@pytest.mark.parametrize("body", [b"[" * 5000 + b"]" * 5000, None])
+def test_a_webhook_answer_nested_past_the_recursion_limit_is_a_call_error(body):
+    # A webhook answering `[[[[...` (or such a patch) was a 500 with a traceback, even
+    # under failurePolicy Ignore; it is a failed call like any other garbage answer.
+    from fleet.admission.webhook_review import CallError, parse_response
+
+    if body is None:
+        patch = base64.b64encode(b"[" * 5000 + b"]" * 5000).decode()
+        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                           "response": {"uid": "u", "allowed": True, "patchType": "JSONPatch",
+                                        "patch": patch}}).encode()
+    with pytest.raises(CallError, match="invalid"):
+        parse_response(body, "u", mutating=True, obj={"metadata": {"name": "x"}})
+
+
+@pytest.mark.parametrize(("code", "want"), [(1000, 400), (600, 400), (999, 400), (2**31 - 1, 400), (503, 503),
+                                            (422, 422), (0, 400), (-5, 400)])
+def test_a_denial_code_no_http_status_can_carry_is_400(code, want):
+    # A webhook denying with code 1000 made the server write status 1000: h11 refused,
+    # the connection died and the log had a traceback.
+    from fleet.admission.webhook_review import denied
+
+    assert denied("hook", {"code": code, "message": "no"}).code == want
+
+
+@pytest.mark.parametrize("code", [2**31, 2**40, -(2**31) - 1])
+def test_a_denial_code_past_int32_is_a_failed_call(code):
+    from fleet.admission.webhook_review import CallError, parse_response
+
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "response": {"uid": "u", "allowed": False, "status": {"code": code}}}).encode()
+    with pytest.raises(CallError, match="int32"):
+        parse_response(body, "u", mutating=True, obj=None)
