@@ -11,7 +11,8 @@ create a ConfigMap (a write) with credentials that must not work:
   and JWT-shaped tokens of random JSON segments claiming our issuer);
 * client certificates over TLS: from another CA (claiming system:masters),
   expired and not yet valid ones from the real client CA, a server-auth-only
-  one, a CA certificate as a leaf, one without a common name;
+  one, a CA certificate as a leaf, one without a common name, one from the
+  front-proxy CA with X-Remote-User headers (and those headers alone);
 * impersonation headers, hand-written and hypothesis-drawn (garbage, empty,
   huge, unicode, many groups, extras with odd keys), sent by the
   low-privilege ServiceAccount (no `impersonate` grant) and by the admin
@@ -309,6 +310,13 @@ def test_malformed_client_certificates_are_401(fleet_server: FleetServer, tmp_pa
         r = write(fleet_server, "bad client certificate", {}, cert=cert)
         assert r.status_code == 401, (what, r.status_code, r.text[:300])
         unauthorized(r)
+    # The front-proxy CA is not a client CA: its certificates authenticate nobody.
+    rh_key = serialization.load_pem_private_key((tls / "requestheader-ca.key").read_bytes(), None)
+    rh = x509.load_pem_x509_certificate((tls / "requestheader-ca.crt").read_bytes())
+    proxy = _issue(tmp_path, "proxy", subject=_name("front-proxy-client"), issuer=rh.subject,
+                   issuer_key=rh_key, eku=client)
+    unauthorized(write(fleet_server, "bad client certificate", {"X-Remote-User": "system:admin",
+                                                                "X-Remote-Group": "system:masters"}, cert=proxy))
     # The control: a good certificate of a user with no grants authenticates, and may not write.
     good = _issue(tmp_path, "good", subject=_name("fuzz-cert-user"), issuer=ca.subject, issuer_key=ca_key,
                   eku=client)
@@ -369,6 +377,15 @@ def test_impersonation_without_the_grant_is_403(fleet_server: FleetServer, reade
         r = write(fleet_server, "impersonation without the grant",
                   {"Authorization": f"Bearer {reader_token}", **headers})
         _check_impersonation(what, r, (what, headers) in NO_USER)
+
+
+def test_front_proxy_headers_are_not_believed(fleet_server: FleetServer, reader_token: str) -> None:
+    # No front proxy is configured: X-Remote-* from anyone are just headers.
+    for headers in ({"X-Remote-User": "system:admin", "X-Remote-Group": "system:masters"},
+                    {"X-Remote-User": "system:admin", "X-Remote-Extra-Scopes": "all"}):
+        refused(write(fleet_server, "front-proxy headers", {"Authorization": f"Bearer {reader_token}", **headers}),
+                403)
+        refused(write(fleet_server, "front-proxy headers", headers), 401, 403)  # as with no headers at all
 
 
 def test_admin_impersonating_users_without_grants_cannot_write(fleet_server: FleetServer,
