@@ -94,7 +94,9 @@ def parse_response(body: bytes, uid: str, *, mutating: bool, obj: dict[str, Any]
     """Check an answer and read it; raises CallError for anything malformed."""
     try:
         review = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        # RecursionError: nested past Python's recursion limit (was a 500 with a traceback
+        # whatever the failurePolicy).
         raise CallError(f"received invalid webhook response: {e}") from None
     if not isinstance(review, dict):
         raise CallError("received invalid webhook response: not a JSON object")
@@ -114,6 +116,10 @@ def parse_response(body: bytes, uid: str, *, mutating: bool, obj: dict[str, Any]
     if not isinstance(annotations, dict):
         raise CallError("received invalid webhook response: auditAnnotations must be a map of strings")
     status = resp.get("status") if isinstance(resp.get("status"), dict) else {}
+    code = status.get("code")
+    if isinstance(code, int) and not isinstance(code, bool) and not -(2**31) <= code < 2**31:
+        # Status.code is an int32: kube-apiserver cannot decode such an answer.
+        raise CallError(f"received invalid webhook response: status.code {code} does not fit in an int32")
     out = Outcome(allowed, None, warnings, {str(k): str(v) for k, v in annotations.items()}, status)
     patch_b64, patch_type = resp.get("patch"), resp.get("patchType")
     if patch_b64 is None and patch_type is None:
@@ -126,7 +132,7 @@ def parse_response(body: bytes, uid: str, *, mutating: bool, obj: dict[str, Any]
         raise CallError("received invalid webhook response: patch must be a base64 string")
     try:
         ops = json.loads(base64.b64decode(patch_b64, validate=True))
-    except (binascii.Error, ValueError) as e:
+    except (binascii.Error, ValueError, RecursionError) as e:
         raise CallError(f"received invalid patch: {e}") from None
     if not isinstance(ops, list):
         raise CallError("received invalid patch: json patch must be a list of operations")
@@ -152,8 +158,10 @@ def denied(name: str, status: dict[str, Any]) -> errors.APIError:
     else:
         text = f"{by} without explanation"
     code = status.get("code")
-    # "Make sure we don't return < 400 status codes along with a rejection."
-    if not isinstance(code, int) or isinstance(code, bool) or code < 400:
+    # "Make sure we don't return < 400 status codes along with a rejection."  Past 599 is
+    # no HTTP status either (1000 and up cannot even be written: the connection died
+    # with a traceback): 400 too, where kube-apiserver would write 600-999 as they are.
+    if not isinstance(code, int) or isinstance(code, bool) or code < 400 or code > 599:
         code = 400
     details = status.get("details")
     causes = details.get("causes") if isinstance(details, dict) else None

@@ -473,7 +473,7 @@ def decode_body(body: bytes, content_type: str) -> Any:
             obj = yaml.safe_load(body)
         else:
             obj = json.loads(body)
-    except (ValueError, yaml.YAMLError):
+    except (ValueError, yaml.YAMLError, RecursionError):  # nested past the recursion limit
         return None
     return obj if isinstance(obj, dict | list) else None
 

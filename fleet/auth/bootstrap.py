@@ -316,7 +316,7 @@ def verify_detached_signature(content: str, jws: str, token_id: str, token_sec: 
     try:
         header = json.loads(_unb64url(parts[0]))
         sig = _unb64url(parts[2])
-    except (ValueError, json.JSONDecodeError):
+    except (ValueError, RecursionError):  # (JSONDecodeError is a ValueError)
         return False
     if not isinstance(header, dict) or header.get("alg") != "HS256" or header.get("kid") != token_id:
         return False

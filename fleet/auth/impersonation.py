@@ -64,8 +64,9 @@ _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 class ImpersonationHeaderError(Exception):
     """The impersonation headers are malformed (groups, extras or a uid without a user).
 
-    kube-apiserver answers these with `responsewriters.InternalError`: a 500 whose
-    plain-text body is `plain_text_body(request_uri, str(error))`."""
+    The message is kube-apiserver's; the answer is a 400 BadRequest Status where
+    kube-apiserver sends a plain-text 500 (`responsewriters.InternalError`): a client's
+    malformed headers are not a server error."""
 
 
 @dataclass(frozen=True)
@@ -222,18 +223,8 @@ def without_impersonation_headers(headers: Mapping[str, str]) -> dict[str, str]:
             if k not in (USER_HEADER, GROUP_HEADER, UID_HEADER) and not k.startswith(EXTRA_HEADER_PREFIX)}
 
 
-_HTML_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
-
-
-def plain_text_body(request_uri: str, message: str) -> bytes:
-    """responsewriters.InternalError's body: `Internal Server Error: %q: %v`, HTML-escaped,
-    newline-terminated (Go's http.Error)."""
-    quoted = '"' + request_uri.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return (f"Internal Server Error: {quoted}: {message}".translate(_HTML_ESCAPES) + "\n").encode()
-
-
 __all__ = [
     "EXTRA_HEADER_PREFIX", "GROUP_HEADER", "UID_HEADER", "USER_HEADER", "ImpersonationHeaderError",
     "ImpersonationRequest", "forbidden", "impersonate", "impersonated_user", "impersonation_requests",
-    "plain_text_body", "split_service_account", "unescape_extra_key", "without_impersonation_headers",
+    "split_service_account", "unescape_extra_key", "without_impersonation_headers",
 ]

@@ -377,7 +377,9 @@ def unverified_claims(token: str) -> dict[str, Any] | None:
         return None
     try:
         payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: a payload nested past Python's recursion limit (an unauthenticated
+        # client's `[[[[...` was a 500 with a traceback; PyJWT guards its own decoding alike).
         return None
     return payload if isinstance(payload, dict) else None
 
@@ -444,7 +446,9 @@ class ServiceAccountTokenAuthenticator:
                  api_audiences: Sequence[str] = (), clock: Callable[[], float] = time.time) -> None:
         self.keys = keys
         self.get = get
-        self.issuers = set(issuers)
+        # A tuple, not a set: an unverified `iss` may be any JSON value, and a list or
+        # map is unhashable (`[] in set()` raised TypeError: a 500 for a garbage token).
+        self.issuers = tuple(dict.fromkeys(issuers))
         self.api_audiences = list(api_audiences or issuers[:1])
         self.clock = clock
 

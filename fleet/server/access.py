@@ -139,12 +139,12 @@ class RequestAccess:
             record_impersonation(acting)
 
     def _acting_user(self, user: UserInfo, headers: Mapping[str, str]) -> UserInfo:
-        """`impersonate` for the upgrade paths (no Req): malformed headers become the
-        500 kube-apiserver answers, as a Status."""
+        """`impersonate` for the upgrade paths (no Req): malformed headers are a 400
+        BadRequest Status, as on every other path."""
         try:
             acting = self.impersonate(user, headers)
         except ImpersonationHeaderError as e:
-            raise errors.InternalError(f"Internal Server Error: {e}") from None
+            raise errors.BadRequest(str(e)) from None
         if acting is None:
             return user
         record_impersonation(acting)

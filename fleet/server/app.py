@@ -23,7 +23,6 @@ import platform
 import ssl
 import sys
 from typing import Any
-from urllib.parse import urlencode
 
 from fleet import __version__
 from fleet.admission import AdmissionChain, collect_warnings
@@ -32,7 +31,7 @@ from fleet.api.registry import Registry
 from fleet.auth import Attributes, Authenticator, Authorizer, UserInfo
 from fleet.auth.audit import AUDIT_ID_RESPONSE_HEADER, Auditor, auth_methods, record_decision
 from fleet.auth.audit import CURRENT as AUDIT_CURRENT
-from fleet.auth.impersonation import ImpersonationHeaderError, plain_text_body
+from fleet.auth.impersonation import ImpersonationHeaderError
 from fleet.server import discovery
 from fleet.server.connect import ConnectVerbs
 from fleet.server.drain import NodeMaintenance
@@ -333,8 +332,7 @@ def internal_error(req: Req, e: Exception) -> Resp:
 
 
 def impersonation_header_error(req: Req, e: ImpersonationHeaderError) -> Resp:
-    """kube-apiserver's answer to malformed Impersonate-* headers: a plain-text 500."""
-    uri = req.path + (f"?{req.raw_query}" if req.raw_query else
-                      (f"?{urlencode(req.query)}" if req.query else ""))
-    return Resp(500, plain_text_body(uri, str(e)), "text/plain; charset=utf-8",
-                {"X-Content-Type-Options": "nosniff"})
+    """Malformed Impersonate-* headers (groups, extras or a uid without a user): a 400
+    BadRequest Status with kube-apiserver's message.  kube-apiserver answers a plain-text
+    500 here; a client's malformed request is not a server error, so Fleet says 400."""
+    return Resp.error(errors.BadRequest(str(e)))

@@ -84,21 +84,28 @@ def document(registry: Registry, group: str, version: str) -> dict[str, Any] | N
     for info in kinds:
         base = f"{prefix}/namespaces/{{namespace}}/{info.plural}" if info.namespaced else f"{prefix}/{info.plural}"
         path_params = [_param("namespace", "path", True)] if info.namespaced else []
-        paths[base] = {
-            "parameters": path_params,
-            "get": _op(info, "list", _LIST_QUERY + ["pretty"]),
-            "post": _op(info, "post", ["dryRun", "fieldManager", "fieldValidation", "pretty"], body=True),
-            "delete": _op(info, "deletecollection", ["dryRun", "labelSelector", "fieldSelector"]),
+        collection = {
+            "get": ("list", _op(info, "list", _LIST_QUERY + ["pretty"])),
+            "post": ("create", _op(info, "post", ["dryRun", "fieldManager", "fieldValidation", "pretty"], body=True)),
+            "delete": ("deletecollection", _op(info, "deletecollection", ["dryRun", "labelSelector",
+                                                                          "fieldSelector"])),
         }
-        paths[base + "/{name}"] = {
-            "parameters": path_params + [_param("name", "path", True)],
-            "get": _op(info, "get", ["pretty"]),
-            "put": _op(info, "put", ["dryRun", "fieldManager", "fieldValidation", "pretty"], body=True),
-            "patch": _op(info, "patch", ["dryRun", "fieldManager", "fieldValidation", "force", "pretty"],
-                         body=True, patch_types=True),
-            "delete": _op(info, "delete", ["dryRun", "gracePeriodSeconds", "propagationPolicy", "pretty"]),
+        item = {
+            "get": ("get", _op(info, "get", ["pretty"])),
+            "put": ("update", _op(info, "put", ["dryRun", "fieldManager", "fieldValidation", "pretty"], body=True)),
+            "patch": ("patch", _op(info, "patch", ["dryRun", "fieldManager", "fieldValidation", "force", "pretty"],
+                                   body=True, patch_types=True)),
+            "delete": ("delete", _op(info, "delete", ["dryRun", "gracePeriodSeconds", "propagationPolicy",
+                                                      "pretty"])),
         }
-        if info.namespaced:
+        # Only what the kind serves (its discovery verbs): a create-only review has one POST,
+        # metrics only GETs, and namespaces no collection DELETE.
+        for path, ops, params in ((base, collection, path_params),
+                                  (base + "/{name}", item, path_params + [_param("name", "path", True)])):
+            served = {method: op for method, (verb, op) in ops.items() if verb in info.verbs}
+            if served:
+                paths[path] = {"parameters": params, **served}
+        if info.namespaced and "list" in info.verbs:
             paths[f"{prefix}/{info.plural}"] = {"get": _op(info, "list", _LIST_QUERY + ["pretty"])}
         t = schema.root_type(info.group, info.version, info.kind)
         if t is not None:

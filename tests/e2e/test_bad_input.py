@@ -23,9 +23,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import os
 import time
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,11 +33,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleet.api import schema, typecheck
+from tests.e2e.badinput import Tally, assert_server_healthy, refused
 
 NS = "bad-input"
-HIST: Counter[int] = Counter()
-HOSTILE: Counter[int] = Counter()  # the same, for the attacking requests only (not the controls)
-BY_CLASS: Counter[str] = Counter()
+TALLY = Tally("bad-input")
+send = TALLY.send
 
 
 @pytest.fixture(scope="module")
@@ -49,40 +47,7 @@ def api(fleet_server) -> Iterator[httpx.Client]:  # type: ignore[no-untyped-def]
                                                 "metadata": {"name": NS}})
         assert r.status_code == 201, r.text
         yield c
-    report = {"requests": sum(HIST.values()), "status": {str(k): v for k, v in sorted(HIST.items())},
-              "hostile_requests": sum(HOSTILE.values()),
-              "hostile_status": {str(k): v for k, v in sorted(HOSTILE.items())},
-              "by_class": dict(sorted(BY_CLASS.items()))}
-    print("\nbad-input suite:", json.dumps(report))
-    out = os.environ.get("FLEET_BAD_INPUT_REPORT")
-    if out:
-        with open(out, "w") as f:
-            json.dump(report, f, indent=2)
-
-
-def send(c: httpx.Client, what: str, method: str, path: str, *, body: bytes | None = None,
-         ctype: str = "application/json", params: dict[str, str] | None = None,
-         timeout: float = 30.0) -> httpx.Response:
-    headers = {"Content-Type": ctype} if body is not None else {}
-    # A refused watch answers at once; one that streams would hang here, so
-    # the bound is per request (a hang fails the test instead of the suite).
-    r = c.request(method, path, content=body, headers=headers, params=params, timeout=timeout)
-    HIST[r.status_code] += 1
-    if what != "control":
-        HOSTILE[r.status_code] += 1
-    BY_CLASS[what] += 1
-    return r
-
-
-def refused(r: httpx.Response, *codes: int) -> dict[str, Any]:
-    """A 4xx (one of `codes` if given) carrying a Kubernetes Status."""
-    assert 400 <= r.status_code < 500, (r.status_code, r.text[:600])
-    if codes:
-        assert r.status_code in codes, (r.status_code, r.text[:600])
-    body = r.json()
-    assert body["kind"] == "Status" and body["status"] == "Failure", body
-    assert body["code"] == r.status_code and body.get("reason"), body
-    return body
+    TALLY.report()
 
 
 # ---------------------------------------------------------------------------
@@ -755,21 +720,9 @@ def test_kubectl_patch_status_5_is_422_naming_status(api: httpx.Client, kubectl)
 
 
 def test_zzz_the_server_still_serves(api: httpx.Client, fleet_server) -> None:  # type: ignore[no-untyped-def]
-    assert fleet_server.proc.poll() is None, "the server exited"
-    r = send(api, "control", "GET", "/readyz")
-    assert r.status_code == 200
-    obj = create_ok(api, "ConfigMap")
-    path = item_path("ConfigMap", obj["metadata"]["name"])
-    assert send(api, "control", "GET", path).status_code == 200
-    assert send(api, "control", "DELETE", path).status_code == 200
-    absent(api, "ConfigMap", obj["metadata"]["name"])
-    assert not [c for c in HIST if c >= 500], HIST
-    out = fleet_server.output()
-    assert "internal error on" not in out, out[out.find("internal error on") - 200:][:3000]
-    assert "Traceback" not in out, out[out.find("Traceback"):][:3000]
+    assert_server_healthy(api, fleet_server, TALLY, NS)
     time.sleep(0.5)
     if "before" in RSS:
         after = _rss_kib(fleet_server.pid)
         print(f"\nserver RSS before {RSS['before']} KiB, after {after} KiB")
         assert after <= RSS["before"] * 1.2 + 8 * 1024, (RSS["before"], after)
-

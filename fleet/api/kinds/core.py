@@ -73,6 +73,9 @@ def validate_namespace(obj: dict[str, Any], old: dict[str, Any] | None) -> list[
 NAMESPACE = KindInfo(
     group="", version="v1", kind="Namespace", plural="namespaces", singular="namespace",
     namespaced=False, short_names=("ns",), subresources=("status", "finalize"),
+    # kube-apiserver's namespace storage has no DeleteCollection: `DELETE /api/v1/namespaces`
+    # is a 405, never "delete every namespace" (found by tests/e2e/test_fuzz_openapi.py).
+    verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
     columns=(col("Status", lambda o: d(o, "status").get("phase", ""),
                  description="The status of the namespace"),),
     default=default_namespace, validate=validate_namespace,
