@@ -136,6 +136,15 @@ def test_replication_controller_invalid_is_refused_with_kubes_message(kubectl, n
     assert rc != 0
     assert "spec.template.metadata.labels: Invalid value" in err
     assert "`selector` does not match template `labels`" in err
+    # The kinds are in the OpenAPI documents: strict field validation and `kubectl explain`.
+    typo = rc_manifest("typo", 1)
+    typo["spec"]["replica"] = 2
+    rc, _, err = kubectl("-n", namespace, "apply", "-f", "-", input=dump_all(typo))
+    assert rc != 0 and 'unknown field "spec.replica"' in err, err
+    out = ok(kubectl("explain", "rc.spec.selector"))
+    assert "KIND:       ReplicationController" in out and "map[string]string" in out
+    assert "FIELD: caBundle" in ok(kubectl("explain", "apiservices.spec.caBundle"))
+    assert "KIND:       PodTemplate" in ok(kubectl("explain", "podtemplates.template"))
 
 
 def test_podtemplates_table(kubectl, namespace):
