@@ -109,6 +109,12 @@ def test_replication_controller_apply_scale_wide_and_delete(kubectl, namespace, 
     assert sorted(p["metadata"]["name"].startswith("web-") for p in pods) == [False, True]
     assert "orphan" in [p["metadata"]["name"] for p in pods]
     assert rc_status(kubectl, ns, "web")["fullyLabeledReplicas"] == 2
+    described = ok(kubectl("-n", ns, "describe", "rc", "web"))
+    assert "Replicas:     2 current / 2 desired" in described, described
+    assert "Pods Status:  2 Running / 0 Waiting / 0 Succeeded / 0 Failed" in described, described
+    assert "SuccessfulCreate" in described  # the controller's event, on the RC
+    assert "rc/web" in ok(kubectl("-n", ns, "get", "all", "-o", "name")).replace(
+        "replicationcontroller/", "rc/")
 
     rows = table(ok(kubectl("-n", ns, "get", "rc", "-o", "wide")))
     assert rows[0] == ["NAME", "DESIRED", "CURRENT", "READY", "AGE", "CONTAINERS", "IMAGES", "SELECTOR"]

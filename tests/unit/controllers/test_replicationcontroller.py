@@ -174,3 +174,22 @@ async def test_loop_reports_replica_failure(autojump_clock: Any) -> None:
     cond = ctl.replicasets.get("ns/web")["status"]["conditions"][0]
     assert (cond["type"], cond["status"], cond["reason"]) == ("ReplicaFailure", "True", "FailedCreate")
     assert "FailedCreate" in events.reasons()
+
+
+@pytest.mark.parametrize(("verb", "resource", "subresource"), [
+    # What kube 1.32's system:controller:replication-controller role grants, as the
+    # controller uses it: read RCs, write their status, create/patch/delete pods, events.
+    ("get", "replicationcontrollers", ""), ("list", "replicationcontrollers", ""),
+    ("watch", "replicationcontrollers", ""), ("patch", "replicationcontrollers", "status"),
+    ("update", "replicationcontrollers", "status"),
+    ("create", "pods", ""), ("patch", "pods", ""), ("delete", "pods", ""), ("list", "pods", ""),
+    ("create", "events", ""),
+])
+def test_controller_manager_identity_may_do_what_the_controller_does(verb: str, resource: str,
+                                                                     subresource: str) -> None:
+    from fleet.auth import AUTHENTICATED, KUBE_CONTROLLER_MANAGER_USER, Attributes, UserInfo
+    from tests.unit.auth.test_bootstrap_policy import policy
+
+    user = UserInfo(KUBE_CONTROLLER_MANAGER_USER, groups=(AUTHENTICATED,))
+    attrs = Attributes(verb, "", "v1", resource, subresource, "ns", "web")
+    assert policy().authorize(user, attrs).allowed
