@@ -145,6 +145,26 @@ def validate_replication_controller(obj: dict[str, Any], old: dict[str, Any] | N
     if tspec.get("activeDeadlineSeconds") is not None:
         out.append(v.forbidden("spec.template.spec.activeDeadlineSeconds",
                                "activeDeadlineSeconds in ReplicationController is not Supported"))
+    out += validate_replication_controller_status(obj.get("status"))
+    return out
+
+
+def validate_replication_controller_status(status: Any) -> list[Cause]:
+    """ValidateReplicationControllerStatus (what the controller writes to /status)."""
+    if not isinstance(status, dict):
+        return []
+    out: list[Cause] = []
+    for key in ("replicas", "fullyLabeledReplicas", "readyReplicas", "availableReplicas",
+                "observedGeneration"):
+        v.nonnegative(status, key, f"status.{key}", out)
+    n = {k: v.as_int(status.get(k)) or 0
+         for k in ("replicas", "fullyLabeledReplicas", "readyReplicas", "availableReplicas")}
+    for key in ("fullyLabeledReplicas", "readyReplicas", "availableReplicas"):
+        if n[key] > n["replicas"]:
+            out.append(v.invalid(f"status.{key}", n[key], "cannot be greater than status.replicas"))
+    if n["availableReplicas"] > n["readyReplicas"]:
+        out.append(v.invalid("status.availableReplicas", n["availableReplicas"],
+                             "cannot be greater than readyReplicas"))
     return out
 
 
@@ -174,4 +194,5 @@ REPLICATION_CONTROLLER = KindInfo(
 KINDS = (POD_TEMPLATE, REPLICATION_CONTROLLER)
 
 __all__ = ["KINDS", "POD_TEMPLATE", "REPLICATION_CONTROLLER", "default_replication_controller",
-           "validate_pod_template_kind", "validate_replication_controller"]
+           "validate_pod_template_kind", "validate_replication_controller",
+           "validate_replication_controller_status"]

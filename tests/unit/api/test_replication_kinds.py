@@ -99,6 +99,20 @@ def test_selector_is_mutable_but_must_keep_matching():
         in fields(validate_replication_controller(new, old))
 
 
+def test_status_is_checked_as_kube_does():
+    obj = defaulted(rc(template=template({"app": "web"})))
+    obj["status"] = {"replicas": 2, "fullyLabeledReplicas": 3, "readyReplicas": 1, "availableReplicas": 2,
+                     "observedGeneration": -1}
+    assert fields(validate_replication_controller(obj, None)) == [
+        ("status.observedGeneration", "Invalid value: -1: must be greater than or equal to 0"),
+        ("status.fullyLabeledReplicas", "Invalid value: 3: cannot be greater than status.replicas"),
+        ("status.availableReplicas", "Invalid value: 2: cannot be greater than readyReplicas"),
+    ]
+    obj["status"] = {"replicas": 2, "fullyLabeledReplicas": 2, "readyReplicas": 2, "availableReplicas": 1,
+                     "observedGeneration": 1}
+    assert validate_replication_controller(obj, None) == []
+
+
 def rc_cells(obj: dict[str, Any]) -> dict[str, Any]:
     return {c.name: c.value(obj) for c in REPLICATION_CONTROLLER.table_columns()}
 
