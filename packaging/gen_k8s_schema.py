@@ -41,6 +41,8 @@ ROOTS = {
     ("", "v1", "PersistentVolume"): "V1PersistentVolume",
     ("", "v1", "ResourceQuota"): "V1ResourceQuota",
     ("", "v1", "LimitRange"): "V1LimitRange",
+    ("", "v1", "PodTemplate"): "V1PodTemplate",
+    ("", "v1", "ReplicationController"): "V1ReplicationController",
     ("events.k8s.io", "v1", "Event"): "EventsV1Event",
     ("coordination.k8s.io", "v1", "Lease"): "V1Lease",
     ("scheduling.k8s.io", "v1", "PriorityClass"): "V1PriorityClass",
@@ -85,6 +87,7 @@ ROOTS = {
     ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding"):
         "V1ValidatingAdmissionPolicyBinding",
     ("authorization.k8s.io", "v1", "SelfSubjectRulesReview"): "V1SelfSubjectRulesReview",
+    ("apiregistration.k8s.io", "v1", "APIService"): "V1APIService",
 }
 
 SCALARS = {"str": "string", "int": "integer", "bool": "boolean", "float": "number",

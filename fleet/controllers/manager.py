@@ -47,7 +47,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
     from fleet.controllers.namespace import NamespaceController
     from fleet.controllers.nodeipam import NodeIPAM
     from fleet.controllers.nodelifecycle import NodeLifecycle
-    from fleet.controllers.replicaset import ReplicaSetController
+    from fleet.controllers.replicaset import ReplicaSetController, ReplicationManager
     from fleet.controllers.resourcequota import ResourceQuotaController
     from fleet.controllers.rootcacertpublisher import RootCACertPublisher
     from fleet.controllers.serviceaccount import ServiceAccountController
@@ -64,7 +64,7 @@ def default_controllers(*, hpa_sync_period: float = 15.0,
         NodeIPAM(node_ipam), NodeLifecycle(node_lifecycle),
         NamespaceController(), ServiceAccountController(), RootCACertPublisher(root_ca),
         GarbageCollector(),
-        ReplicaSetController(), DeploymentController(),
+        ReplicaSetController(), ReplicationManager(), DeploymentController(),
         StatefulSetController(),
         DaemonSetController(),
         HorizontalPodAutoscalerController(sync_period=hpa_sync_period),

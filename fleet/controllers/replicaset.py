@@ -1,4 +1,4 @@
-"""ReplicaSet controller: keep `spec.replicas` pods of the template alive.
+"""ReplicaSet and ReplicationController controllers: keep `spec.replicas` pods of the template alive.
 
 As kube-controller-manager's replicaset controller, in two layers:
 
@@ -8,6 +8,14 @@ As kube-controller-manager's replicaset controller, in two layers:
   ranks them) and the status those pods amount to.  Tested table-driven.
 * `ReplicaSetController` — a QueueWorker that feeds `plan` from the informer
   caches and carries it out through the API.
+
+Both layers serve two kinds through a `ReplicaKind` strategy: `apps/v1`
+ReplicaSets (`REPLICA_SET`) and core `v1` ReplicationControllers
+(`REPLICATION_CONTROLLER`, run as the `replicationcontroller` controller by
+`ReplicationManager`).  They differ only in their group-version-kind and their
+selector's form — a LabelSelector, or an RC's equality-based map, read as
+`matchLabels` — exactly as kube-controller-manager runs its replication manager:
+the ReplicaSet controller's code over RCs converted to ReplicaSets.
 
 Why the pieces are shaped this way:
 
@@ -40,7 +48,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +148,36 @@ def selector_of(obj: Mapping[str, Any]) -> LabelSelector:
 
 def selects(owner: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
     return selector_of(owner).matches(meta(obj).get("labels") or {})
+
+
+def map_selector_of(obj: Mapping[str, Any]) -> LabelSelector:
+    """A ReplicationController's `spec.selector` (a label map) as a selector, the way
+    kube's RC-to-ReplicaSet conversion reads it: `matchLabels`."""
+    sel = (obj.get("spec") or {}).get("selector")
+    if not isinstance(sel, dict):
+        return LabelSelector(nothing=True)
+    try:
+        return parsed_label_selector({"matchLabels": sel})
+    except BadRequest:
+        return LabelSelector(nothing=True)
+
+
+@dataclass(frozen=True)
+class ReplicaKind:
+    """What differs between the kinds this controller keeps (the strategy)."""
+
+    api_version: str
+    kind: str
+    plural: str
+    selector: Callable[[Mapping[str, Any]], LabelSelector]
+
+    def selects(self, owner: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
+        return self.selector(owner).matches(meta(obj).get("labels") or {})
+
+
+REPLICA_SET = ReplicaKind(API_VERSION, KIND, "replicasets", selector_of)
+REPLICATION_CONTROLLER = ReplicaKind("v1", "ReplicationController", "replicationcontrollers",
+                                     map_selector_of)
 
 
 def slow_start_batches(count: int, initial: int = SLOW_START_INITIAL_BATCH) -> list[int]:
@@ -292,8 +330,9 @@ class ReplicaSetPlan:
 
 def plan(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], *, now: float,
          expectations_satisfied: bool = True, related: Iterable[Mapping[str, Any]] | None = None,
-         burst: int = BURST_REPLICAS) -> ReplicaSetPlan:
-    """Decide one pass for `rs` from `pods` (its own pods and the namespace's orphans).
+         burst: int = BURST_REPLICAS, kind: ReplicaKind = REPLICA_SET) -> ReplicaSetPlan:
+    """Decide one pass for `rs` (a ReplicaSet, or what `kind` says) from `pods` (its own
+    pods and the namespace's orphans).
 
     Pods owned by another controller are ignored; finished or terminating pods do
     not count.  Creations and deletions wait for `expectations_satisfied`, and
@@ -302,7 +341,7 @@ def plan(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], *, now: float
     """
     out = ReplicaSetPlan()
     deleting = bool(meta(rs).get("deletionTimestamp"))
-    sel = selector_of(rs)
+    sel = kind.selector(rs)
     active = [dict(p) for p in pods if pod_active(p)]
     owned, out.adopt, out.release = owners.claim(rs, active,
                                                  lambda p: sel.matches(meta(p).get("labels") or {}))
@@ -339,15 +378,15 @@ def next_availability(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
     return None if soonest is None else soonest + 0.5
 
 
-def pod_from_template(rs: Mapping[str, Any]) -> dict[str, Any]:
-    """The pod a ReplicaSet creates: its template, a generated name, a controller reference."""
+def pod_from_template(rs: Mapping[str, Any], kind: ReplicaKind = REPLICA_SET) -> dict[str, Any]:
+    """The pod a ReplicaSet (or RC) creates: its template, a generated name, a controller reference."""
     md = meta(rs)
     template = copy.deepcopy((rs.get("spec") or {}).get("template") or {})
     tmd = template.get("metadata") or {}
     base = f"{md.get('name')}-"[:MAX_GENERATED_BASE]
     pod_md: dict[str, Any] = {"generateName": base, "namespace": md.get("namespace"),
                               "ownerReferences": [
-                                  owners.controller_ref(rs, api_version=API_VERSION, kind=KIND)]}
+                                  owners.controller_ref(rs, api_version=kind.api_version, kind=kind.kind)]}
     for k in ("labels", "annotations", "finalizers"):
         if tmd.get(k):
             pod_md[k] = tmd[k]
@@ -413,6 +452,7 @@ class PodWriter:
 class ReplicaSetController(QueueWorker):
     name = "replicaset"
     workers = 4
+    kind: ReplicaKind = REPLICA_SET
 
     def __init__(self) -> None:
         super().__init__()
@@ -423,7 +463,7 @@ class ReplicaSetController(QueueWorker):
     def setup(self, ctx: Context) -> None:
         self.ctx = ctx
         self.pod_writer: Any = ctx.client
-        self.replicasets: SharedInformer = ctx.informers.informer("apps/v1", "replicasets")
+        self.replicasets: SharedInformer = ctx.informers.informer(self.kind.api_version, self.kind.plural)
         self.pods: SharedInformer = ctx.informers.informer("v1", "pods")
         self.replicasets.add_index(CONTROLLER_INDEX, by_controller_uid)
         self.pods.add_index(CONTROLLER_INDEX, by_controller_uid)
@@ -451,7 +491,7 @@ class ReplicaSetController(QueueWorker):
     def _owner_key(self, pod: Mapping[str, Any]) -> str | None:
         """The key of the ReplicaSet controlling `pod`, if it is one we know."""
         ref = owners.controller_of(pod)
-        if ref is None or ref.get("kind") != "ReplicaSet":
+        if ref is None or ref.get("kind") != self.kind.kind:
             return None
         key = f"{meta(pod).get('namespace') or ''}/{ref.get('name')}"
         rs = self.replicasets.get(key)
@@ -462,7 +502,7 @@ class ReplicaSetController(QueueWorker):
     def _enqueue_selecting(self, pod: Mapping[str, Any]) -> None:
         """An orphan changed: every ReplicaSet that might adopt it looks."""
         for rs in self.replicasets.list(str(meta(pod).get("namespace") or "")):
-            if selects(rs, pod):
+            if self.kind.selects(rs, pod):
                 self.enqueue(rs)
 
     def _on_pod(self, etype: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -525,7 +565,7 @@ class ReplicaSetController(QueueWorker):
             return None
         now = time.time()
         satisfied = self.expectations.satisfied(key)
-        p = plan(rs, self._candidates(rs), now=now, expectations_satisfied=satisfied)
+        p = plan(rs, self._candidates(rs), now=now, expectations_satisfied=satisfied, kind=self.kind)
         if p.delete and owners.controller_of(rs) is not None:
             # Rank against the whole family (all ReplicaSets of the Deployment); only
             # worth gathering when something is to be deleted.
@@ -553,7 +593,7 @@ class ReplicaSetController(QueueWorker):
         patch = status_patch(rs.get("status"), status)
         if patch is not None:
             try:
-                await self.ctx.client.patch("apps/v1", "replicasets", meta(rs)["name"],
+                await self.ctx.client.patch(self.kind.api_version, self.kind.plural, meta(rs)["name"],
                                             {"status": patch}, MERGE_PATCH,
                                             meta(rs).get("namespace"), subresource="status")
             except ApiException as e:
@@ -570,7 +610,7 @@ class ReplicaSetController(QueueWorker):
         a ReplicaSet that is going away would hand the pod to the garbage collector)."""
         md = meta(rs)
         try:
-            fresh = await self.ctx.client.get_object("apps/v1", "replicasets", md["name"],
+            fresh = await self.ctx.client.get_object(self.kind.api_version, self.kind.plural, md["name"],
                                                      md.get("namespace"))
         except ApiException as e:
             if e.code == 404:
@@ -581,7 +621,7 @@ class ReplicaSetController(QueueWorker):
         kept = [p for p in owned if p not in orphans]
         for pod in orphans:
             pmd = meta(pod)
-            ops = owners.adopt_patch(pod, rs, api_version=API_VERSION, kind=KIND)
+            ops = owners.adopt_patch(pod, rs, api_version=self.kind.api_version, kind=self.kind.kind)
             try:
                 await self.ctx.client.patch("v1", "pods", pmd["name"], ops, JSON_PATCH,
                                             pmd.get("namespace"))
@@ -605,7 +645,7 @@ class ReplicaSetController(QueueWorker):
     async def _create(self, rs: dict[str, Any], key: str, count: int) -> Exception | None:
         """Create `count` pods in slow-start batches; the first error, or None."""
         self.expectations.expect_creations(key, count)
-        body = pod_from_template(rs)
+        body = pod_from_template(rs, self.kind)
         ns = meta(rs).get("namespace")
         done = 0
         for batch in slow_start_batches(count):
@@ -665,3 +705,9 @@ class ReplicaSetController(QueueWorker):
         return errors[0] if errors else None
 
 
+class ReplicationManager(ReplicaSetController):
+    """kube-controller-manager's `replicationcontroller` controller: the same loop over
+    core/v1 ReplicationControllers (their pods, status and ReplicaFailure condition)."""
+
+    name = "replicationcontroller"
+    kind = REPLICATION_CONTROLLER

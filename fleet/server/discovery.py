@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.api.registry import KindInfo, Registry
+from fleet.server.apiservices import ordered_group_versions
 from fleet.server.drain_plan import DRAIN_KIND
 from fleet.server.proxy import STREAM_SUBRESOURCES
 from fleet.server.routes import SUBRESOURCE_VERBS as REST_SUBRESOURCE_VERBS
@@ -50,8 +51,9 @@ def api_versions(server_address: str) -> dict[str, Any]:
 
 
 def api_group_list(registry: Registry) -> dict[str, Any]:
+    """Groups in the aggregator's order (APIService priorities, fleet/server/apiservices.py)."""
     groups = []
-    for group, versions in registry.group_versions().items():
+    for group, versions in ordered_group_versions(registry).items():
         if not group:
             continue
         gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
@@ -60,7 +62,7 @@ def api_group_list(registry: Registry) -> dict[str, Any]:
 
 
 def api_group(registry: Registry, group: str) -> dict[str, Any] | None:
-    versions = registry.group_versions().get(group)
+    versions = ordered_group_versions(registry).get(group)
     if not versions or not group:
         return None
     gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
@@ -157,7 +159,7 @@ def _aggregated_resource(info: KindInfo) -> dict[str, Any]:
 def aggregated(registry: Registry, *, core: bool) -> dict[str, Any]:
     """APIGroupDiscoveryList for /api (core=True) or /apis (every named group)."""
     items = []
-    for group, versions in registry.group_versions().items():
+    for group, versions in ordered_group_versions(registry).items():
         if (group == "") != core:
             continue
         items.append({

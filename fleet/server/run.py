@@ -64,7 +64,7 @@ from fleet.controllers.rootcacertpublisher import RootCAPublisherConfig
 from fleet.network.cluster_dns import ClusterDNSConfig, kube_dns_spec, run_cluster_dns
 from fleet.network.dns import DNSStats
 from fleet.network.ingress import IngressConfig, run_ingress
-from fleet.server import limits, security, svcrepair, systemsvc, tlsconn, upgrade
+from fleet.server import apiservices, limits, security, svcrepair, systemsvc, tlsconn, upgrade
 from fleet.server.app import APIServer
 from fleet.server.asgi import FleetASGI, create_app
 from fleet.server.metrics import Metrics
@@ -335,6 +335,8 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
         await ensure_default_storage(store, registry)
         # kube-apiserver's rbac/bootstrap-roles hook: the default roles and bindings.
         await bootstrap_policy.reconcile(store, registry)
+        # kube-apiserver's autoregistration hook: a Local APIService per served group-version.
+        await apiservices.reconcile(store, registry)
         async with trio.open_nursery() as nursery:
             if handle_signals:
                 nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fleet.api.kinds import (
     admissionregistration,
+    apiregistration,
     apps,
     authentication,
     authorization,
@@ -32,6 +33,7 @@ from fleet.api.kinds import (
     processcontrol,
     quota,
     rbac,
+    replication,
     scheduling,
     storage,
     storageclass,
@@ -40,7 +42,9 @@ from fleet.api.registry import KindInfo, Registry
 
 BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *core.KINDS,
+    *replication.KINDS,
     *quota.KINDS,
+    *apiregistration.KINDS,
     *storage.KINDS,
     *persistentvolume.KINDS,
     events.CORE_EVENT,

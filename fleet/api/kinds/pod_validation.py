@@ -734,4 +734,9 @@ def validate_pod_template(template: Any, path: str, *, selector: dict[str, Any] 
     out.extend(validate_pod_spec(template.get("spec"), f"{path}.spec",
                                  restart_policies=restart_policies,
                                  restart_policy_required_detail=restart_policy_required_detail))
+    spec = template.get("spec")
+    if isinstance(spec, dict) and spec.get("ephemeralContainers"):
+        # Added to running pods only (pods/ephemeralcontainers), never templated.
+        out.append(forbidden(f"{path}.spec.ephemeralContainers",
+                             "ephemeral containers not allowed in pod template"))
     return out
