@@ -1,0 +1,326 @@
+"""`/openapi/v2`: one Swagger 2.0 document for every kind the registry serves, as JSON and protobuf.
+
+Older kubectl and client-go versions, Helm (its schema validation and `lookup`), and kubectl 1.32
+itself for `explain --output=plaintext-openapiv2` and as the `--validate` fallback read this
+document instead of the per-group-version /openapi/v3 ones.  It is generated from the same sources
+as v3 -- the registry's kinds (`fleet.server.openapi.kind_paths`: the same paths, operations and
+query parameters) and the field schemas of fleet/api/schema.py -- so a kind registered at run
+time (a custom resource) appears in both with nothing special to do.  Differences from v3 are
+Swagger 2.0's own: body parameters instead of `requestBody`, `consumes`/`produces`, typed
+non-body parameters, `#/definitions/` named as Kubernetes names them (`io.k8s.api.core.v1.Pod`,
+from fleet/api/k8s_names.json), and `x-kubernetes-list-type` beside the patch extensions.
+
+A kind without a built-in schema gets a definition of its own, as kube-apiserver builds for a
+CRD: named by its reversed group (`com.example.stable.v1.CronTab`), with the kind's
+`openapi_schema` (a custom resource's `openAPIV3Schema`, converted to v2 the way
+apiextensions-apiserver does: no `nullable`, `oneOf`, `anyOf` or `not`) or, lacking one, an
+object that preserves unknown fields -- plus `apiVersion`, `kind` and `metadata`, so
+`kubectl explain` has fields to show.
+
+Serving follows kube-openapi's handler: the media type is negotiated from `Accept` (JSON, the
+protobuf form, or its legacy spelling; 406 otherwise), the body carries a quoted SHA-512 `ETag`
+and `If-None-Match` with it answers 304, and a client accepting gzip gets the body gzipped.
+Documents are built once per registry signature (the invalidation /openapi/v3 uses) and the
+protobuf and gzip forms on first request.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import re
+import time
+from email.utils import formatdate, parsedate_to_datetime
+from typing import Any
+
+from fleet import __version__
+from fleet.api import schema
+from fleet.api.registry import KindInfo, Registry
+from fleet.server import openapi_proto
+from fleet.server.http import Resp
+from fleet.server.openapi import _QUERY, OpSpec, body_types, kind_paths, registry_signature
+
+JSON = "application/json"
+# (type, subtype, Content-Type answered), in kube-openapi's order of preference.
+_OFFERS = (
+    ("application", "json", JSON),
+    ("application", openapi_proto.MEDIA_TYPE.split("/", 1)[1], openapi_proto.MEDIA_TYPE),
+    ("application", openapi_proto.LEGACY_MEDIA_TYPE.split("/", 1)[1], openapi_proto.LEGACY_MEDIA_TYPE),
+)
+
+PATCH_DEF = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch"
+_DROPPED_V3 = ("nullable", "oneOf", "anyOf", "not")
+
+# Kubernetes' types for the query parameters v3 declares as strings.
+_PARAM_TYPES = {"limit": "integer", "timeoutSeconds": "integer", "gracePeriodSeconds": "integer",
+                "watch": "boolean", "allowWatchBookmarks": "boolean", "sendInitialEvents": "boolean",
+                "force": "boolean"}
+_DESCRIPTIONS = {
+    "list": "list or watch objects of kind {kind}", "post": "create a {kind}", "get": "read the specified {kind}",
+    "put": "replace the specified {kind}", "patch": "partially update the specified {kind}",
+    "delete": "delete a {kind}", "deletecollection": "delete collection of {kind}",
+}
+_OP_VERBS = {"list": "list", "post": "create", "get": "read", "put": "replace", "patch": "patch",
+             "delete": "delete", "deletecollection": "delete"}
+_RESPONSES = {"get": ("200",), "list": ("200",), "post": ("200", "201", "202"), "put": ("200", "201"),
+              "patch": ("200", "201"), "delete": ("200", "202"), "deletecollection": ("200",)}
+
+
+def group_camel(group: str) -> str:
+    """`apps` -> Apps, `` -> Core, `rbac.authorization.k8s.io` -> RbacAuthorization (operation ids, tags)."""
+    if not group:
+        return "Core"
+    return "".join(p[:1].upper() + p[1:] for p in re.split(r"[.\-]", group.removesuffix(".k8s.io")) if p)
+
+
+def custom_definition_name(info: KindInfo) -> str:
+    """A kind's definition name when no built-in schema names it: apiextensions' REST-friendly name."""
+    if info.group == "" or "." not in info.group:
+        return f"io.k8s.api.{info.group or 'core'}.{info.version}.{info.kind}"
+    return ".".join(reversed(info.group.split("."))) + f".{info.version}.{info.kind}"
+
+
+def _gvk(info: KindInfo) -> dict[str, str]:
+    return {"group": info.group, "kind": info.kind, "version": info.version}
+
+
+def to_v2(s: Any) -> Any:
+    """A v3 schema (a CRD's structural schema) as Swagger 2.0 can say it."""
+    if isinstance(s, list):
+        return [to_v2(i) for i in s]
+    if not isinstance(s, dict):
+        return s
+    out: dict[str, Any] = {}
+    for k, v in s.items():
+        if k in _DROPPED_V3:
+            continue
+        if k == "$ref" and isinstance(v, str):
+            out[k] = v.replace("#/components/schemas/", "#/definitions/")
+        elif k in ("properties", "patternProperties", "definitions"):
+            out[k] = {name: to_v2(sub) for name, sub in v.items()}
+        elif k in ("items", "additionalProperties", "allOf"):
+            out[k] = to_v2(v)
+        else:
+            out[k] = v
+    return out
+
+
+def _custom_schema(info: KindInfo) -> dict[str, Any]:
+    """A definition for a kind with no built-in schema (a custom resource)."""
+    s = to_v2(info.openapi_schema) if info.openapi_schema else {
+        "type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    props = dict(s.get("properties") or {})
+    meta = schema.definition_name("V1ObjectMeta")
+    props.setdefault("apiVersion", {"type": "string", "description": _API_VERSION_DOC})
+    props.setdefault("kind", {"type": "string", "description": _KIND_DOC})
+    props["metadata"] = {"$ref": "#/definitions/" + meta,
+                         "description": "Standard object's metadata. More info: "
+                                        "https://git.k8s.io/community/contributors/devel/sig-architecture/"
+                                        "api-conventions.md#metadata"}
+    return {**s, "type": s.get("type", "object"), "properties": props}
+
+
+_API_VERSION_DOC = ("APIVersion defines the versioned schema of this representation of an object. Servers should "
+                    "convert recognized schemas to the latest internal value, and may reject unrecognized values.")
+_KIND_DOC = ("Kind is a string value representing the REST resource this object represents. Servers may infer "
+             "this from the endpoint the client submits requests to. Cannot be updated. In CamelCase.")
+
+
+def _param(name: str, where: str = "query", required: bool = False, desc: str = "") -> dict[str, Any]:
+    p: dict[str, Any] = {"uniqueItems": True, "type": _PARAM_TYPES.get(name, "string"), "name": name, "in": where}
+    if desc:
+        p["description"] = desc
+    if required:
+        p["required"] = True
+    return p
+
+
+def _operation(info: KindInfo, spec: OpSpec, ref: dict[str, Any], scope: str) -> dict[str, Any]:
+    gv = group_camel(info.group) + info.version[:1].upper() + info.version[1:]
+    collection = "Collection" if spec.action == "deletecollection" else ""
+    suffix = "ForAllNamespaces" if scope == "all" else ""
+    namespaced = "Namespaced" if scope == "namespaced" else ""
+    params = [_param(p, desc=_QUERY.get(p, "")) for p in spec.params]
+    if spec.body:
+        body = {"$ref": "#/definitions/" + PATCH_DEF} if spec.patch else ref
+        params.insert(0, {"name": "body", "in": "body", "required": True, "schema": body})
+    elif spec.method == "delete":
+        params.insert(0, {"name": "body", "in": "body",
+                          "schema": {"$ref": "#/definitions/" + schema.definition_name("V1DeleteOptions")}})
+    produces = [JSON]
+    if spec.action == "list":
+        produces.append(JSON + ";stream=watch")
+    op: dict[str, Any] = {
+        "consumes": body_types(info, True) if spec.patch else ["*/*"],
+        "description": _DESCRIPTIONS[spec.action].format(kind=info.kind),
+        "operationId": f"{_OP_VERBS[spec.action]}{gv}{collection}{namespaced}{info.kind}{suffix}",
+        "parameters": params,
+        "produces": produces,
+        "responses": {**{code: {"description": _STATUS_TEXT[code], "schema": ref}
+                         for code in _RESPONSES[spec.action]},
+                      "401": {"description": "Unauthorized"}},
+        "schemes": ["https"],
+        "tags": [(info.group.removesuffix(".k8s.io").replace(".", "_") or "core") + "_" + info.version],
+        "x-kubernetes-action": spec.action,
+        "x-kubernetes-group-version-kind": _gvk(info),
+    }
+    return op
+
+
+_STATUS_TEXT = {"200": "OK", "201": "Created", "202": "Accepted"}
+
+
+def document(registry: Registry) -> dict[str, Any]:
+    """The Swagger 2.0 document of every kind in the registry."""
+    kinds = sorted(registry.all(), key=lambda i: (i.group, i.version, i.plural))
+    roots = [t for i in kinds if (t := schema.root_type(i.group, i.version, i.kind)) is not None]
+    roots += ["V1DeleteOptions", "V1ObjectMeta"]
+    definitions = schema.openapi_schemas(roots, schema.V2)
+    definitions[PATCH_DEF] = {
+        "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body.",
+        "type": "object"}
+    refs: dict[int, dict[str, Any]] = {}
+    for info in kinds:
+        t = schema.root_type(info.group, info.version, info.kind)
+        name = schema.definition_name(t) if t is not None else custom_definition_name(info)
+        if t is None:
+            definitions[name] = _custom_schema(info)
+        gvks = definitions[name].setdefault("x-kubernetes-group-version-kind", [])
+        if _gvk(info) not in gvks:
+            gvks.append(_gvk(info))
+        refs[id(info)] = {"$ref": "#/definitions/" + name}
+    paths: dict[str, Any] = {}
+    for info in kinds:
+        for ps in kind_paths(info):
+            scope = "all" if ps.all_namespaces else "namespaced" if info.namespaced else "cluster"
+            ops = {op.method: _operation(info, op, refs[id(info)], scope) for op in ps.ops}
+            params = [_param(p, "path", True, f"{p} of the {info.kind}" if p == "name" else
+                             "object name and auth scope, such as for teams and projects")
+                      for p in ps.path_params]
+            params.append(_param("pretty", desc=_QUERY["pretty"]))
+            paths[ps.path] = {**ops, "parameters": params}
+    return {
+        "swagger": "2.0",
+        "info": {"title": "Fleet", "version": __version__},
+        "paths": paths,
+        "definitions": dict(sorted(definitions.items())),
+        "securityDefinitions": {"BearerToken": {"description": "Bearer Token authentication", "type": "apiKey",
+                                                "name": "authorization", "in": "header"}},
+        "security": [{"BearerToken": []}],
+    }
+
+
+def negotiate(accept: str) -> str | None:
+    """The Content-Type to answer for an `Accept` header, as kube-openapi's handler picks it; None: 406."""
+    clauses = []
+    for i, part in enumerate((accept or "*/*").split(",")):
+        fields = [f.strip() for f in part.split(";")]
+        if not fields[0] or "/" not in fields[0]:
+            continue
+        q = 1.0
+        for f in fields[1:]:
+            if f.startswith("q="):
+                try:
+                    q = float(f[2:])
+                except ValueError:
+                    q = 0.0
+        typ, _, sub = fields[0].partition("/")
+        # goautoneg's order: by q, then specific before wildcard, then as written.
+        clauses.append((-q, typ == "*", sub == "*", i, typ.lower(), sub.lower()))
+    for negq, _, _, _, typ, sub in sorted(clauses):
+        if negq == 0:
+            continue
+        for otyp, osub, ctype in _OFFERS:
+            if typ in (otyp, "*") and sub in (osub.lower(), "*"):
+                return ctype
+    return None
+
+
+def wants_gzip(accept_encoding: str) -> bool:
+    for part in (accept_encoding or "").split(","):
+        fields = [f.strip() for f in part.split(";")]
+        if fields[0].lower() in ("gzip", "*"):
+            return not any(f.replace(" ", "") in ("q=0", "q=0.0", "q=0.00", "q=0.000") for f in fields[1:])
+    return False
+
+
+class OpenAPIV2Cache:
+    """The document, regenerated when the registry changes; each form built once and kept with its ETag."""
+
+    # kube-openapi wraps the handler in gziphandler, which leaves bodies under 1400 bytes alone.
+    GZIP_MIN = 1400
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self._signature: tuple[Any, ...] = ()
+        self._doc: dict[str, Any] = {}
+        self._bodies: dict[str, tuple[bytes, str]] = {}
+        self._gzipped: dict[str, bytes] = {}
+        self.last_modified = 0  # whole seconds, as HTTP dates carry them
+
+    def _refresh(self) -> None:
+        sig = registry_signature(self.registry)
+        if sig != self._signature or not self._doc:
+            self._doc = document(self.registry)
+            self._bodies.clear()
+            self._gzipped.clear()
+            self._signature = sig
+            self.last_modified = int(time.time())
+
+    def document(self) -> dict[str, Any]:
+        self._refresh()
+        return self._doc
+
+    def body(self, content_type: str) -> tuple[bytes, str]:
+        """(body, ETag) of the document in a negotiated content type."""
+        self._refresh()
+        key = JSON if content_type == JSON else openapi_proto.MEDIA_TYPE
+        if key not in self._bodies:
+            raw = (json.dumps(self._doc, separators=(",", ":")).encode() if key == JSON
+                   else openapi_proto.document(self._doc))
+            # kube-openapi: the upper-case hex SHA-512 of the body, quoted.
+            self._bodies[key] = raw, '"' + hashlib.sha512(raw).hexdigest().upper() + '"'
+        return self._bodies[key]
+
+    def gzipped(self, content_type: str) -> bytes:
+        raw, etag = self.body(content_type)
+        if etag not in self._gzipped:
+            self._gzipped[etag] = gzip.compress(raw, compresslevel=6, mtime=0)
+        return self._gzipped[etag]
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    """`If-None-Match` by weak comparison (Go's http.ServeContent): a list of tags, or `*`."""
+    for tag in header.split(","):
+        tag = tag.strip()
+        if tag == "*" or tag.removeprefix("W/") == etag:
+            return True
+    return False
+
+
+def _not_modified_since(header: str, last_modified: int) -> bool:
+    try:
+        return last_modified <= parsedate_to_datetime(header).timestamp()
+    except (TypeError, ValueError):
+        return False
+
+
+def response(cache: OpenAPIV2Cache, headers: dict[str, str]) -> Resp:
+    """Answer `GET /openapi/v2` for these (lower-case) request headers."""
+    vary = {"Vary": "Accept"}
+    ctype = negotiate(headers.get("accept", ""))
+    if ctype is None:
+        return Resp(406, b"", "text/plain; charset=utf-8", vary)
+    raw, etag = cache.body(ctype)
+    out = {**vary, "Etag": etag, "Last-Modified": formatdate(cache.last_modified, usegmt=True)}
+    inm = headers.get("if-none-match")
+    if inm is not None:
+        if _etag_matches(inm, etag):
+            return Resp(304, b"", ctype, out)
+    elif "if-modified-since" in headers and _not_modified_since(headers["if-modified-since"], cache.last_modified):
+        return Resp(304, b"", ctype, out)
+    out["Vary"] = "Accept, Accept-Encoding"
+    if len(raw) >= cache.GZIP_MIN and wants_gzip(headers.get("accept-encoding", "")):
+        return Resp(200, cache.gzipped(ctype), ctype, {**out, "Content-Encoding": "gzip"})
+    return Resp(200, raw, ctype, out)
