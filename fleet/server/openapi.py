@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,8 +50,47 @@ def _gvk(info: KindInfo) -> dict[str, str]:
 def _schema_ref(info: KindInfo) -> dict[str, Any]:
     t = schema.root_type(info.group, info.version, info.kind)
     if t is None:
+        if info.openapi_schema is not None:
+            return {"$ref": "#/components/schemas/" + custom_definition_name(info)}
         return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     return {"$ref": "#/components/schemas/" + schema.openapi_name(t)}
+
+
+def custom_definition_name(info: KindInfo) -> str:
+    """The schema name of a kind k8s_schema.json does not describe (a custom resource).
+
+    apiextensions-apiserver's REST-friendly name: the reversed group, the version, the kind
+    (`com.example.stable.v1.CronTab`); an unqualified group is a Kubernetes API group.
+    """
+    if "." not in info.group:
+        return f"io.k8s.api.{info.group or 'core'}.{info.version}.{info.kind}"
+    return ".".join(reversed(info.group.split("."))) + f".{info.version}.{info.kind}"
+
+
+_API_VERSION_DOC = ("APIVersion defines the versioned schema of this representation of an object. Servers should "
+                    "convert recognized schemas to the latest internal value, and may reject unrecognized values.")
+_KIND_DOC = ("Kind is a string value representing the REST resource this object represents. Servers may infer "
+             "this from the endpoint the client submits requests to. Cannot be updated. In CamelCase.")
+_METADATA_DOC = ("Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/"
+                 "sig-architecture/api-conventions.md#metadata")
+
+
+def custom_schema(info: KindInfo, dialect: schema.Dialect,
+                  convert: Callable[[Any], Any] = lambda s: s) -> dict[str, Any]:
+    """The schema of a kind with no built-in one, as kube-apiserver publishes a CRD's.
+
+    The kind's `openapi_schema` (`convert`ed to the document's dialect) or, lacking one, an object
+    that keeps unknown fields; with `apiVersion`, `kind` and `metadata` (ObjectMeta) always
+    declared, so `kubectl explain` has fields to show.
+    """
+    s = convert(info.openapi_schema) if info.openapi_schema else {
+        "type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    props = dict(s.get("properties") or {})
+    props.setdefault("apiVersion", {"type": "string", "description": _API_VERSION_DOC})
+    props.setdefault("kind", {"type": "string", "description": _KIND_DOC})
+    meta = {"$ref": dialect.ref_prefix + dialect.name("V1ObjectMeta")}
+    props["metadata"] = ({"allOf": [meta]} if dialect.wrap_refs else meta) | {"description": _METADATA_DOC}
+    return {**s, "type": s.get("type", "object"), "properties": props}
 
 
 @dataclass(frozen=True)
@@ -153,12 +193,16 @@ def document(registry: Registry, group: str, version: str) -> dict[str, Any] | N
         t = schema.root_type(info.group, info.version, info.kind)
         if t is not None:
             roots.append(t)
+        elif info.openapi_schema is not None:
+            roots.append("V1ObjectMeta")
     schemas = schema.openapi_schemas(roots) if roots else {}
     for info in kinds:
         t = schema.root_type(info.group, info.version, info.kind)
-        if t is not None:
-            s = schemas[schema.openapi_name(t)]
-            s.setdefault("x-kubernetes-group-version-kind", []).append(_gvk(info))
+        if t is None and info.openapi_schema is not None:
+            schemas[custom_definition_name(info)] = custom_schema(info, schema.V3)
+        if t is not None or info.openapi_schema is not None:
+            name = schema.openapi_name(t) if t is not None else custom_definition_name(info)
+            schemas[name].setdefault("x-kubernetes-group-version-kind", []).append(_gvk(info))
     return {
         "openapi": "3.0.0",
         "info": {"title": "Fleet", "version": __version__},
@@ -168,8 +212,12 @@ def document(registry: Registry, group: str, version: str) -> dict[str, Any] | N
 
 
 def registry_signature(registry: Registry) -> tuple[Any, ...]:
-    """What the generated documents depend on: a change (a kind added or removed) regenerates them."""
-    return tuple(sorted((i.group, i.version, i.plural) for i in registry.all()))
+    """What the generated documents depend on: a change regenerates them.
+
+    A kind added or removed, or an entry registered anew with different contents (a custom
+    resource whose definition changed its schema or verbs): entries compare by value.
+    """
+    return tuple(sorted(((i.group, i.version, i.plural), i) for i in registry.all()))
 
 
 class OpenAPICache:

@@ -2,7 +2,7 @@
 
 kubectl (`explain --output=plaintext-openapiv2`, the `--validate` fallback when /openapi/v3 is
 missing), client-go's `OpenAPISchema()` and Helm ask for `/openapi/v2` with
-`Accept: application/com.github.proto-openapi.spec.v2@v1.0+protobuf`.  kube-apiserver answers
+`Accept: application/com.github.proto-openapi.spec.v2[@.]v1.0+protobuf`.  kube-apiserver answers
 with the JSON document parsed by gnostic (github.com/google/gnostic `openapiv2/OpenAPIv2.proto`)
 and marshalled in the protobuf wire format; this module writes the same bytes from the JSON-shaped
 dict that `fleet.server.openapi_v2` builds, so both forms come from one document.
@@ -27,9 +27,10 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-MEDIA_TYPE: Final = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
-# The older spelling client-go and Helm used before the `@`; still served by kube-apiserver.
-LEGACY_MEDIA_TYPE: Final = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+MEDIA_TYPE: Final = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+# The spelling with `@`, which clients still send; kube-openapi calls it deprecated and answers
+# it with MEDIA_TYPE (an `@` is not allowed in a media type: Go's mime parser refuses it).
+DEPRECATED_MEDIA_TYPE: Final = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
 
 _VARINT, _FIXED64, _LEN = 0, 1, 2
 

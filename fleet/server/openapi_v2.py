@@ -39,14 +39,24 @@ from fleet.api import schema
 from fleet.api.registry import KindInfo, Registry
 from fleet.server import openapi_proto
 from fleet.server.http import Resp
-from fleet.server.openapi import _QUERY, OpSpec, body_types, kind_paths, registry_signature
+from fleet.server.openapi import (
+    _QUERY,
+    OpSpec,
+    body_types,
+    custom_definition_name,
+    custom_schema,
+    kind_paths,
+    registry_signature,
+)
 
 JSON = "application/json"
-# (type, subtype, Content-Type answered), in kube-openapi's order of preference.
+PROTOBUF = openapi_proto.MEDIA_TYPE
+# (type, subtype, Content-Type answered), in kube-openapi's order of preference.  Both protobuf
+# spellings are answered with the one without `@`, which Go's mime parser (kubectl's) accepts.
 _OFFERS = (
     ("application", "json", JSON),
-    ("application", openapi_proto.MEDIA_TYPE.split("/", 1)[1], openapi_proto.MEDIA_TYPE),
-    ("application", openapi_proto.LEGACY_MEDIA_TYPE.split("/", 1)[1], openapi_proto.LEGACY_MEDIA_TYPE),
+    ("application", openapi_proto.DEPRECATED_MEDIA_TYPE.split("/", 1)[1], PROTOBUF),
+    ("application", PROTOBUF.split("/", 1)[1], PROTOBUF),
 )
 
 PATCH_DEF = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch"
@@ -74,13 +84,6 @@ def group_camel(group: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in re.split(r"[.\-]", group.removesuffix(".k8s.io")) if p)
 
 
-def custom_definition_name(info: KindInfo) -> str:
-    """A kind's definition name when no built-in schema names it: apiextensions' REST-friendly name."""
-    if info.group == "" or "." not in info.group:
-        return f"io.k8s.api.{info.group or 'core'}.{info.version}.{info.kind}"
-    return ".".join(reversed(info.group.split("."))) + f".{info.version}.{info.kind}"
-
-
 def _gvk(info: KindInfo) -> dict[str, str]:
     return {"group": info.group, "kind": info.kind, "version": info.version}
 
@@ -104,27 +107,6 @@ def to_v2(s: Any) -> Any:
         else:
             out[k] = v
     return out
-
-
-def _custom_schema(info: KindInfo) -> dict[str, Any]:
-    """A definition for a kind with no built-in schema (a custom resource)."""
-    s = to_v2(info.openapi_schema) if info.openapi_schema else {
-        "type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    props = dict(s.get("properties") or {})
-    meta = schema.definition_name("V1ObjectMeta")
-    props.setdefault("apiVersion", {"type": "string", "description": _API_VERSION_DOC})
-    props.setdefault("kind", {"type": "string", "description": _KIND_DOC})
-    props["metadata"] = {"$ref": "#/definitions/" + meta,
-                         "description": "Standard object's metadata. More info: "
-                                        "https://git.k8s.io/community/contributors/devel/sig-architecture/"
-                                        "api-conventions.md#metadata"}
-    return {**s, "type": s.get("type", "object"), "properties": props}
-
-
-_API_VERSION_DOC = ("APIVersion defines the versioned schema of this representation of an object. Servers should "
-                    "convert recognized schemas to the latest internal value, and may reject unrecognized values.")
-_KIND_DOC = ("Kind is a string value representing the REST resource this object represents. Servers may infer "
-             "this from the endpoint the client submits requests to. Cannot be updated. In CamelCase.")
 
 
 def _param(name: str, where: str = "query", required: bool = False, desc: str = "") -> dict[str, Any]:
@@ -185,7 +167,7 @@ def document(registry: Registry) -> dict[str, Any]:
         t = schema.root_type(info.group, info.version, info.kind)
         name = schema.definition_name(t) if t is not None else custom_definition_name(info)
         if t is None:
-            definitions[name] = _custom_schema(info)
+            definitions[name] = custom_schema(info, schema.V2, to_v2)
         gvks = definitions[name].setdefault("x-kubernetes-group-version-kind", [])
         if _gvk(info) not in gvks:
             gvks.append(_gvk(info))
@@ -273,21 +255,24 @@ class OpenAPIV2Cache:
         return self._doc
 
     def body(self, content_type: str) -> tuple[bytes, str]:
-        """(body, ETag) of the document in a negotiated content type."""
+        """(body, ETag) of the document in a negotiated content type (JSON or PROTOBUF)."""
         self._refresh()
-        key = JSON if content_type == JSON else openapi_proto.MEDIA_TYPE
-        if key not in self._bodies:
-            raw = (json.dumps(self._doc, separators=(",", ":")).encode() if key == JSON
-                   else openapi_proto.document(self._doc))
-            # kube-openapi: the upper-case hex SHA-512 of the body, quoted.
-            self._bodies[key] = raw, '"' + hashlib.sha512(raw).hexdigest().upper() + '"'
-        return self._bodies[key]
+        if JSON not in self._bodies:
+            raw = json.dumps(self._doc, separators=(",", ":")).encode()
+            # kube-openapi: the upper-case hex SHA-512 of the JSON body, quoted.  The protobuf
+            # form reuses it (the response varies by Accept).
+            self._bodies[JSON] = raw, '"' + hashlib.sha512(raw).hexdigest().upper() + '"'
+        if content_type == JSON:
+            return self._bodies[JSON]
+        if PROTOBUF not in self._bodies:
+            self._bodies[PROTOBUF] = openapi_proto.document(self._doc), self._bodies[JSON][1]
+        return self._bodies[PROTOBUF]
 
     def gzipped(self, content_type: str) -> bytes:
-        raw, etag = self.body(content_type)
-        if etag not in self._gzipped:
-            self._gzipped[etag] = gzip.compress(raw, compresslevel=6, mtime=0)
-        return self._gzipped[etag]
+        raw, _ = self.body(content_type)
+        if content_type not in self._gzipped:
+            self._gzipped[content_type] = gzip.compress(raw, compresslevel=6, mtime=0)
+        return self._gzipped[content_type]
 
 
 def _etag_matches(header: str, etag: str) -> bool:
