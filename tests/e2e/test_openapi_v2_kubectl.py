@@ -7,6 +7,7 @@ checks that the gnostic encoding is right, not just well-formed:
   field, a Gateway API kind (named as a CRD) and a kind with no built-in schema.
 * Client-side apply with `KUBECTL_OPENAPIV3_PATCH=false` computes its strategic merge patch
   from the v2 document (merge keys, `$setElementOrder`), and the server applies it.
+* `kubectl apply -f` of a `kind: List`, whose items kubectl validates against v2 itself.
 * The JSON form through `kubectl get --raw`, and the serving rules (content types, ETag and
   304, gzip, 406) over HTTP.
 """
@@ -133,3 +134,24 @@ def test_raw_json_and_serving_rules(fleet_server: FleetServer) -> None:
         with c.stream("GET", "/openapi/v2", headers={"Accept": PROTO, "Accept-Encoding": "gzip"}) as r:
             wire = b"".join(r.iter_raw())  # as sent, before httpx undoes the gzip
         assert gzip.decompress(wire) == p.content and len(wire) < len(p.content) // 3
+
+
+def test_apply_a_kind_list(fleet_server: FleetServer, ns: str) -> None:
+    """kubectl validates the items of a `kind: List` against /openapi/v2 (it failed with a 404 before)."""
+    items = {"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "one", "namespace": ns},
+         "data": {"a": "1"}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "two", "namespace": ns}},
+    ]}
+    rc, out, err = run_kubectl(fleet_server, "apply", "-f", "-", "-v=6", input=yaml.safe_dump(items))
+    assert rc == 0, err[-3000:]
+    assert "configmap/one created" in out and "serviceaccount/two created" in out
+    with fleet_server.client() as c:
+        assert c.get(f"/api/v1/namespaces/{ns}/configmaps/one").json()["data"] == {"a": "1"}
+        assert c.get(f"/api/v1/namespaces/{ns}/serviceaccounts/two").status_code == 200
+    # A typo in an item is refused by kubectl's own check against the v2 definitions, in the
+    # words (and definition name) it uses against kube-apiserver.
+    items["items"][0]["dataa"] = {"b": "2"}
+    rc, out, err = run_kubectl(fleet_server, "apply", "-f", "-", input=yaml.safe_dump(items))
+    assert rc != 0
+    assert 'ValidationError(ConfigMap): unknown field "dataa" in io.k8s.api.core.v1.ConfigMap' in err, err
