@@ -42,7 +42,7 @@ from fleet.server.http import Req, Resp, dumps
 from fleet.server.metrics import Metrics
 from fleet.server.openapi import OpenAPICache
 from fleet.server.openapi_v2 import OpenAPIV2Cache
-from fleet.server.openapi_v2 import response as openapi_v2_response
+from fleet.server.openapi_v2 import serve as serve_openapi_v2
 from fleet.server.paths import node_proxy_route, resource_route, route_segments
 from fleet.server.portforward import PortForwardProxy
 from fleet.server.processcontrol import ProcessControlGate
@@ -232,7 +232,7 @@ class APIServer(ConnectVerbs):
             return Resp.json(200, {"paths": sorted(paths)}), "get", "root"
         if segs and segs[0] == "openapi":
             if segs == ["openapi", "v2"]:
-                return openapi_v2_response(self.openapi_v2, req.headers), "get", "openapi"
+                return await serve_openapi_v2(self.openapi_v2, req.headers), "get", "openapi"
             return self.openapi_route(segs), "get", "openapi"
         if segs in (["api"], ["apis"]) and discovery.wants_aggregated(req.headers.get("accept", "")):
             doc = discovery.aggregated(self.registry, core=segs == ["api"])

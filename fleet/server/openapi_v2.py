@@ -20,8 +20,8 @@ object that preserves unknown fields -- plus `apiVersion`, `kind` and `metadata`
 Serving follows kube-openapi's handler: the media type is negotiated from `Accept` (JSON, the
 protobuf form, or its legacy spelling; 406 otherwise), the body carries a quoted SHA-512 `ETag`
 and `If-None-Match` with it answers 304, and a client accepting gzip gets the body gzipped.
-Documents are built once per registry signature (the invalidation /openapi/v3 uses) and the
-protobuf and gzip forms on first request.
+Documents are built once per registry signature (the invalidation /openapi/v3 uses), the
+protobuf and gzip forms on first request, in a worker thread.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ import re
 import time
 from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
+
+import trio
 
 from fleet import __version__
 from fleet.api import schema
@@ -240,38 +242,52 @@ class OpenAPIV2Cache:
         self._bodies: dict[str, tuple[bytes, str]] = {}
         self._gzipped: dict[str, bytes] = {}
         self.last_modified = 0  # whole seconds, as HTTP dates carry them
+        self._lock = trio.Lock()
 
-    def _refresh(self) -> None:
-        sig = registry_signature(self.registry)
+    def _ready(self, sig: tuple[Any, ...], content_type: str, gz: bool) -> bool:
+        return (sig == self._signature and bool(self._doc) and content_type in self._bodies
+                and (not gz or content_type in self._gzipped))
+
+    def _ensure(self, registry: Registry, sig: tuple[Any, ...], content_type: str, gz: bool) -> None:
+        """Build whatever of the document, this form and its gzip is missing or stale."""
         if sig != self._signature or not self._doc:
-            self._doc = document(self.registry)
-            self._bodies.clear()
-            self._gzipped.clear()
-            self._signature = sig
-            self.last_modified = int(time.time())
-
-    def document(self) -> dict[str, Any]:
-        self._refresh()
-        return self._doc
-
-    def body(self, content_type: str) -> tuple[bytes, str]:
-        """(body, ETag) of the document in a negotiated content type (JSON or PROTOBUF)."""
-        self._refresh()
+            doc = document(registry)
+            self._bodies, self._gzipped = {}, {}
+            self._doc, self._signature, self.last_modified = doc, sig, int(time.time())
         if JSON not in self._bodies:
             raw = json.dumps(self._doc, separators=(",", ":")).encode()
             # kube-openapi: the upper-case hex SHA-512 of the JSON body, quoted.  The protobuf
             # form reuses it (the response varies by Accept).
             self._bodies[JSON] = raw, '"' + hashlib.sha512(raw).hexdigest().upper() + '"'
-        if content_type == JSON:
-            return self._bodies[JSON]
-        if PROTOBUF not in self._bodies:
-            self._bodies[PROTOBUF] = openapi_proto.document(self._doc), self._bodies[JSON][1]
-        return self._bodies[PROTOBUF]
+        if content_type not in self._bodies:
+            self._bodies[content_type] = openapi_proto.document(self._doc), self._bodies[JSON][1]
+        if gz and content_type not in self._gzipped:
+            self._gzipped[content_type] = gzip.compress(self._bodies[content_type][0], compresslevel=6, mtime=0)
+
+    async def prepare(self, content_type: str, gz: bool) -> None:
+        """Build what a request needs in a worker thread: a first build takes ~0.3 s of CPU,
+        which must not stall the event loop.  The thread gets a snapshot of the registry, which
+        the loop may change meanwhile (a CRD registered)."""
+        async with self._lock:
+            sig = registry_signature(self.registry)
+            if self._ready(sig, content_type, gz):
+                return
+            snapshot = Registry()
+            for info in self.registry.all():
+                snapshot.register(info)
+            await trio.to_thread.run_sync(self._ensure, snapshot, sig, content_type, gz)
+
+    def document(self) -> dict[str, Any]:
+        self._ensure(self.registry, registry_signature(self.registry), JSON, False)
+        return self._doc
+
+    def body(self, content_type: str) -> tuple[bytes, str]:
+        """(body, ETag) of the document in a negotiated content type (JSON or PROTOBUF)."""
+        self._ensure(self.registry, registry_signature(self.registry), content_type, False)
+        return self._bodies[content_type]
 
     def gzipped(self, content_type: str) -> bytes:
-        raw, _ = self.body(content_type)
-        if content_type not in self._gzipped:
-            self._gzipped[content_type] = gzip.compress(raw, compresslevel=6, mtime=0)
+        self._ensure(self.registry, registry_signature(self.registry), content_type, True)
         return self._gzipped[content_type]
 
 
@@ -309,3 +325,11 @@ def response(cache: OpenAPIV2Cache, headers: dict[str, str]) -> Resp:
     if len(raw) >= cache.GZIP_MIN and wants_gzip(headers.get("accept-encoding", "")):
         return Resp(200, cache.gzipped(ctype), ctype, {**out, "Content-Encoding": "gzip"})
     return Resp(200, raw, ctype, out)
+
+
+async def serve(cache: OpenAPIV2Cache, headers: dict[str, str]) -> Resp:
+    """`response`, with what it needs built off the event loop first."""
+    ctype = negotiate(headers.get("accept", ""))
+    if ctype is not None:
+        await cache.prepare(ctype, wants_gzip(headers.get("accept-encoding", "")))
+    return response(cache, headers)
