@@ -125,6 +125,9 @@ class KindInfo:
     # write, the body's status is taken, then `prepare_approval_update(new, old)`
     # keeps what the approver may not change.
     prepare_approval_update: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    # The kind's OpenAPI v3 schema when fleet/api/k8s_schema.json has none (a custom
+    # resource's `openAPIV3Schema`): /openapi/v2 publishes it under the kind's own definition.
+    openapi_schema: dict[str, Any] | None = None
 
     @property
     def api_version(self) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -84,14 +86,42 @@ def openapi_name(type_name: str) -> str:
     return "io.fleet.k8s." + type_name
 
 
-def openapi_expr(expr: Any) -> dict[str, Any]:
+@functools.cache
+def _kube_names() -> dict[str, str]:
+    return json.loads(resources.files("fleet.api").joinpath("k8s_names.json").read_text())
+
+
+def definition_name(type_name: str) -> str:
+    """The name Kubernetes gives a type in /openapi/v2 (`V1Pod` -> `io.k8s.api.core.v1.Pod`).
+
+    From k8s_names.json (packaging/gen_k8s_names.py); a type missing there keeps its v3 name.
+    """
+    return _kube_names().get(type_name) or openapi_name(type_name)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How a schema document spells names and references: /openapi/v3 or /openapi/v2."""
+
+    ref_prefix: str
+    name: Callable[[str], str]
+    wrap_refs: bool  # v3 wraps a described $ref in allOf; v2 puts the description beside it
+    list_types: bool  # publish x-kubernetes-list-type / -list-map-keys
+
+
+V3 = Dialect("#/components/schemas/", openapi_name, True, False)
+V2 = Dialect("#/definitions/", definition_name, False, True)
+
+
+def openapi_expr(expr: Any, dialect: Dialect = V3) -> dict[str, Any]:
     if isinstance(expr, str):
         return dict(_SCALAR_OPENAPI[expr])
     if "ref" in expr:
-        return {"allOf": [{"$ref": "#/components/schemas/" + openapi_name(expr["ref"])}]}
+        ref = {"$ref": dialect.ref_prefix + dialect.name(expr["ref"])}
+        return {"allOf": [ref]} if dialect.wrap_refs else ref
     if "list" in expr:
-        return {"type": "array", "items": openapi_expr(expr["list"])}
-    return {"type": "object", "additionalProperties": openapi_expr(expr["map"])}
+        return {"type": "array", "items": openapi_expr(expr["list"], dialect)}
+    return {"type": "object", "additionalProperties": openapi_expr(expr["map"], dialect)}
 
 
 @functools.cache
@@ -127,8 +157,15 @@ def patch_metadata() -> dict[str, dict[str, tuple[str | None, str]]]:
     return out
 
 
-def openapi_schemas(type_names: list[str]) -> dict[str, Any]:
-    """OpenAPI v3 component schemas for the given types and everything they reach."""
+# Map lists whose keys (`+listMapKey`) are more than their patch merge key.
+_MAP_KEYS = {
+    ("V1Container", "ports"): ["containerPort", "protocol"],
+    ("V1ServiceSpec", "ports"): ["port", "protocol"],
+}
+
+
+def openapi_schemas(type_names: list[str], dialect: Dialect = V3) -> dict[str, Any]:
+    """OpenAPI component schemas (v3) or definitions (v2) for the given types and all they reach."""
     seen: dict[str, Any] = {}
     patch_meta = patch_metadata()
     todo = list(type_names)
@@ -139,7 +176,7 @@ def openapi_schemas(type_names: list[str]) -> dict[str, Any]:
         t = types()[name]
         props = {}
         for fname, f in t["fields"].items():
-            sch = openapi_expr(f["type"])
+            sch = openapi_expr(f["type"], dialect)
             if f.get("description"):
                 sch["description"] = f["description"]
             pm = patch_meta.get(name, {}).get(fname)
@@ -147,10 +184,18 @@ def openapi_schemas(type_names: list[str]) -> dict[str, Any]:
                 if pm[0]:
                     sch["x-kubernetes-patch-merge-key"] = pm[0]
                 sch["x-kubernetes-patch-strategy"] = pm[1]
+                if dialect.list_types and sch.get("type") == "array":
+                    # A keyed merge list is a map list on that key, a keyless one (finalizers) a
+                    # set; other lists are atomic, Kubernetes' default, which it leaves unsaid.
+                    if pm[0]:
+                        sch["x-kubernetes-list-type"] = "map"
+                        sch["x-kubernetes-list-map-keys"] = _MAP_KEYS.get((name, fname), [pm[0]])
+                    else:
+                        sch["x-kubernetes-list-type"] = "set"
             props[fname] = sch
             todo.extend(_refs(f["type"]))
         seen[name] = {"type": "object", "description": t.get("description", ""), "properties": props}
-    return {openapi_name(n): s for n, s in seen.items()}
+    return {dialect.name(n): s for n, s in seen.items()}
 
 
 def _refs(expr: Any) -> list[str]:

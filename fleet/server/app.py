@@ -41,6 +41,8 @@ from fleet.server.hpa_v1 import AutoscalingV1
 from fleet.server.http import Req, Resp, dumps
 from fleet.server.metrics import Metrics
 from fleet.server.openapi import OpenAPICache
+from fleet.server.openapi_v2 import OpenAPIV2Cache
+from fleet.server.openapi_v2 import serve as serve_openapi_v2
 from fleet.server.paths import node_proxy_route, resource_route, route_segments
 from fleet.server.portforward import PortForwardProxy
 from fleet.server.processcontrol import ProcessControlGate
@@ -98,6 +100,7 @@ class APIServer(ConnectVerbs):
         self.watches = watches
         self.server_address = server_address
         self.openapi = OpenAPICache(registry)
+        self.openapi_v2 = OpenAPIV2Cache(registry)
         # Agents accept the cluster's admin token; without an explicit one the
         # server presents the admin token its own authenticator knows.
         agent_token = agent_token or admin_token_from(authenticator)
@@ -222,11 +225,14 @@ class APIServer(ConnectVerbs):
                 raise errors.MethodNotAllowed(f"method {method} is not supported")
             return await path_handler(req), "get", "/" + "/".join(segs)
         if not segs:
-            paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version", "/openapi/v3"]
+            paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version", "/openapi/v2",
+                     "/openapi/v3"]
             paths += list(self.path_handlers)
             paths += [f"/apis/{g}/{v}" for g, vs in self.registry.group_versions().items() if g for v in vs]
             return Resp.json(200, {"paths": sorted(paths)}), "get", "root"
         if segs and segs[0] == "openapi":
+            if segs == ["openapi", "v2"]:
+                return await serve_openapi_v2(self.openapi_v2, req.headers), "get", "openapi"
             return self.openapi_route(segs), "get", "openapi"
         if segs in (["api"], ["apis"]) and discovery.wants_aggregated(req.headers.get("accept", "")):
             doc = discovery.aggregated(self.registry, core=segs == ["api"])
