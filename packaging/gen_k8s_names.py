@@ -94,6 +94,8 @@ def _group_package(group: str, version: str, pkgs: dict[str, set[str]]) -> str:
         return f"io.k8s.api.core.{version}"
     if group == "meta.k8s.io":
         return f"io.k8s.apimachinery.pkg.apis.meta.{version}"
+    if group == "apiregistration.k8s.io":  # kube-aggregator's types (not in kubectl's descriptors)
+        return f"io.k8s.kube-aggregator.pkg.apis.apiregistration.{version}"
     first = group.split(".")[0]
     if any(p.startswith(f"k8s.io.api.{first}.") for p in pkgs):
         return f"io.k8s.api.{first}.{version}"
