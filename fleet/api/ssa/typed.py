@@ -220,57 +220,32 @@ def _merge(a: Any, b: Any, t: SchemaType, path: Path) -> Any:
 
 
 def _merge_list(lhs: list[Any], rhs: list[Any], t: SchemaType, path: Path) -> list[Any]:
-    """Item-by-item merge keeping live-only items where they were.
+    """Item-by-item merge: the configuration's order, live-only items kept in place.
 
-    The walk follows structured-merge-diff's: two cursors; an item in both
-    lists is emitted merged when both cursors reach it (or when the config's
-    order calls for it), a live-only item where the live cursor meets it, and
-    the config's new items in the config's order.
+    Items follow the configuration's order (merged with their live twin when
+    there is one).  A live item the configuration does not mention stays just
+    before the next live item that the configuration does mention (so it keeps
+    its neighbour), or at the end when no such item follows it.  This is the
+    order structured-merge-diff's set tests expect (`apply_update_apply_no_overlap`:
+    live [a b c d] + config [a aprime c cprime] -> [a aprime b c cprime d]).
     """
     lpes, lidx = _index_items(t, lhs, path, allow_duplicates=True)
     rpes, ridx = _index_items(t, rhs, path, allow_duplicates=False)
-    shared = iter([pe for pe in rpes if pe in lidx])
-    next_shared = next(shared, None)
-    done: set[PathElement] = set()
-    out: list[Any] = []
-    li = ri = 0
-    elem = t.elem()
-
-    def emit(pe: PathElement) -> None:
-        done.add(pe)
-        out.append(_merge(lidx.get(pe, _MISSING), ridx[pe], elem, path + (pe,)))
-
-    while li < len(lpes) or ri < len(rpes):
-        if li < len(lpes) and ri < len(rpes):
-            lpe = lpes[li]
-            if lpe == rpes[ri]:
-                if lpe not in done:
-                    emit(lpe)
-                li += 1
-                ri += 1
-                next_shared = next(shared, None)
-                continue
-            if lpe in ridx and next_shared is not None and next_shared != lpe:
-                li += 1
-                continue
-        if li < len(lpes):
-            lpe = lpes[li]
-            if lpe not in ridx:
-                out.append(copy.deepcopy(lhs[li]))
-                li += 1
-                continue
-            if lpe in done:
-                li += 1
-                continue
-        if ri < len(rpes):
-            rpe = rpes[ri]
-            if rpe not in done:
-                emit(rpe)
-            ri += 1
-            if next_shared == rpe:
-                next_shared = next(shared, None)
+    before: dict[PathElement, list[Any]] = {}
+    waiting: list[Any] = []
+    for pe, item in zip(lpes, lhs, strict=True):
+        if pe in ridx:
+            if pe not in before:
+                before[pe] = waiting
+                waiting = []
         else:
-            li += 1  # a shared live item whose config twin was already emitted
+            waiting.append(copy.deepcopy(item))
+    out: list[Any] = []
+    elem = t.elem()
+    for pe in rpes:
+        out.extend(before.pop(pe, ()))
+        out.append(_merge(lidx.get(pe, _MISSING), ridx[pe], elem, path + (pe,)))
+    out.extend(waiting)
     return out
 
 
