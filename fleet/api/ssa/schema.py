@@ -46,7 +46,7 @@ SCALAR, MAP, LIST, DEDUCED = "scalar", "map", "list", "deduced"
 class SchemaType:
     """One node of the type tree (see the module docstring)."""
 
-    __slots__ = ("kind", "atomic", "list_type", "keys", "key_defaults", "_field", "_elem", "_fields")
+    __slots__ = ("kind", "atomic", "list_type", "keys", "key_defaults", "implicit", "_field", "_elem", "_fields")
 
     def __init__(
         self,
@@ -59,8 +59,13 @@ class SchemaType:
         field: Callable[[str], SchemaType | None] | None = None,
         elem: Callable[[], SchemaType] | None = None,
         fields: Callable[[], frozenset[str]] | None = None,
+        implicit: bool = False,
     ) -> None:
         self.kind = kind
+        # A struct that is always there (a Go value struct: `spec`, `metadata`, a pod
+        # template), so adding or removing its contents never adds or removes the
+        # struct itself, and it is never owned as a whole.
+        self.implicit = implicit
         self.atomic = atomic
         self.list_type = list_type
         self.keys = keys
@@ -189,7 +194,7 @@ def _struct(type_name: str) -> SchemaType:
         return _expr(f["type"], type_name, name)
 
     return SchemaType(MAP, atomic=type_name in _ATOMIC_TYPES, field=child,
-                      fields=lambda: frozenset(fields))
+                      fields=lambda: frozenset(fields), implicit=True)
 
 
 def _expr(expr: Any, owner: str, fname: str) -> SchemaType:

@@ -179,8 +179,14 @@ def _cmp(a: Any, b: Any, t: SchemaType, path: Path, c: Comparison) -> None:
 
 
 def _mark(v: Any, t: SchemaType, path: Path, into: FieldSet) -> None:
-    """`path` and everything below it (as granularly as the type allows) into `into`."""
-    if path:
+    """`path` and everything below it (as granularly as the type allows) into `into`.
+
+    The path itself is skipped for a non-empty implicit struct field (see `SchemaType.implicit`;
+    a list item is always an item of its own):
+    kube-apiserver compares typed Go objects, where such a struct is never absent.
+    """
+    rt = resolve(t, v)
+    if path and not (path[-1][0] == "f" and rt.kind == MAP and rt.implicit and isinstance(v, dict) and v):
         into.insert(path)
     _mark_children(v, t, path, into)
 
