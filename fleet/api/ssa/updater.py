@@ -138,6 +138,10 @@ def apply(live: Any, config: Any, t: SchemaType, managers: ManagedFields, manage
     last = managers.get(manager)
     managers[manager] = VersionedSet(config_set, api_version, True)
     new = _prune(merged, t, managers, last)
+    if new is not merged:
+        # Pruning drops a map or list it empties; one the configuration itself
+        # spells out (`labels: {}`, `finalizers: []`) comes back.
+        new = typed.merge(new, config, t)
     out, _ = _settle(live, new, t, managers, manager, force, ignored)
     return new, out
 
