@@ -269,17 +269,30 @@ class FieldManager:
     # Update ------------------------------------------------------------------------------------
     def update(self, live: dict[str, Any] | None, new: dict[str, Any], manager: str,
                *, now: _dt.datetime | None = None) -> dict[str, Any]:
-        """`new` with its managedFields after `manager` wrote it over `live` (None on create)."""
+        """`new` with its managedFields after `manager` wrote it over `live` (None on create).
+
+        managedFields sent in `new` replace the live ones (not on a subresource);
+        `[]` or `[{}]` resets them (the object is then untracked until applied,
+        unless this is a create); absent or undecodable ones keep the live ones.
+        Never raises for bad managedFields: a write is not refused over them.
+        """
         live = live or {}
         managed: Managed | None = None
+        sent = _meta(new).get("managedFields")
         if not self.subresource:
-            try:
-                managed = decode(_meta(new).get("managedFields"))
-            except ManagedFieldsError:
-                managed = None
-        if managed is None or not managed.fields:
-            managed = decode(_meta(live).get("managedFields"))
+            if sent == [] or sent == [{}]:
+                managed = Managed()  # kube's reset request: start tracking afresh
+            else:
+                try:
+                    managed = decode(sent)
+                except ManagedFieldsError:
+                    managed = None
         out = _without_managed_fields(new)
+        if managed is None or (not managed.fields and not (sent == [] or sent == [{}])):
+            try:
+                managed = decode(_meta(live).get("managedFields"))
+            except ManagedFieldsError:
+                return out  # undecodable live entries: the write goes through untracked
         if not managed.fields and _meta(live).get("uid"):
             return out  # an object never tracked stays untracked until it is applied
         managed = self._update(_without_managed_fields(live), out, managed, manager, now)

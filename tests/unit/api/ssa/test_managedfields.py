@@ -162,6 +162,28 @@ def test_client_supplied_managed_fields_win_and_garbage_is_ignored() -> None:
     assert entries(out) == entries(live)
 
 
+@pytest.mark.parametrize("reset", [[], [{}]])
+def test_reset_request_clears_managed_fields(reset: list) -> None:
+    live = stored(fm().apply(None, deployment(), "helm", now=T0))
+    new = copy.deepcopy(live)
+    new["metadata"]["managedFields"] = reset
+    out = fm().update(live, new, "ctl", now=T1)
+    assert "managedFields" not in out["metadata"]
+    # On create a reset just means "start from nothing": the creator is tracked.
+    created = fm().update(None, {**deployment(), "metadata": {"name": "web", "managedFields": reset}}, "ctl")
+    assert [e["manager"] for e in entries(created)] == ["ctl"]
+
+
+def test_undecodable_live_managed_fields_do_not_block_writes() -> None:
+    live = stored(deployment())
+    live["metadata"]["managedFields"] = [{"manager": "x", "operation": "Bogus"}]
+    out = fm().update(live, stored(deployment(replicas=2)), "ctl", now=T1)
+    assert out["spec"]["replicas"] == 2 and "managedFields" not in out["metadata"]
+    with pytest.raises(mf.ManagedFieldsError) as e:
+        fm().apply(live, deployment(replicas=3), "helm")
+    assert str(e.value) == "failed to decode managed fields: operation must be `Apply` or `Update`"
+
+
 def test_update_managers_are_capped_into_ancient_changes() -> None:
     live = stored(fm().update(None, stored(deployment()), "creator", now=T0))
     for i in range(12):
@@ -289,3 +311,58 @@ def test_stripped_paths() -> None:
     assert mf.STRIPPED.has(make_path("metadata", "resourceVersion"))
     assert not mf.STRIPPED.has(make_path("metadata", "labels"))
     assert isinstance(mf.STRIPPED, FieldSet)
+
+
+def pod(containers: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}}
+
+
+def test_pod_containers_owned_per_item_by_two_appliers() -> None:
+    pfm = mf.FieldManager(sch.for_kind("", "v1", "Pod"), "v1", "Pod")
+    app = {"name": "app", "image": "app:1", "ports": [{"containerPort": 80}],
+           "env": [{"name": "A", "value": "1"}]}
+    live = stored(pfm.apply(None, pod([app]), "deployer", now=T0))
+    sidecar = {"name": "proxy", "image": "envoy"}
+    live = stored(pfm.apply(live, pod([sidecar]), "injector", now=T1))
+    # Nothing shared: the config's items come first (structured-merge-diff's order).
+    assert [c["name"] for c in live["spec"]["containers"]] == ["proxy", "app"]
+    # The deployer re-applies without the sidecar and without env A: the sidecar stays
+    # (the injector owns it), env A goes (only the deployer owned it).
+    app2 = {k: v for k, v in app.items() if k != "env"}
+    out = pfm.apply(live, pod([app2]), "deployer", now=T2)
+    assert [c["name"] for c in out["spec"]["containers"]] == ["proxy", "app"]
+    assert "env" not in out["spec"]["containers"][0]
+    by = {e["manager"]: e["fieldsV1"] for e in entries(out)}
+    port_key = 'k:{"containerPort":80,"protocol":"TCP"}'  # protocol filled in from its default
+    assert port_key in by["deployer"]["f:spec"]["f:containers"]['k:{"name":"app"}']["f:ports"]
+    assert list(by["injector"]["f:spec"]["f:containers"]) == ['k:{"name":"proxy"}']
+    # Changing the sidecar's image is the injector's business.
+    with pytest.raises(errors.Conflict) as e:
+        pfm.apply(stored(out), pod([app2, {"name": "proxy", "image": "envoy:2"}]), "deployer", now=T2)
+    assert e.value.message == ('Apply failed with 1 conflict: conflict with "injector": '
+                               '.spec.containers[name="proxy"].image')
+
+
+def test_custom_resource_from_openapi_schema() -> None:
+    t = sch.from_openapi({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "size": {"type": "integer"},
+        "members": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"],
+                    "items": {"type": "object", "properties": {"id": {"type": "string"},
+                                                               "weight": {"type": "integer"}}}}}}}})
+    cfm = mf.FieldManager(t, "example.com/v1", "Cluster")
+    cr = {"apiVersion": "example.com/v1", "kind": "Cluster", "metadata": {"name": "c1"},
+          "spec": {"size": 3, "members": [{"id": "a", "weight": 1}]}}
+    live = stored(cfm.apply(None, cr, "operator", now=T0))
+    [e] = entries(live)
+    assert e["apiVersion"] == "example.com/v1"
+    # An Apply entry is the config's field set: `.spec` itself is not in it.
+    assert e["fieldsV1"] == {"f:spec": {"f:size": {}, "f:members": {
+        'k:{"id":"a"}': {".": {}, "f:id": {}, "f:weight": {}}}}}
+    # An Update that adds a CR struct (no Go zero value behind it) owns it whole, as in kube.
+    created = cfm.update(None, stored(cr), "kubectl-create", now=T0)
+    assert entries(created)[0]["fieldsV1"]["f:spec"]["."] == {}
+    live = stored(cfm.update(live, {**copy.deepcopy(live), "spec": {**live["spec"], "size": 5}}, "kubectl-edit",
+                             now=T1))
+    with pytest.raises(errors.Conflict) as err:
+        cfm.apply(live, {**cr, "spec": {"size": 4, "members": [{"id": "a", "weight": 1}]}}, "operator")
+    assert err.value.message.endswith('conflict with "kubectl-edit" using example.com/v1: .spec.size')

@@ -199,3 +199,15 @@ def test_ignored_prefixes_are_never_owned() -> None:
     _, managed = updater.apply({}, {"a": 1, "nested": {"z": 1}}, T, {}, "one", "v1",
                                ignored=[make_path("nested")])
     assert set(managed["one"].set) == {make_path("a")}
+
+
+def test_package_level_helpers() -> None:
+    from fleet.api import ssa
+
+    managed = ssa.update_managers({}, "one", "Apply", {}, {"a": 1, "b": 2}, T)
+    obj = ssa.merge_apply({"a": 1, "b": 2}, {"a": 1}, T, managed=managed, manager="one")
+    assert obj == {"a": 1}
+    managed = ssa.update_managers(managed, "ctl", "Update", {"a": 1, "b": 2}, {"a": 5, "b": 2}, T)
+    assert set(managed["ctl"].set) == {make_path("a")} and set(managed["one"].set) == {make_path("b")}
+    with pytest.raises(Conflicts):
+        ssa.update_managers(managed, "one", "Apply", {"a": 5, "b": 2}, {"a": 6}, T)
