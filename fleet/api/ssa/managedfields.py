@@ -8,7 +8,8 @@ This is kube-apiserver's `fieldmanager` (k8s.io/apimachinery
   fieldsV1, subresource?}`.  Entries are keyed by an *identifier*: the JSON of
   (manager, operation, apiVersion, subresource) — apiVersion left out for
   Apply, so an applier is one entry whatever version it applied at; entries
-  with the same identifier are one entry.  Empty sets are dropped; entries
+  with the same identifier are one entry (duplicates a client sends are
+  united).  Empty sets are dropped; entries
   are written sorted (operation, time, manager, apiVersion).
 * **Update** (every create, update and non-apply patch): ownership of added
   and changed fields moves to the writer; the entry's time moves only when
@@ -150,6 +151,14 @@ def decode(entries: Any) -> Managed:
         t = e.get("time")
         if t is not None and parse_time(t) is None:
             raise ManagedFieldsError(f"managed fields entry {i}: invalid time {json.dumps(t)}")
+        prev = out.fields.get(ident)
+        if prev is not None:
+            # Two entries for one identifier (a client wrote them): one entry owning both
+            # sets, stamped with the later time.  (kube-apiserver keeps the last one only.)
+            s = prev.set.union(s)
+            pt = parse_time(out.times.get(ident))
+            if pt is not None and (t is None or pt > parse_time(t)):  # type: ignore[operator]
+                t = out.times[ident]
         out.fields[ident] = VersionedSet(s, str(e["apiVersion"]), op == APPLY)
         out.times[ident] = t
     return out
@@ -334,6 +343,8 @@ class FieldManager:
             if first is None:
                 first_by_version[vs.api_version] = m
                 continue
+            if m == bucket:
+                continue  # the bucket is never folded into itself (kube would drop it here)
             if bucket not in managed.fields:
                 managed.fields[bucket] = managed.fields.pop(first)
                 managed.times.pop(first, None)
