@@ -68,6 +68,31 @@ def merge_apply(live: Any, config: Any, t: SchemaType, *, managed: ManagedFields
     return obj
 
 
+def apply(managed: list[dict[str, Any]] | None, manager: str, live: dict[str, Any] | None,
+          config: dict[str, Any], *, t: SchemaType, api_version: str, kind: str, force: bool = False,
+          subresource: str = "") -> tuple[dict[str, Any], list[dict[str, Any]]] | Conflicts:
+    """(new object, new managedFields) after `manager` applied `config`, or the `Conflicts`.
+
+    `managed` is the live object's managedFields list (it replaces whatever
+    `live` carries).  A thin convenience over `FieldManager.apply`.
+    """
+    from fleet.api import errors
+    from fleet.api.ssa.managedfields import FieldManager
+
+    base: dict[str, Any] | None = None
+    if live is not None or managed:
+        base = dict(live or {})
+        base["metadata"] = {**(base.get("metadata") or {}), "managedFields": managed}
+        if not managed:
+            base["metadata"].pop("managedFields")
+    fm = FieldManager(t, api_version, kind, subresource=subresource)
+    try:
+        obj = fm.apply(base, config, manager, force=force)
+    except errors.Conflict as e:
+        return e.conflicts  # type: ignore[attr-defined,no-any-return]
+    return obj, obj.get("metadata", {}).get("managedFields", [])
+
+
 def update_managers(managed: ManagedFields, manager: str, operation: str, old: Any, new: Any, t: SchemaType,
                     *, api_version: str = "v1", force: bool = False) -> ManagedFields:
     """Managed fields after `manager` wrote `new` over `old` with `operation` (Update or Apply).
@@ -84,7 +109,7 @@ def update_managers(managed: ManagedFields, manager: str, operation: str, old: A
 
 
 __all__ = [
-    "APPLY", "BEFORE_FIRST_APPLY", "LAST_APPLIED", "UPDATE",
+    "APPLY", "BEFORE_FIRST_APPLY", "LAST_APPLIED", "UPDATE", "apply",
     "Comparison", "Conflict", "Conflicts", "FieldManager", "FieldPathError", "FieldSet", "Managed",
     "ManagedFields", "ManagedFieldsError", "Path", "SchemaType", "SchemaViolation", "VersionedSet",
     "compare", "conflict_error", "conflict_message", "decode", "encode", "for_kind", "from_openapi",

@@ -248,7 +248,9 @@ def conflict_error(conflicts: Conflicts) -> errors.Conflict:
     """The 409 Status kube-apiserver answers (reason Conflict, one FieldManagerConflict cause per path)."""
     causes = [{"reason": "FieldManagerConflict", "message": f"conflict with {print_manager(c.manager)}",
                "field": path_string(c.path)} for c in conflicts.conflicts]
-    return errors.Conflict(conflict_message(conflicts), causes=causes)
+    err = errors.Conflict(conflict_message(conflicts), causes=causes)
+    err.conflicts = conflicts  # type: ignore[attr-defined]  # the (manager, path) pairs, for callers
+    return err
 
 
 # -- the field manager -------------------------------------------------------------------------------

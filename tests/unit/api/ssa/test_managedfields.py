@@ -409,3 +409,20 @@ def test_capping_keeps_an_ancient_bucket_newer_than_another_updater() -> None:
     out = mf.encode(f._cap(managed))
     by = {e["manager"]: set(e["fieldsV1"]["f:data"]) for e in out}
     assert by == {"a": {"f:a"}, "ancient-changes": {"f:old", "f:b", "f:c"}}
+
+
+def test_package_level_apply_returns_object_or_conflicts() -> None:
+    from fleet.api import ssa
+
+    t = sch.for_kind("apps", "v1", "Deployment")
+    obj, managed = ssa.apply(None, "helm", None, deployment(replicas=2), t=t, api_version="apps/v1",
+                             kind="Deployment")
+    assert obj["spec"]["replicas"] == 2 and [e["manager"] for e in managed] == ["helm"]
+    out = ssa.apply(managed, "argo", stored(obj), deployment(replicas=5), t=t, api_version="apps/v1",
+                    kind="Deployment")
+    assert isinstance(out, ssa.Conflicts)
+    assert [(c.manager, ssa.path_string(c.path)) for c in out.conflicts] == \
+        [('{"manager":"helm","operation":"Apply"}', ".spec.replicas")]
+    obj2, managed2 = ssa.apply(managed, "argo", stored(obj), deployment(replicas=5), t=t,
+                               api_version="apps/v1", kind="Deployment", force=True)
+    assert obj2["spec"]["replicas"] == 5 and {e["manager"] for e in managed2} == {"helm", "argo"}
