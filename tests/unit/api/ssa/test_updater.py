@@ -21,6 +21,7 @@ T = sch.map_type({
     "a": S, "b": S, "c": S,
     "nested": sch.map_type({"inner": sch.map_type({"x": S, "y": S}), "z": S}),
     "labels": sch.map_type(elem=S),
+    "lol": sch.list_type(sch.map_type({"name": S, "value": sch.list_type(S, "set")}), "map", ("name",)),
 })
 V = fp.value
 K = fp.key
@@ -160,6 +161,35 @@ CASES: dict[str, Case] = {
         [("apply", "one", {"labels": {"a": "1", "b": "2"}}), ("apply", "two", {"labels": {"c": "3"}}),
          ("apply", "one", {"labels": {"a": "1"}})],
         {"labels": {"a": "1", "c": "3"}}, {"one": {("labels", "a")}, "two": {("labels", "c")}}),
+    # multiple_appliers_test.go TestMultipleAppliersNestedType
+    "nested_remove_one_keep_one_with_two_sub_items": Case(
+        [("apply", "one", {"lol": [{"name": "a"}, {"name": "b", "value": ["c"]}]}),
+         ("apply", "two", {"lol": [{"name": "b", "value": ["d"]}]}),
+         ("apply", "one", {"lol": [{"name": "a"}]})],
+        {"lol": [{"name": "a"}, {"name": "b", "value": ["d"]}]},
+        {"one": {("lol", K({"name": "a"})), ("lol", K({"name": "a"}), "name")},
+         "two": {("lol", K({"name": "b"})), ("lol", K({"name": "b"}), "name"),
+                 ("lol", K({"name": "b"}), "value", V("d"))}}),
+    "nested_remove_one_keep_one_with_dangling_subitem": Case(
+        [("apply", "one", {"lol": [{"name": "a"}, {"name": "b", "value": ["c"]}]}),
+         ("apply", "two", {"lol": [{"name": "b", "value": ["d"]}]}),
+         ("update", "controller", {"lol": [{"name": "a"}, {"name": "b", "value": ["c", "d", "e"]}]}),
+         ("apply", "one", {"lol": [{"name": "a"}]})],
+        {"lol": [{"name": "a"}, {"name": "b", "value": ["d", "e"]}]},
+        {"one": {("lol", K({"name": "a"})), ("lol", K({"name": "a"}), "name")},
+         "two": {("lol", K({"name": "b"})), ("lol", K({"name": "b"}), "name"),
+                 ("lol", K({"name": "b"}), "value", V("d"))},
+         "controller": {("lol", K({"name": "b"}), "value", V("e"))}}),
+    "nested_remove_one_with_dangling_subitem_keep_one": Case(
+        [("apply", "one", {"lol": [{"name": "a"}, {"name": "b", "value": ["c"]}]}),
+         ("apply", "two", {"lol": [{"name": "a", "value": ["b"]}]}),
+         ("update", "controller", {"lol": [{"name": "a", "value": ["b"]}, {"name": "b", "value": ["c", "d"]}]}),
+         ("apply", "one", {"lol": [{"name": "a"}]})],
+        # The item `b` one applied goes whole, with the value the controller added to it.
+        {"lol": [{"name": "a", "value": ["b"]}]},
+        {"one": {("lol", K({"name": "a"})), ("lol", K({"name": "a"}), "name")},
+         "two": {("lol", K({"name": "a"})), ("lol", K({"name": "a"}), "name"),
+                 ("lol", K({"name": "a"}), "value", V("b"))}}),
     "update_removal_drops_everyones_ownership": Case(
         [("apply", "one", {"a": 1, "b": 2}), ("update", "ctl", {"b": 2})],
         {"b": 2}, {"one": {("b",)}}),
