@@ -193,3 +193,22 @@ def test_openapi_schema() -> None:
     got = typed.to_field_set(obj, t)
     assert got.has(make_path("spec", "items", N({"id": "a"}), "proto"))
     assert got.has(make_path("spec", "raw", "deep", "x"))
+
+
+def test_override_tables_name_real_types_and_fields() -> None:
+    from fleet.api import schema as fleet_schema
+
+    types = fleet_schema.types()
+    for type_name, fname in list(sch._LIST_OVERRIDES) + list(sch._ATOMIC_MAPS):
+        assert fname in types[type_name]["fields"], (type_name, fname)
+    for type_name in sch._ATOMIC_TYPES:
+        assert type_name in types, type_name
+
+
+def test_every_builtin_root_builds() -> None:
+    from fleet.api import schema as fleet_schema
+
+    for r in fleet_schema._data()["roots"]:
+        t = sch.for_kind(r["group"], r["version"], r["kind"])
+        obj = {"apiVersion": "x", "kind": r["kind"], "metadata": {"name": "n", "labels": {"a": "b"}}}
+        assert typed.to_field_set(obj, t).has(make_path("metadata", "labels", "a"))
