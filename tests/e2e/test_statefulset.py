@@ -110,7 +110,7 @@ def headless_service(name: str, ns: str) -> dict[str, Any]:
 
 
 def apply(srv: FleetServer, *objs: dict[str, Any]) -> None:
-    # One document each: kubectl validates a `kind: List` against /openapi/v2, which Fleet does not serve.
+    # One document each (a multi-document stream; a `kind: List` works as well since /openapi/v2).
     kubectl(srv, "apply", "-f", "-", input=yaml.safe_dump_all(objs))
 
 
