@@ -315,6 +315,7 @@ def _rule_string(rule: dict[str, Any]) -> str:
 
 def _run(x: Any, old: Any, s: dict[str, Any], path: str, out: list[Cause], *, has_old: bool) -> None:
     value_type = s.get("type") if isinstance(s.get("type"), str) else ""
+    where = path or "<nil>"  # kube validates the root with a nil path
     activation: dict[str, Any] | None = None
     for rule in _rules(s):
         text = rule.get("rule")
@@ -323,7 +324,7 @@ def _run(x: Any, old: Any, s: dict[str, Any], path: str, out: list[Cause], *, ha
         try:
             program = cel.compile(text, VARIABLES)
         except cel.CompileError as e:
-            out.append(invalid(path, value_type, f"rule compile error: {e}"))
+            out.append(invalid(where, value_type, f"rule compile error: {e}"))
             continue
         if uses_old_self(program) and not has_old:
             continue  # a transition rule: only on update, with a correlated old value
@@ -334,19 +335,19 @@ def _run(x: Any, old: Any, s: dict[str, Any], path: str, out: list[Cause], *, ha
         except cel.EvalError as e:
             err = str(e)
             if err.startswith(cel.COST_EXCEEDED):
-                out.append(invalid(path, value_type, f"'{err}': no further validation rules will be run due to call "
+                out.append(invalid(where, value_type, f"'{err}': no further validation rules will be run due to call "
                                                      f"cost exceeds limit for rule: {_rule_string(rule)}"))
                 raise _Stop from None
             if err.startswith("no such overload") or err.startswith("no matching overload"):
-                out.append(invalid(path, value_type, f"'{err}': call arguments did not match a supported operator, "
+                out.append(invalid(where, value_type, f"'{err}': call arguments did not match a supported operator, "
                                                      f"function or macro signature for rule: {_rule_string(rule)}"))
             else:
-                out.append(invalid(path, value_type, f"{err} evaluating rule: {_rule_string(rule)}"))
+                out.append(invalid(where, value_type, f"{err} evaluating rule: {_rule_string(rule)}"))
             continue
         if result is True or (type(result).__name__ == "BoolType" and bool(result)):
             continue
         detail = _message_expression(rule, activation) or _message(rule)
-        fpath = path or "<nil>"  # kube validates the root with a nil path
+        fpath = where
         fp = rule.get("fieldPath")
         if isinstance(fp, str) and fp.strip():
             rel = resolve_field_path(fp.strip(), s)
