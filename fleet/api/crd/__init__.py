@@ -24,6 +24,11 @@ from fleet.api.crd.validate import validate
 from fleet.api.errors import cause
 from fleet.api.validation import Cause
 
+# Field errors after which kube-apiserver does not run the CEL rules (NotSupported, Required,
+# TooLong, TooMany, TypeInvalid).
+BLOCKING_REASONS = frozenset({"FieldValueNotSupported", "FieldValueRequired", "FieldValueTooLong",
+                              "FieldValueTooMany", "FieldValueTypeInvalid"})
+
 
 def schema_violations(schema: Any, path: str = "spec.validation.openAPIV3Schema") -> list[Cause]:
     """Everything kube-apiserver refuses about one openAPIV3Schema; CEL rules are compiled
@@ -39,8 +44,8 @@ def validate_custom_resource(obj: dict[str, Any], schema: dict[str, Any], old: d
     """Schema, embedded-resource and CEL-rule causes for a pruned, defaulted custom resource."""
     out = validate(obj, schema, "")
     out.extend(embedded_violations(obj, schema))
-    if any(" in body must be of type " in c["message"] for c in out):
-        # A value of the wrong type blocks the rules (kube's hasBlockingErr): they would only fail confusingly.
+    if any(c.get("reason") in BLOCKING_REASONS for c in out):
+        # kube's hasBlockingErr: the rules would read values of the wrong shape; one fieldless note instead.
         out.append(cause("<nil>", 'Invalid value: "null": some validation rules were not checked because the '
                                   'object was invalid; correct the existing errors to complete validation'))
     else:

@@ -506,6 +506,7 @@ def default_violations(schema: dict[str, Any], path: str) -> list[Cause]:
 def _defaults(s: dict[str, Any], path: str, *, inside_meta: bool) -> list[Cause]:
     from fleet.api.crd.objectmeta import validate_embedded
     from fleet.api.crd.prune import prune
+    from fleet.api.crd.rules import validate_rules
     from fleet.api.crd.validate import validate
 
     out: list[Cause] = []
@@ -523,7 +524,11 @@ def _defaults(s: dict[str, Any], path: str, *, inside_meta: bool) -> list[Cause]
             errs = validate_embedded(value, s, dpath) if embedded and isinstance(value, dict) else []
         else:
             errs = []
-        out.extend(errs or validate(value, s, dpath))
+        errs = errs or validate(value, s, dpath)
+        if not errs:
+            # kube runs the CEL rules over defaults too (uncompilable rules are reported by rules.py)
+            errs = [c for c in validate_rules(value, s, None, dpath) if "rule compile error" not in c["message"]]
+        out.extend(errs)
     if isinstance(s.get("items"), dict):
         out.extend(_defaults(s["items"], child(path, "items"), inside_meta=inside_meta))
     for k, v in sorted(properties(s).items()):

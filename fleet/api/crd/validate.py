@@ -36,9 +36,11 @@ from typing import Any
 import re2
 
 from fleet.api.crd._util import child, index, is_true, json_type, properties, schema_dict
+from fleet.api.errors import cause
 from fleet.api.validation import Cause, invalid, not_supported, required, too_long, too_many
 
 IN = "body"
+TYPE_INVALID = "FieldValueTypeInvalid"  # field.TypeInvalid's cause type (metav1.CauseTypeTypeInvalid)
 
 
 def gofmt(v: Any) -> str:
@@ -60,12 +62,25 @@ def validate(obj: Any, schema: dict[str, Any] | None, path: str = "") -> list[Ca
     """Every way `obj` breaks `schema`; `path` prefixes names and field paths ("" for a whole object)."""
     if not isinstance(schema, dict):
         return []
-    return _Validator(path).node(obj, schema, path)
+    return _Validator(path).node(obj, schema, "")
 
 
 class _Validator:
+    """kube-openapi's validator rooted at `base`: names are relative to it (a validator rooted
+    at a default or at status says `in body must be of type ...` for its root value)."""
+
     def __init__(self, base: str) -> None:
         self.base = base
+
+    def f(self, name: str) -> str:
+        """The field path of `name` (kube: fldPath.Child(name); a nil path prints `<nil>`)."""
+        if self.base and name:
+            return f"{self.base}.{name}"
+        return self.base or name or "<nil>"
+
+    @staticmethod
+    def n(name: str) -> str:
+        return f"{name} " if name else ""
 
     # -- one schema node over one value
     def node(self, data: Any, s: dict[str, Any], name: str) -> list[Cause]:
@@ -92,8 +107,8 @@ class _Validator:
         return [t] if isinstance(t, str) and t else []
 
     def _invalid_type(self, name: str, type_name: str, found: str) -> Cause:
-        msg = f"{name} in {IN} must be of type {type_name}: {_gostr(found)}"
-        return invalid(name, found, msg)
+        msg = f"{self.n(name)}in {IN} must be of type {type_name}: {_gostr(found)}"
+        return cause(self.f(name), f"Invalid value: {_gostr(found)}: {msg}", TYPE_INVALID)
 
     def _type(self, data: Any, s: dict[str, Any], name: str) -> list[Cause]:
         types = self._types(s)
@@ -161,12 +176,12 @@ class _Validator:
         n = len(data)  # code points, as kube-openapi's utf8.RuneCountInString
         mx, mn = _int(s.get("maxLength")), _int(s.get("minLength"))
         if mx is not None and n > mx:
-            out.append(too_long(name, mx))
+            out.append(too_long(self.f(name), mx))
         if mn is not None and n < mn:
-            out.append(invalid(name, data, f"{name} in {IN} should be at least {mn} chars long"))
+            out.append(invalid(self.f(name), data, f"{self.n(name)}in {IN} should be at least {mn} chars long"))
         pattern = s.get("pattern")
         if isinstance(pattern, str) and pattern and not _search(pattern, data):
-            out.append(invalid(name, data, f"{name} in {IN} should match '{pattern}'"))
+            out.append(invalid(self.f(name), data, f"{self.n(name)}in {IN} should match '{pattern}'"))
         return out
 
     def _format(self, data: str, s: dict[str, Any], name: str) -> list[Cause]:
@@ -177,7 +192,8 @@ class _Validator:
         check = FORMATS.get(fmt)
         if check is None or check(data):
             return []
-        return [invalid(name, data, f"{name} in {IN} must be of type {fmt}: {_gostr(data)}")]
+        msg = f"{self.n(name)}in {IN} must be of type {fmt}: {_gostr(data)}"
+        return [cause(self.f(name), f"Invalid value: {_gostr(data)}: {msg}", TYPE_INVALID)]
 
     # -- numbers
     def _number(self, data: float, s: dict[str, Any], name: str) -> list[Cause]:
@@ -186,19 +202,19 @@ class _Validator:
         if _num(mult) and mult > 0:
             q = data / mult
             if not float(q).is_integer():
-                out.append(invalid(name, data, f"{name} in {IN} should be a multiple of {gofmt(mult)}"))
+                out.append(invalid(self.f(name), data, f"{self.n(name)}in {IN} should be a multiple of {gofmt(mult)}"))
         mx = s.get("maximum")
         if _num(mx):
             exc = s.get("exclusiveMaximum") is True
             if data > mx or (exc and data >= mx):
                 word = "less than" if exc else "less than or equal to"
-                out.append(invalid(name, data, f"{name} in {IN} should be {word} {gofmt(mx)}"))
+                out.append(invalid(self.f(name), data, f"{self.n(name)}in {IN} should be {word} {gofmt(mx)}"))
         mn = s.get("minimum")
         if _num(mn):
             exc = s.get("exclusiveMinimum") is True
             if data < mn or (exc and data <= mn):
                 word = "greater than" if exc else "greater than or equal to"
-                out.append(invalid(name, data, f"{name} in {IN} should be {word} {gofmt(mn)}"))
+                out.append(invalid(self.f(name), data, f"{self.n(name)}in {IN} should be {word} {gofmt(mn)}"))
         return out
 
     # -- arrays
@@ -210,13 +226,13 @@ class _Validator:
                 out.extend(self.node(v, items, index(name, i)))
         mn, mx = _int(s.get("minItems")), _int(s.get("maxItems"))
         if mn is not None and len(data) < mn:
-            out.append(invalid(name, len(data), f"{name} in {IN} should have at least {mn} items"))
+            out.append(invalid(self.f(name), len(data), f"{self.n(name)}in {IN} should have at least {mn} items"))
         if mx is not None and len(data) > mx:
-            out.append(too_many(name, len(data), mx))
+            out.append(too_many(self.f(name), len(data), mx))
         if s.get("uniqueItems") is True:
             seen = [json.dumps(v, sort_keys=True) for v in data]
             if len(set(seen)) != len(seen):
-                out.append(invalid(name, "", f"{name} in {IN} shouldn't contain duplicates"))
+                out.append(invalid(self.f(name), "", f"{self.n(name)}in {IN} shouldn't contain duplicates"))
         return out
 
     def _enum(self, data: Any, s: dict[str, Any], name: str) -> list[Cause]:
@@ -226,16 +242,16 @@ class _Validator:
         if any(_json_equal(data, e) for e in enum):
             return []
         values = [e if isinstance(e, str) else json.dumps(e, separators=(",", ":")) for e in enum]
-        return [not_supported(name, data, values)]
+        return [not_supported(self.f(name), data, values)]
 
     # -- objects
     def _object(self, data: dict[str, Any], s: dict[str, Any], name: str) -> list[Cause]:
         n = len(data)
         mn, mx = _int(s.get("minProperties")), _int(s.get("maxProperties"))
         if mn is not None and n < mn:
-            return [invalid(name, n, f"{name} in {IN} should have at least {mn} properties")]
+            return [invalid(self.f(name), n, f"{self.n(name)}in {IN} should have at least {mn} properties")]
         if mx is not None and n > mx:
-            return [too_many(name, n, mx)]
+            return [too_many(self.f(name), n, mx)]
         out: list[Cause] = []
         props = properties(s)
         addl = s.get("additionalProperties")
@@ -243,16 +259,16 @@ class _Validator:
             if k in props:
                 continue
             if addl is False:
-                out.append(invalid(name, k, f"{name}.{k} in {IN} is a forbidden property"))
+                out.append(invalid(self.f(name), k, f"{self.n(child(name, k))}in {IN} is a forbidden property"))
             elif isinstance(addl, dict):
-                out.extend(self.node(data[k], addl, f"{name}.{k}"))
+                out.extend(self.node(data[k], addl, child(name, k)))
         for k in sorted(props):
             if k in data and isinstance(props[k], dict):
                 out.extend(self.node(data[k], props[k], child(name, k)))
         req = s.get("required")
         for k in req if isinstance(req, list) else []:
             if isinstance(k, str) and k not in data:
-                out.append(required(child(name, k)))
+                out.append(required(self.f(child(name, k))))
         return out
 
 

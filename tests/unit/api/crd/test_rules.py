@@ -170,3 +170,18 @@ def test_cost_error_factor_wording():
     assert "by factor of 1.200000x" in cost_error("estimated rule cost", 12, 10)
     assert "by factor of 2.5x" in cost_error("estimated rule cost", 25, 10)
     assert STATIC_RULE_COST_LIMIT == 10_000_000
+
+
+def test_enum_and_too_many_also_block_rules():
+    # As measured against kube-apiserver (gateway-api listeners, karpenter's amiFamily enum).
+    s = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "family": {"type": "string", "enum": ["AL2", "Bottlerocket"]},
+        "l": {"type": "array", "maxItems": 1, "items": {"type": "string"}}},
+        "x-kubernetes-validations": [{"rule": "false", "message": "never"}]}}}
+    got = msgs(validate_custom_resource({"spec": {"family": "AL2023"}}, s))
+    assert got == ['spec.family: Unsupported value: "AL2023": supported values: "AL2", "Bottlerocket"',
+                   '<nil>: Invalid value: "null": some validation rules were not checked because the object was '
+                   "invalid; correct the existing errors to complete validation"]
+    got = msgs(validate_custom_resource({"spec": {"l": ["a", "b"]}}, s))
+    assert got[0] == "spec.l: Too many: 2: must have at most 1 items" and "some validation rules" in got[1]
+    assert msgs(validate_custom_resource({"spec": {"l": ["a"]}}, s)) == ['spec: Invalid value: "object": never']

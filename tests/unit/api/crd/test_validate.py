@@ -55,6 +55,12 @@ def test_required_enum_lengths_items():
         'spec.m.b: Invalid value: "string": spec.m.b in body must be of type integer: "string"']
 
 
+def test_type_errors_are_type_invalid_causes(crontab):
+    (c,) = validate({"spec": {"replicas": "x"}}, crontab)
+    assert c == {"reason": "FieldValueTypeInvalid", "field": "spec.replicas",
+                 "message": 'Invalid value: "string": spec.replicas in body must be of type integer: "string"'}
+
+
 def test_numbers_and_nullable():
     s = {"type": "object", "properties": {
         "f": {"type": "number", "exclusiveMinimum": True, "minimum": 0.5, "multipleOf": 0.5},
