@@ -101,6 +101,8 @@ def _size(s: dict[str, Any] | None) -> int:
         bound = s.get("maxItems")
         elem = schema_dict(s.get("items")) or {}
     else:
+        if properties(s) and s.get("additionalProperties") is None:
+            return len(properties(s))  # a struct: its fields
         bound = s.get("maxProperties")
         elem = schema_dict(s.get("additionalProperties")) or {}
     if isinstance(bound, int) and not isinstance(bound, bool) and bound >= 0:

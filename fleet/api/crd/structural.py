@@ -273,7 +273,7 @@ class _Ctx:
 def _standard(s: dict[str, Any], path: str, ctx: _Ctx) -> list[Cause]:
     out: list[Cause] = []
     typ = s.get("type")
-    if isinstance(typ, str) and typ and typ not in SCHEMA_TYPES and typ != "null":
+    if isinstance(typ, str) and typ and typ not in SCHEMA_TYPES:  # "null" too: nullable is the way
         out.append(not_supported(child(path, "type"), typ, SCHEMA_TYPES))
     if "default" in s and s["default"] is not None and ctx.defaults:
         out.append(forbidden(child(path, "default"), "must not be set " + ctx.defaults))
