@@ -185,3 +185,25 @@ def test_enum_and_too_many_also_block_rules():
     got = msgs(validate_custom_resource({"spec": {"l": ["a", "b"]}}, s))
     assert got[0] == "spec.l: Too many: 2: must have at most 1 items" and "some validation rules" in got[1]
     assert msgs(validate_custom_resource({"spec": {"l": ["a"]}}, s)) == ['spec: Invalid value: "object": never']
+
+
+def test_cluster_api_recorded_messages():
+    # Recorded from kube-apiserver's CRD validation code as cluster-api's ClusterClass variables use it.
+    p = "patch1.variables[cpu].schema.openAPIV3Schema"
+    s = {"type": "object", "properties": {"nestedField": {"type": "integer", "default": 0,
+                                                          "x-kubernetes-validations": [{"rule": "self >= 1"}]}}}
+    assert msgs(schema_violations(s, p)) == [
+        f'{p}.properties[nestedField].default: Invalid value: "integer": failed rule: self >= 1']
+    p = "patch1.variables[anotherCPU].schema.openAPIV3Schema"
+    s = {"type": "integer", "x-kubernetes-validations": [{
+        "rule": "self >= 1", "messageExpression": "'Expected integer greater or equal to 1, got ' + this does not compile"}]}
+    (got,) = msgs(rule_violations(s, p))
+    assert got.startswith(
+        f"{p}.x-kubernetes-validations[0].messageExpression: Invalid value: apiextensions.ValidationRule{{Rule:"
+        "\"self >= 1\", Message:\"\", MessageExpression:\"'Expected integer greater or equal to 1, got ' + this does "
+        "not compile\", Reason:(*apiextensions.FieldValueErrorReason)(nil), FieldPath:\"\", "
+        "OptionalOldSelf:(*bool)(nil)}: messageExpression compilation failed: ERROR: <input>:1:55: Syntax error: "
+        "mismatched input 'does' expecting ")
+    # (cel-go lists what it expected as `<EOF>`; the shared engine's parser lists tokens: an engine difference.)
+    assert got.endswith("\n | 'Expected integer greater or equal to 1, got ' + this does not compile\n"
+                        " | ......................................................^")
