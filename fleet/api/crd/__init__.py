@@ -17,7 +17,7 @@ from typing import Any
 
 from fleet.api.crd.defaults import apply_defaults
 from fleet.api.crd.objectmeta import embedded_violations, validate_embedded
-from fleet.api.crd.prune import prune
+from fleet.api.crd.prune import prune, strict_decoding_message, unknown_field_warnings
 from fleet.api.crd.rules import estimated_cost, rule_violations, validate_rules
 from fleet.api.crd.structural import default_violations, structural_violations
 from fleet.api.crd.validate import validate
@@ -54,5 +54,5 @@ def validate_custom_resource(obj: dict[str, Any], schema: dict[str, Any], old: d
 
 
 __all__ = ["apply_defaults", "default_violations", "embedded_violations", "estimated_cost", "prune",
-           "rule_violations", "schema_violations", "structural_violations", "validate", "validate_custom_resource",
-           "validate_embedded", "validate_rules"]
+           "rule_violations", "schema_violations", "strict_decoding_message", "structural_violations",
+           "unknown_field_warnings", "validate", "validate_custom_resource", "validate_embedded", "validate_rules"]

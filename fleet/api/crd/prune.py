@@ -104,3 +104,14 @@ def _skip(x: Any, s: dict[str, Any], path: str, pruned: list[str], *, root: bool
         if items is not None:
             for i, v in enumerate(x):
                 _prune(v, items, index(path, i), pruned)
+
+
+def unknown_field_warnings(pruned: list[str]) -> list[str]:
+    """fieldValidation=Warn: one `Warning` header text per pruned field, as kube-apiserver sends."""
+    return [f'unknown field "{p}"' for p in pruned]
+
+
+def strict_decoding_message(kind: str, version: str, pruned: list[str]) -> str:
+    """fieldValidation=Strict: the 400 BadRequest message kube-apiserver answers with."""
+    fields = ", ".join(unknown_field_warnings(pruned))
+    return f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: {fields}'

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from fleet.api.crd import apply_defaults, prune
+from fleet.api.crd import apply_defaults, prune, strict_decoding_message, unknown_field_warnings
 
 PRESERVE = {"type": "object", "properties": {
     "spec": {"type": "object", "properties": {
@@ -77,3 +77,17 @@ def test_default_is_copied():
     x = apply_defaults({}, s)
     x["o"]["a"].append("changed")
     assert s == before
+
+
+def test_field_validation_words():
+    # As kube-apiserver answers (recorded: NodeFeatureRule, DynamoGraphDeployment with map keys).
+    s = {"type": "object", "properties": {"spec": {"type": "object", "properties": {"services": {
+        "type": "object", "additionalProperties": {"type": "object", "properties": {"replicas": {"type": "integer"}}}}}}}}
+    obj = {"spec": {"services": {"DecodeWorker": {"subComponentType": "x"}, "PrefillWorker": {"subComponentType": "y"}}}}
+    pruned = prune(obj, s)
+    assert unknown_field_warnings(pruned) == ['unknown field "spec.services.DecodeWorker.subComponentType"',
+                                              'unknown field "spec.services.PrefillWorker.subComponentType"']
+    assert strict_decoding_message("DynamoGraphDeployment", "v1alpha1", pruned) == (
+        'DynamoGraphDeployment in version "v1alpha1" cannot be handled as a DynamoGraphDeployment: strict decoding '
+        'error: unknown field "spec.services.DecodeWorker.subComponentType", unknown field '
+        '"spec.services.PrefillWorker.subComponentType"')
