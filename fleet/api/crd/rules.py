@@ -130,8 +130,17 @@ def _go_invalid(path: str, go_value: str, detail: str) -> Cause:
     return cause(path, f"Invalid value: {go_value}: {detail}", "FieldValueInvalid")
 
 
+_OLD_SELF: dict[str, bool] = {}
+
+
 def uses_old_self(program: cel.Program) -> bool:
-    return any(t.data == "ident" and str(t.children[0]) == "oldSelf" for t in program.ast.iter_subtrees())
+    """Whether the rule is a transition rule (cached by its text: asked on every write)."""
+    found = _OLD_SELF.get(program.expression)
+    if found is None:
+        found = any(t.data == "ident" and str(t.children[0]) == "oldSelf" for t in program.ast.iter_subtrees())
+        if len(_OLD_SELF) < 4096:
+            _OLD_SELF[program.expression] = found
+    return found
 
 
 def rule_violations(schema: Any, path: str = "spec.validation.openAPIV3Schema") -> list[Cause]:
@@ -259,17 +268,25 @@ def validate_rules(obj: Any, schema: dict[str, Any] | None, old: Any = None, pat
     if not isinstance(schema, dict):
         return out
     try:
-        _walk(obj, old, schema, path, out, correlated=old is not None)
+        _walk(obj, old, schema, path, out, correlated=old is not None, root=not path)
     except _Stop:
         pass
     return out
 
 
-def _walk(x: Any, old: Any, s: dict[str, Any], path: str, out: list[Cause], *, correlated: bool) -> None:
+def _walk(x: Any, old: Any, s: dict[str, Any], path: str, out: list[Cause], *, correlated: bool,
+          root: bool = False) -> None:
     if x is None:
         return
     if _rules(s):
-        _run(x, old if correlated else None, s, path, out, has_old=correlated and old is not None)
+        old_value = old if correlated else None
+        if root:
+            # At the resource root `self.metadata` holds only name and generateName (kube's
+            # WithTypeAndObjectMeta): rules cannot read labels, uid, resourceVersion...
+            x_cel, old_value = _root_view(x), _root_view(old_value)
+        else:
+            x_cel = x
+        _run(x_cel, old_value, s, path, out, has_old=correlated and old is not None)
     if isinstance(x, dict):
         props = properties(s)
         addl = schema_dict(s.get("additionalProperties"))
@@ -295,6 +312,13 @@ def _walk(x: Any, old: Any, s: dict[str, Any], path: str, out: list[Cause], *, c
             k = _map_key(v, keys) if olds and isinstance(v, dict) else None
             _walk(v, olds.get(k) if k is not None else None, items, index(path, i), out,
                   correlated=k is not None and k in olds)
+
+
+def _root_view(obj: Any) -> Any:
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+        return obj
+    meta = {k: v for k, v in obj["metadata"].items() if k in ("name", "generateName")}
+    return {**obj, "metadata": meta}
 
 
 def _map_key(item: dict[str, Any], keys: list[Any]) -> str:

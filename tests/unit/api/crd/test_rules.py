@@ -207,3 +207,12 @@ def test_cluster_api_recorded_messages():
     # (cel-go lists what it expected as `<EOF>`; the shared engine's parser lists tokens: an engine difference.)
     assert got.endswith("\n | 'Expected integer greater or equal to 1, got ' + this does not compile\n"
                         " | ......................................................^")
+
+
+def test_root_rules_see_only_name_and_generate_name_of_metadata():
+    s = {"type": "object", "x-kubernetes-validations": [
+        {"rule": "self.metadata.name.startsWith('web-')", "message": "name must start with web-"},
+        {"rule": "!has(self.metadata.labels)", "message": "labels are not visible to rules"}],
+         "properties": {"spec": {"type": "object"}}}
+    obj = {"apiVersion": "g/v1", "kind": "K", "metadata": {"name": "db-1", "labels": {"a": "b"}}, "spec": {}}
+    assert msgs(validate_rules(obj, s)) == ['<nil>: Invalid value: "object": name must start with web-']
