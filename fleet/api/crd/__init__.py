@@ -7,7 +7,7 @@
 - On a custom resource write, in kube-apiserver's order: `prune` (unknown fields, the
   pruned paths for fieldValidation warnings) → `apply_defaults` → `validate` (OpenAPI
   value validation) + `embedded_violations` (TypeMeta/ObjectMeta of embedded
-  resources) + `validate_rules` (x-kubernetes-validations, with `old` on update).
+  resources) + `list_violations` (duplicates in sets and map lists) + `validate_rules` (x-kubernetes-validations, with `old` on update).
   `validate_custom_resource` runs the three validations.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.api.crd.defaults import apply_defaults
+from fleet.api.crd.listtype import list_violations
 from fleet.api.crd.objectmeta import embedded_violations, validate_embedded
 from fleet.api.crd.prune import prune, strict_decoding_message, unknown_field_warnings
 from fleet.api.crd.rules import estimated_cost, rule_violations, validate_rules
@@ -44,6 +45,7 @@ def validate_custom_resource(obj: dict[str, Any], schema: dict[str, Any], old: d
     """Schema, embedded-resource and CEL-rule causes for a pruned, defaulted custom resource."""
     out = validate(obj, schema, "")
     out.extend(embedded_violations(obj, schema))
+    out.extend(list_violations(obj, schema))
     if any(c.get("reason") in BLOCKING_REASONS for c in out):
         # kube's hasBlockingErr: the rules would read values of the wrong shape; one fieldless note instead.
         out.append(cause("<nil>", 'Invalid value: "null": some validation rules were not checked because the '
@@ -53,6 +55,6 @@ def validate_custom_resource(obj: dict[str, Any], schema: dict[str, Any], old: d
     return out
 
 
-__all__ = ["apply_defaults", "default_violations", "embedded_violations", "estimated_cost", "prune",
+__all__ = ["apply_defaults", "default_violations", "embedded_violations", "estimated_cost", "list_violations", "prune",
            "rule_violations", "schema_violations", "strict_decoding_message", "structural_violations",
            "unknown_field_warnings", "validate", "validate_custom_resource", "validate_embedded", "validate_rules"]

@@ -129,3 +129,26 @@ def test_embedded_resources_typemeta_and_metadata():
     assert got[1].startswith('spec.template.kind: Invalid value: "a b": may have mixed case, but should otherwise '
                              "match: a DNS-1035 label must consist of")
     assert got[2] == "spec.template.metadata.name: Invalid value: \"a/b\": may not contain '/'"
+
+
+def test_sets_and_map_lists_refuse_duplicates():
+    # Recorded kube-apiserver answers: `env[28]: Duplicate value: map[string]interface {}{"name":"CPU_REQUEST"}`.
+    s = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "env": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"},
+                                                                               "value": {"type": "string"}}}},
+        "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port", "protocol"],
+                  "items": {"type": "object", "required": ["port"], "properties": {
+                      "port": {"type": "integer"}, "protocol": {"type": "string", "default": "TCP"}}}},
+        "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+    }}}}
+    obj = {"spec": {"env": [{"name": "A", "value": "1"}, {"name": "CPU_REQUEST"}, {"name": "CPU_REQUEST", "value": "2"}],
+                    "ports": [{"port": 80, "protocol": "TCP"}, {"port": 80, "protocol": "UDP"},
+                              {"port": 80, "protocol": "TCP"}],
+                    "tags": ["a", "b", "a"]}}
+    got = [f"{c['field']}: {c['message']}" for c in validate_custom_resource(obj, s)]
+    assert got == [
+        'spec.env[2]: Duplicate value: map[string]interface {}{"name":"CPU_REQUEST"}',
+        'spec.ports[2]: Duplicate value: map[string]interface {}{"port":80, "protocol":"TCP"}',
+        'spec.tags[2]: Duplicate value: "a"',
+    ]
