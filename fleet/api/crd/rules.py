@@ -82,9 +82,8 @@ def _nodes(s: dict[str, Any], path: str, card: int, uncorrelatable: str | None
             unc = uncorrelatable if uncorrelatable is not None or not map_atomic else path
             yield from _nodes(v, key(child(path, "properties"), k), card, unc)
     addl = schema_dict(s.get("additionalProperties"))
-    if addl is not None:
-        unc = uncorrelatable if uncorrelatable is not None or not map_atomic else path
-        yield from _nodes(addl, child(path, "additionalProperties"), card * _size(s), unc)
+    if addl is not None:  # kube marks only the properties of an atomic map uncorrelatable
+        yield from _nodes(addl, child(path, "additionalProperties"), card * _size(s), uncorrelatable)
     items = schema_dict(s.get("items"))
     if items is not None:
         unc = uncorrelatable
@@ -290,14 +289,15 @@ def _walk(x: Any, old: Any, s: dict[str, Any], path: str, out: list[Cause], *, c
     if isinstance(x, dict):
         props = properties(s)
         addl = schema_dict(s.get("additionalProperties"))
-        old_map = old if isinstance(old, dict) and correlated and s.get("x-kubernetes-map-type") != "atomic" else None
+        old_map = old if isinstance(old, dict) and correlated else None
+        atomic = s.get("x-kubernetes-map-type") == "atomic"
         for k in sorted(x):
             sub = schema_dict(props[k]) if k in props else addl
             if sub is None:
                 continue
             sub_path = child(path, k) if k in props else key(path, k)
-            _walk(x[k], old_map.get(k) if old_map else None, sub, sub_path, out,
-                  correlated=old_map is not None and k in old_map)
+            corr = old_map is not None and k in old_map and not (atomic and k in props)
+            _walk(x[k], old_map.get(k) if corr and old_map else None, sub, sub_path, out, correlated=corr)
     elif isinstance(x, list):
         items = schema_dict(s.get("items"))
         if items is None:

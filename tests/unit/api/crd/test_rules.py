@@ -102,6 +102,17 @@ def test_old_self_forbidden_where_uncorrelatable():
     assert msgs(rule_violations(s, P)) == [
         f'{P}.properties[l].items.x-kubernetes-validations[0].rule: Invalid value: "self == oldSelf": oldSelf cannot '
         f"be used on the uncorrelatable portion of the schema within {P}.properties[l]"]
+    atomic = {"type": "object", "properties": {"m": {"type": "object", "x-kubernetes-map-type": "atomic",
+                                                     "properties": {"a": {"type": "string", "x-kubernetes-validations": [
+                                                         {"rule": "self == oldSelf"}]}}}}}
+    assert msgs(rule_violations(atomic, P)) == [
+        f'{P}.properties[m].properties[a].x-kubernetes-validations[0].rule: Invalid value: "self == oldSelf": oldSelf '
+        f"cannot be used on the uncorrelatable portion of the schema within {P}.properties[m]"]
+    keyed = {"type": "object", "properties": {"l": {"type": "array", "x-kubernetes-list-type": "map",
+                                                    "x-kubernetes-list-map-keys": ["k"], "items": {
+        "type": "object", "required": ["k"], "properties": {"k": {"type": "string"}},
+        "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}}}}
+    assert rule_violations(keyed, P) == []
 
 
 def test_message_expression_reason_field_path_and_default_message():
