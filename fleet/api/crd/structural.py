@@ -22,6 +22,7 @@ checks walk properties in sorted order.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import re2
@@ -63,7 +64,7 @@ def _invariants(s: dict[str, Any] | None, lvl: int, path: str) -> list[Cause]:
     if s is None:
         return []
     out: list[Cause] = []
-    typ = s.get("type") or ""
+    typ = s.get("type") if isinstance(s.get("type"), str) else ""
     items = schema_dict(s.get("items"))
     if typ == "array" and s.get("items") is None:
         out.append(required(child(path, "items"), "must be specified"))
@@ -273,6 +274,8 @@ class _Ctx:
 def _standard(s: dict[str, Any], path: str, ctx: _Ctx) -> list[Cause]:
     out: list[Cause] = []
     typ = s.get("type")
+    if typ is not None and not isinstance(typ, str):
+        out.append(invalid(child(path, "type"), typ, "must be a string"))  # kube: a decoding error
     if isinstance(typ, str) and typ and typ not in SCHEMA_TYPES:  # "null" too: nullable is the way
         out.append(not_supported(child(path, "type"), typ, SCHEMA_TYPES))
     if "default" in s and s["default"] is not None and ctx.defaults:
@@ -326,7 +329,7 @@ def _openapi(s: dict[str, Any], path: str, ctx: _Ctx, *, is_root: bool = False) 
 
 def _list_and_map_types(s: dict[str, Any], path: str) -> list[Cause]:
     out: list[Cause] = []
-    typ = s.get("type") or ""
+    typ = s.get("type") if isinstance(s.get("type"), str) else ""
     if s.get("x-kubernetes-preserve-unknown-fields") is False:
         out.append(invalid(child(path, "x-kubernetes-preserve-unknown-fields"), False, "must be true or undefined"))
     map_type = s.get("x-kubernetes-map-type")
@@ -351,12 +354,16 @@ def _list_and_map_types(s: dict[str, Any], path: str) -> list[Cause]:
                 out.append(invalid(child(child(path, "items"), "x-kubernetes-list-type"), items["x-kubernetes-list-type"],
                                    "must be atomic as item of a list with x-kubernetes-list-type=set"))
         elif items.get("type") == "object" and items.get("x-kubernetes-map-type") != "atomic":
-            out.append(invalid(child(child(path, "items"), "x-kubernetes-map-type"), items.get("x-kubernetes-list-type"),
+            # kube shows the item's list type here (a nil pointer prints "null" in 1.32)
+            shown = items.get("x-kubernetes-list-type")
+            out.append(invalid(child(child(path, "items"), "x-kubernetes-map-type"), "null" if shown is None else shown,
                                "must be atomic as item of a list with x-kubernetes-list-type=set"))
     if list_type is not None and list_type not in ("atomic", "set", "map"):
         out.append(not_supported(child(path, "x-kubernetes-list-type"), list_type, ("atomic", "set", "map")))
-    keys = s.get("x-kubernetes-list-map-keys")
-    keys = keys if isinstance(keys, list) else []
+    raw_keys = s.get("x-kubernetes-list-map-keys")
+    raw_keys = raw_keys if isinstance(raw_keys, list) else []
+    # Keys that are not strings cannot name properties (kube would not decode them at all).
+    keys = [k if isinstance(k, str) else json.dumps(k) for k in raw_keys]
     if keys:
         if list_type is None:
             out.append(required(child(path, "x-kubernetes-list-type"), "must be map if x-kubernetes-list-map-keys is non-empty"))
@@ -381,10 +388,11 @@ def _list_and_map_types(s: dict[str, Any], path: str) -> list[Cause]:
                                            items.get("type"), "must be a scalar type if parent array's "
                                                               "x-kubernetes-list-type is map"))
                 else:
-                    out.append(invalid(child(path, "x-kubernetes-list-map-keys"), keys,
+                    out.append(invalid(child(path, "x-kubernetes-list-map-keys"), raw_keys,
                                        "entries must all be names of item properties"))
                 if k in seen:
-                    out.append(invalid(child(path, "x-kubernetes-list-map-keys"), keys, "must not contain duplicate entries"))
+                    out.append(invalid(child(path, "x-kubernetes-list-map-keys"), raw_keys,
+                                       "must not contain duplicate entries"))
                 seen.add(k)
     out.extend(_map_set_keys(s, path, list_type, items, keys))
     return out
@@ -400,7 +408,7 @@ def _map_set_keys(s: dict[str, Any], path: str, list_type: Any, items: dict[str,
     if items.get("nullable") is True:
         out.append(forbidden(child(ipath, "nullable"), f"cannot be nullable when x-kubernetes-list-type is {list_type}"))
     if list_type == "map":
-        req = set(items.get("required") or []) if isinstance(items.get("required"), list) else set()
+        req = {r for r in items["required"] if isinstance(r, str)} if isinstance(items.get("required"), list) else set()
         item_props = properties(items)
         for k in keys:
             prop = item_props.get(k)
