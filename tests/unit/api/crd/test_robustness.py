@@ -26,7 +26,7 @@ values = st.recursive(scalars, lambda inner: st.one_of(
 schemas = st.dictionaries(st.sampled_from(KEYWORDS), values, max_size=6)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schemas, values, values)
 @example({"type": "object", "properties": {"l": {
     "type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [[1], {}],
