@@ -152,3 +152,12 @@ def test_sets_and_map_lists_refuse_duplicates():
         'spec.ports[2]: Duplicate value: map[string]interface {}{"port":80, "protocol":"TCP"}',
         'spec.tags[2]: Duplicate value: "a"',
     ]
+
+
+def test_status_subresource_validator_is_rooted_at_status():
+    # kube validates /status writes with a validator built from properties.status and the path
+    # `status` (recorded: `status: Invalid value: "null": in body must be of type object`).
+    status = {"type": "object", "properties": {"replicas": {"type": "integer"}}}
+    assert msgs(None, status, "status") == ['status: Invalid value: "null": in body must be of type object: "null"']
+    assert msgs({"replicas": "x"}, status, "status") == [
+        'status.replicas: Invalid value: "string": replicas in body must be of type integer: "string"']
