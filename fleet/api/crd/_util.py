@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleet.api.typecheck import type_name_of
+
 SCHEMA_TYPES = ("array", "boolean", "integer", "number", "object", "string")
 
 
@@ -24,22 +26,8 @@ def index(path: str, i: int) -> str:
 
 
 def json_type(value: Any) -> str:
-    """The JSON type name kube-openapi infers for a decoded value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    """The JSON type name kube-openapi infers for a decoded value (typecheck's one reading)."""
+    return type_name_of(value)
 
 
 def schema_dict(value: Any) -> dict[str, Any] | None:
