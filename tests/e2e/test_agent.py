@@ -185,8 +185,10 @@ def test_agent_runs_pods(cluster: tuple[FleetServer, Agent, str]) -> None:
         assert st["containerStatuses"][0]["restartCount"] == 0
         assert _container_pid(agent, "run") == pid
         os.kill(pid, 0)
-        # The lease was renewed meanwhile (by the heartbeat, and again by the new agent).
-        assert get(srv, lease_path)[1]["spec"]["renewTime"] != first_renew
+        # The lease is renewed (by the heartbeat, and again by the new agent): waited for, since
+        # a restarted agent on a loaded machine may not have renewed it yet.
+        wait_until(lambda: get(srv, lease_path)[1]["spec"]["renewTime"] != first_renew, timeout=20,
+                   what="the lease renewed")
     except BaseException:
         sys.stderr.write(f"\n----- agent output -----\n{agent.output()}\n")
         raise
