@@ -37,6 +37,7 @@ import re2
 
 from fleet.api.crd._util import child, index, is_true, json_type, properties, schema_dict
 from fleet.api.errors import cause
+from fleet.api.patch import json_equal
 from fleet.api.validation import Cause, invalid, not_supported, required, too_long, too_many
 
 IN = "body"
@@ -239,7 +240,7 @@ class _Validator:
         enum = s.get("enum")
         if not isinstance(enum, list) or not enum:
             return []
-        if any(_json_equal(data, e) for e in enum):
+        if any(json_equal(data, e) for e in enum):
             return []
         values = [e if isinstance(e, str) else json.dumps(e, separators=(",", ":")) for e in enum]
         return [not_supported(self.f(name), data, values)]
@@ -278,18 +279,6 @@ def _int(v: Any) -> int | None:
 
 def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if _num(a) and _num(b):
-        return a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and a == b
 
 
 _PATTERNS: dict[str, Any] = {}
