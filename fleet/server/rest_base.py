@@ -105,7 +105,8 @@ class ResourceBase:
         md = obj.get("metadata")
         if isinstance(md, dict):
             causes += typecheck.owner_reference_causes(md.get("ownerReferences"))
-            causes += typecheck.managed_fields_causes(md.get("managedFields"))
+            if md.get("managedFields") != [{}]:  # `[{}]` is kube's request to reset them (apply.py)
+                causes += typecheck.managed_fields_causes(md.get("managedFields"))
         if causes:
             name = md.get("name") or md.get("generateName") or "" if isinstance(md, dict) else ""
             raise errors.Invalid.for_object(info.kind, info.group, name if isinstance(name, str) else "",
