@@ -194,8 +194,15 @@ class WriteVerbs(ApplyVerbs):
         schema_root = info.strategic_schema() if ctype == STRATEGIC_PATCH else {}
 
         def build(old: dict[str, Any]) -> dict[str, Any]:
+            old_rv = old["metadata"].get("resourceVersion")
             new = apply(old, schema_root)
             self.check_type(info, new)
+            # A JSON patch that replaces the resourceVersion makes it a precondition, as
+            # kube-apiserver's storage does (kubectl's managedFields migration relies on it).
+            new_rv = new["metadata"].get("resourceVersion") if isinstance(new["metadata"], dict) else None
+            if ctype == JSON_PATCH and new_rv not in (None, "", old_rv):
+                parse_rv(new_rv)
+                raise conflict(info, route.name or "")
             return new
 
         return await self._write(info, route, req, user, build, precondition, None, verb="patch",

@@ -331,3 +331,21 @@ def test_manager_from_user_agent() -> None:
     assert prefix_from_user_agent("") == ""
     assert prefix_from_user_agent("a\x00b\nc/x") == "abc"
     assert prefix_from_user_agent("é" * 100) == "é" * 64
+
+
+async def test_kubectl_managed_fields_migration_patch(api) -> None:  # type: ignore[no-untyped-def]
+    """kubectl's csaupgrade: a JSON patch replacing managedFields, the resourceVersion replaced as a precondition."""
+    code, obj = await api.json("POST", CM, cm(a="1"), query={"fieldManager": "kubectl-client-side-apply"})
+    rv = obj["metadata"]["resourceVersion"]
+    migrated = [{"manager": "kubectl", "operation": "Apply", "apiVersion": "v1", "time": "2026-01-01T00:00:00Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}}}}]
+    code, st = await api.json("PATCH", f"{CM}/cfg", [
+        {"op": "replace", "path": "/metadata/managedFields", "value": migrated},
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": "1"}], content_type=JSONP,
+        query={"fieldManager": "kubectl"})
+    assert code == 409 and st["reason"] == "Conflict"
+    code, obj = await api.json("PATCH", f"{CM}/cfg", [
+        {"op": "replace", "path": "/metadata/managedFields", "value": migrated},
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": rv}], content_type=JSONP,
+        query={"fieldManager": "kubectl"})
+    assert code == 200 and obj["metadata"]["managedFields"] == migrated
