@@ -244,6 +244,8 @@ class ApplyVerbs(ResourceBase):
                                   subresource)
                 return await self._write(info, sub_route, req, user, build, precondition, None, verb="patch",
                                          validate_fields=True, track=False)
+            if self.authorize_create is not None:
+                self.authorize_create(user, route, info)
             obj = _apply(field_manager(info, "", None, config), None, config, manager, force)
             check_name(obj, route)
             try:

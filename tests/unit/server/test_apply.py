@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+import trio
 import yaml
 
 from fleet.server.apply import prefix_from_user_agent
@@ -349,3 +350,38 @@ async def test_kubectl_managed_fields_migration_patch(api) -> None:  # type: ign
         {"op": "replace", "path": "/metadata/resourceVersion", "value": rv}], content_type=JSONP,
         query={"fieldManager": "kubectl"})
     assert code == 200 and obj["metadata"]["managedFields"] == migrated
+
+
+async def test_an_apply_that_creates_needs_create_permission(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from fleet.auth import UserInfo
+    from fleet.server.security import SecurityConfig
+
+    carol = UserInfo("carol", groups=("system:authenticated",))
+    async with open_api(tmp_path, namespace_controller=False, security=SecurityConfig(),
+                        tokens={"carol-token": carol}) as api:
+        code, body = await api.json("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "patcher"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}]})
+        assert code == 201, body
+        code, body = await api.json("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "patcher"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "patcher"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "carol"}]})
+        assert code == 201, body
+        # Patch alone is enough to apply to an existing object (polled: RBAC reads a watch-fed cache).
+        await api.json("POST", CM, cm("existing", a="0"))
+        raw = json.dumps(cm("existing", a="1")).encode()
+        with trio.fail_after(10):
+            while True:
+                code, obj = await api.json("PATCH", f"{CM}/existing", raw, content_type=APPLY,
+                                           query={"fieldManager": "c", "force": "true"}, token="carol-token")
+                if code != 403:
+                    break
+                await trio.sleep(0.05)
+        assert code == 200 and obj["data"] == {"a": "1"}
+        code, st = await api.json("PATCH", f"{CM}/cfg", json.dumps(cm(a="1")).encode(), content_type=APPLY,
+                                  query={"fieldManager": "c"}, token="carol-token")
+        assert code == 403 and st["message"] == ('configmaps "cfg" is forbidden: User "carol" cannot create '
+                                                 'resource "configmaps" in API group "" in the namespace "default"')
+        code, _ = await api.json("GET", f"{CM}/cfg")
+        assert code == 404
