@@ -151,8 +151,10 @@ def decode_apply_body(req: Req) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise errors.BadRequest("error decoding YAML: the applied configuration must be an object, not "
                                 + type(value).__name__)
-    md = value.get("metadata")
-    if md is not None and not isinstance(md, dict):
+    md = value.get("metadata", {})
+    if md is None:
+        value.pop("metadata")  # `metadata: null` sets nothing
+    elif not isinstance(md, dict):
         raise errors.BadRequest("error decoding YAML: metadata must be an object")
     return value
 
@@ -248,6 +250,7 @@ class ApplyVerbs(ResourceBase):
                 self.authorize_create(user, route, info)
             obj = _apply(field_manager(info, "", None, config), None, config, manager, force)
             check_name(obj, route)
+            self.type_check(info, obj)  # before defaulting, as for a POST
             try:
                 return await self.create_object(info, route, req, user, obj,
                                                 self.field_validation(info, obj, req), applied=True)

@@ -385,3 +385,22 @@ async def test_an_apply_that_creates_needs_create_permission(tmp_path) -> None: 
                                                  'resource "configmaps" in API group "" in the namespace "default"')
         code, _ = await api.json("GET", f"{CM}/cfg")
         assert code == 404
+
+
+async def test_badly_typed_apply_is_422_before_defaulting(api) -> None:  # type: ignore[no-untyped-def]
+    for url in (f"{DEPLOY}/web", f"{DEPLOY}/web"):  # a create, then (after a good apply) an update
+        body = deploy()
+        body["spec"]["replicas"] = "many"
+        body["spec"]["template"]["spec"]["containers"] = {"name": "c"}
+        code, st = await apply(api, url, body)
+        assert code == 422 and st["reason"] == "Invalid", st
+        assert {c["field"] for c in st["details"]["causes"]} >= {"spec.replicas"}
+        await apply(api, url, deploy())
+
+
+@pytest.mark.parametrize("metadata", [None, {"name": "cfg", "labels": None}, {"name": "cfg", "annotations": {}}])
+async def test_null_and_empty_metadata_in_an_applied_configuration(api, metadata: Any) -> None:  # type: ignore[no-untyped-def]
+    await api.json("POST", CM, cm(a="1"))
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {"b": "2"}}
+    code, obj = await apply(api, f"{CM}/cfg", body)
+    assert code == 200 and obj["data"] == {"a": "1", "b": "2"}, obj
