@@ -151,3 +151,17 @@ def test_python_client_server_side_apply(dynamic: DynamicClient, namespace: str)
     v1.patch_namespaced_config_map("py", namespace, {"data": {"other": "x"}})
     got = v1.read_namespaced_config_map("py", namespace)
     assert ("OpenAPI-Generator", "Update") in {(e.manager, e.operation) for e in got.metadata.managed_fields}
+
+
+def test_python_client_create_from_yaml_applies(dynamic: DynamicClient, namespace: str, tmp_path: Path) -> None:
+    from kubernetes import utils
+
+    path = tmp_path / "cm.yaml"
+    path.write_text(dump_all({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "from-yaml"},
+                              "data": {"k": "1"}}))
+    for value in ("1", "2"):  # created, then applied again over itself
+        path.write_text(path.read_text().replace("k: '1'", f"k: '{value}'").replace('k: "1"', f'k: "{value}"'))
+        utils.create_from_yaml(dynamic.client, str(path), namespace=namespace, apply=True)
+    got = client.CoreV1Api(dynamic.client).read_namespaced_config_map("from-yaml", namespace)
+    assert got.data == {"k": "2"}
+    assert [(e.manager, e.operation) for e in got.metadata.managed_fields] == [("python-client", "Apply")]
