@@ -404,3 +404,40 @@ async def test_null_and_empty_metadata_in_an_applied_configuration(api, metadata
     body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {"b": "2"}}
     code, obj = await apply(api, f"{CM}/cfg", body)
     assert code == 200 and obj["data"] == {"a": "1", "b": "2"}, obj
+
+
+WIDGET_SCHEMA = {
+    "type": "object",
+    "properties": {"spec": {"type": "object", "properties": {
+        "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                  "items": {"type": "object", "properties": {"name": {"type": "string"},
+                                                             "port": {"type": "integer"}}}},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    }}},
+}
+
+
+async def test_a_kind_with_an_openapi_schema_gets_its_list_semantics(api) -> None:  # type: ignore[no-untyped-def]
+    """What a CRD's entry carries (`openapi_schema`): keyed lists merge per item, plain lists are atomic."""
+    from fleet.api.registry import KindInfo
+
+    api.server.registry.register(KindInfo("example.com", "v1", "Widget", "widgets", "widget",
+                                          strategic_merge=False, openapi_schema=WIDGET_SCHEMA))
+    url = "/apis/example.com/v1/namespaces/default/widgets/w"
+
+    def widget(ports: list[dict[str, Any]], tags: list[str] | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"ports": ports}
+        if tags is not None:
+            spec["tags"] = tags
+        return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": spec}
+
+    code, obj = await apply(api, url, widget([{"name": "a", "port": 1}], ["x"]), manager="one")
+    assert code == 201, obj
+    code, obj = await apply(api, url, widget([{"name": "b", "port": 2}]), manager="two")
+    # Both items kept (with nothing shared, the configuration's items come first: the library's order).
+    assert code == 200 and obj["spec"]["ports"] == [{"name": "b", "port": 2}, {"name": "a", "port": 1}]
+    assert 'k:{"name":"b"}' in entries(obj)[("two", "Apply", "")]["fieldsV1"]["f:spec"]["f:ports"]
+    code, st = await apply(api, url, widget([{"name": "b", "port": 2}], ["y"]), manager="two")
+    assert code == 409 and st["details"]["causes"][0]["field"] == ".spec.tags"  # atomic: owned whole by "one"
+    code, obj = await apply(api, url, widget([]), manager="one")  # "one" lets go of its item and tags
+    assert code == 200 and obj["spec"] == {"ports": [{"name": "b", "port": 2}]}
