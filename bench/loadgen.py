@@ -104,6 +104,13 @@ def _cm(name: str, namespace: str, payload: str) -> dict[str, Any]:
     }
 
 
+async def _apply(client: httpx.AsyncClient, ns: str, name: str, body: dict[str, Any]) -> httpx.Response:
+    return await client.patch(f"/api/v1/namespaces/{ns}/configmaps/{name}",
+                              params={"fieldManager": "bench", "force": "true"},
+                              content=json.dumps(body).encode(),
+                              headers={"Content-Type": "application/apply-patch+yaml"})
+
+
 def _cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
@@ -234,6 +241,27 @@ async def paced(spec: dict[str, Any]) -> dict[str, Any]:
                         rvs[name] = r.json()["metadata"]["resourceVersion"]
                 finally:
                     free.put_nowait(name)
+            elif op in ("apply", "patch"):
+                # Server-side apply (new names: creates; `names`: updates) and, beside it,
+                # the strategic merge patch client-side `kubectl apply` sends.
+                if op == "apply" and not names:
+                    name = f"{prefix}{i}"
+                    r = await _apply(client, ns, name, _cm(name, ns, payload))
+                else:
+                    name = await free.get()
+                    try:
+                        if op == "apply":
+                            body = _cm(name, ns, payload)
+                            body["data"]["seq"] = str(i)
+                            r = await _apply(client, ns, name, body)
+                        else:
+                            r = await client.patch(
+                                f"/api/v1/namespaces/{ns}/configmaps/{name}",
+                                params={"fieldManager": "kubectl-client-side-apply"},
+                                content=json.dumps({"data": {"seq": str(i)}}).encode(),
+                                headers={"Content-Type": "application/strategic-merge-patch+json"})
+                    finally:
+                        free.put_nowait(name)
             else:
                 r = await client.get(spec.get("path", "/healthz"))
             code = str(r.status_code)

@@ -158,6 +158,19 @@ class KindInfo:
         return meta.store_key(self.storage_group if self.storage_group is not None else self.group,
                               self.plural, namespace if self.namespaced else None, name)
 
+    def ssa_type(self) -> Any:
+        """The server-side apply type tree of this kind (`fleet.api.ssa.SchemaType`): a
+        custom resource's from its `openapi_schema`, a built-in kind's from Fleet's
+        schema.  Built once per entry (a CRD's new version is a new entry)."""
+        t = self.__dict__.get("_ssa_type")
+        if t is None:
+            from fleet.api.ssa import schema as ssa_schema
+
+            t = (ssa_schema.from_openapi(self.openapi_schema) if self.openapi_schema is not None
+                 else ssa_schema.for_kind(self.group, self.version, self.kind))
+            self.__dict__["_ssa_type"] = t
+        return t
+
     def strategic_schema(self) -> dict[str, Any]:
         if self.patch_schema is not None:
             return self.patch_schema

@@ -96,6 +96,8 @@ class APIServer(ConnectVerbs):
         self.authorizer = authorizer
         self.admission = admission
         self.resources = resources
+        # An apply that creates needs `create` too (kube-apiserver's withAuthorization).
+        resources.authorize_create = lambda user, route, info: self.authorize(user, "create", route, info)
         self.metrics = metrics
         self.watches = watches
         self.server_address = server_address

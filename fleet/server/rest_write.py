@@ -23,6 +23,7 @@ from fleet.api.registry import KindInfo
 from fleet.auth import Attributes, UserInfo
 from fleet.server import deletion
 from fleet.server.allocation import removed_by_update
+from fleet.server.apply import ApplyVerbs, refuse_force_on_patch, track_update
 from fleet.server.http import Req, Resp
 from fleet.server.request_params import (
     APPLY_PATCH,
@@ -37,7 +38,7 @@ from fleet.server.request_params import (
     random_suffix,
     warning_headers,
 )
-from fleet.server.rest_base import PATCH_RETRIES, ResourceBase
+from fleet.server.rest_base import PATCH_RETRIES
 from fleet.server.rest_subresources import _check_scale_body, to_scale
 from fleet.server.routes import Route, conflict, not_found, qualified
 from fleet.store import KeyExists, KeyNotFound, RevisionConflict
@@ -45,7 +46,7 @@ from fleet.store import KeyExists, KeyNotFound, RevisionConflict
 PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
-class WriteVerbs(ResourceBase):
+class WriteVerbs(ApplyVerbs):
     """create, update, patch, delete and deletecollection of `ResourceAPI`."""
 
     # ------------------------------------------------------------------- write
@@ -61,6 +62,13 @@ class WriteVerbs(ResourceBase):
         # Types first, as kube-apiserver decodes before anything else: the namespace
         # checks, defaulting and admission read the object as the schema says it is.
         self.type_check(info, obj)
+        return await self.create_object(info, route, req, user, obj, warnings)
+
+    async def create_object(self, info: KindInfo, route: Route, req: Req, user: UserInfo, obj: dict[str, Any],
+                            warnings: list[str], *, applied: bool = False) -> Resp:
+        """The create pipeline from a decoded, type-checked object: a POST's body, or
+        what an apply to a missing object produced (`applied`: its managedFields are
+        the apply's, not tracked again)."""
         md = obj["metadata"]
         if info.namespaced:
             ns = md.get("namespace") or route.namespace
@@ -73,9 +81,14 @@ class WriteVerbs(ResourceBase):
             route.namespace = ns
         else:
             md.pop("namespace", None)
+        # managedFields a client sends are honoured (kube-apiserver's field manager
+        # reads them, then adds the creator's entry after defaulting, below).
+        sent_managed = md.get("managedFields")
         for f in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
-                  "deletionGracePeriodSeconds", "generation", "managedFields", "selfLink"):
+                  "deletionGracePeriodSeconds", "generation", "selfLink"):
             md.pop(f, None)
+        if not applied:
+            md.pop("managedFields", None)
         if not md.get("name") and md.get("generateName"):
             md["name"] = str(md["generateName"]) + random_suffix()
         # Assigned before defaulting: some defaults derive from it (a Job's selector).
@@ -86,6 +99,10 @@ class WriteVerbs(ResourceBase):
             info.default(obj)
         if info.prepare_create is not None:
             info.prepare_create(obj, user)
+        if not applied:
+            if sent_managed is not None:
+                obj["metadata"]["managedFields"] = sent_managed
+            obj = track_update(info, "", req, None, obj)
         if info.namespaced:
             await self.check_namespace(route.namespace or "")
         # kube-apiserver's order: mutating admission, then validation of what it
@@ -142,12 +159,12 @@ class WriteVerbs(ResourceBase):
         assert route.name is not None
         ctype = req.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype == APPLY_PATCH:
-            raise errors.UnsupportedMediaType("server-side apply is not supported yet: use client-side "
-                                              "kubectl apply (the default)")
+            return await self.apply_patch(info, route, req, user)
         if ctype not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH):
             raise errors.UnsupportedMediaType(
                 f'the body of the request was in an unknown format - accepted media types include: '
-                f'{JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_PATCH}')
+                f'{JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_PATCH}, {APPLY_PATCH}')
+        refuse_force_on_patch(req)
         if ctype == STRATEGIC_PATCH and not info.strategic_merge:
             raise errors.UnsupportedMediaType(f"strategic merge patch is not supported for {info.kind}; "
                                               "use a merge or JSON patch")
@@ -177,8 +194,15 @@ class WriteVerbs(ResourceBase):
         schema_root = info.strategic_schema() if ctype == STRATEGIC_PATCH else {}
 
         def build(old: dict[str, Any]) -> dict[str, Any]:
+            old_rv = old["metadata"].get("resourceVersion")
             new = apply(old, schema_root)
             self.check_type(info, new)
+            # A JSON patch that replaces the resourceVersion makes it a precondition, as
+            # kube-apiserver's storage does (kubectl's managedFields migration relies on it).
+            new_rv = new["metadata"].get("resourceVersion") if isinstance(new["metadata"], dict) else None
+            if ctype == JSON_PATCH and new_rv not in (None, "", old_rv):
+                parse_rv(new_rv)
+                raise conflict(info, route.name or "")
             return new
 
         return await self._write(info, route, req, user, build, precondition, None, verb="patch",
@@ -186,10 +210,11 @@ class WriteVerbs(ResourceBase):
 
     async def _write(self, info: KindInfo, route: Route, req: Req, user: UserInfo, build: Any,
                      precondition: int | None, warnings: list[str] | None, *, verb: str,
-                     validate_fields: bool = False) -> Resp:
+                     validate_fields: bool = False, track: bool = True) -> Resp:
         """Read-modify-write with optimistic concurrency.  Without a client precondition a
         conflict with a concurrent writer is retried on the fresh object (as kube-apiserver
-        does for patches and unconditional updates)."""
+        does for patches and unconditional updates).  The writer's managedFields entry is
+        recorded after defaulting (`track`; an apply's `build` records its own)."""
         assert route.name is not None
         key = info.key(route.namespace, route.name)
         for _attempt in range(PATCH_RETRIES):
@@ -211,11 +236,16 @@ class WriteVerbs(ResourceBase):
             self.type_check(info, new)
             if route.subresource in ("status", "approval"):
                 status = new.get("status")
+                applied_managed = new["metadata"].get("managedFields")
                 new = copy.deepcopy(old)
                 if status is None:
                     new.pop("status", None)
                 else:
                     new["status"] = status
+                if not track:  # an apply through /status: its managedFields are the answer
+                    new["metadata"].pop("managedFields", None)
+                    if applied_managed is not None:
+                        new["metadata"]["managedFields"] = applied_managed
             elif info.has_status:
                 if "status" in old:
                     new["status"] = copy.deepcopy(old["status"])
@@ -238,6 +268,8 @@ class WriteVerbs(ResourceBase):
                 info.prepare_status_update(new, old)
             if info.prepare_approval_update is not None and route.subresource == "approval":
                 info.prepare_approval_update(new, old)
+            if track:
+                new = track_update(info, route.subresource, req, old, new)
             attrs = Attributes(verb, info.group, info.version, info.plural, route.subresource,
                                route.namespace or "", route.name, is_dry_run(req))
             new = await self.admission.mutate(attrs, user, new, old)

@@ -286,6 +286,7 @@ class FieldManager:
         `[]` or `[{}]` resets them (the object is then untracked until applied,
         unless this is a create); absent or undecodable ones keep the live ones.
         Never raises for bad managedFields: a write is not refused over them.
+        The result shares nested values with `new` (the caller hands `new` over).
         """
         live = live or {}
         managed: Managed | None = None
@@ -298,7 +299,7 @@ class FieldManager:
                     managed = decode(sent)
                 except ManagedFieldsError:
                     managed = None
-        out = _without_managed_fields(new)
+        out = _shallow_without_managed_fields(new)
         if managed is None or (not managed.fields and not (sent == [] or sent == [{}])):
             try:
                 managed = decode(_meta(live).get("managedFields"))
@@ -306,7 +307,7 @@ class FieldManager:
                 return out  # undecodable live entries: the write goes through untracked
         if not managed.fields and _meta(live).get("uid"):
             return out  # an object never tracked stays untracked until it is applied
-        managed = self._update(_without_managed_fields(live), out, managed, manager, now)
+        managed = self._update(_shallow_without_managed_fields(live), out, managed, manager, now)
         return _with_managed_fields(out, managed)
 
     def _update(self, live: dict[str, Any], new: dict[str, Any], managed: Managed, manager: str,
@@ -433,6 +434,21 @@ def _meta(obj: Any) -> dict[str, Any]:
 def _annotations(obj: Any) -> dict[str, Any]:
     a = _meta(obj).get("annotations")
     return a if isinstance(a, dict) else {}
+
+
+def _shallow_without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` minus managedFields, sharing everything but the top level and metadata with it.
+
+    The update path only reads the objects and sets the result's managedFields, so
+    a deep copy (a third of a tracked write's cost) buys nothing there; the result
+    shares `new`'s nested values, which its caller hands over."""
+    out = dict(obj)
+    md = out.get("metadata")
+    if isinstance(md, dict) and "managedFields" in md:
+        out["metadata"] = {k: v for k, v in md.items() if k != "managedFields"}
+    elif isinstance(md, dict):
+        out["metadata"] = dict(md)
+    return out
 
 
 def _without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
