@@ -10,6 +10,7 @@ subresource.  CRDs (a later issue) add entries at run time through the same
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,6 +129,25 @@ class KindInfo:
     # The kind's OpenAPI v3 schema when fleet/api/k8s_schema.json has none (a custom
     # resource's `openAPIV3Schema`): /openapi/v2 publishes it under the kind's own definition.
     openapi_schema: dict[str, Any] | None = None
+    # The status every stored object of this kind carries at least: what Go's
+    # encoding/json writes for the kind's zero status struct — its fields without
+    # `omitempty` and its nested structs (`omitempty` never drops a struct): a
+    # Service's `status.loadBalancer: {}`, a StatefulSet's `replicas: 0`.  Clients
+    # rely on them (the Python client's models refuse a DaemonSetStatus without
+    # `numberReady`).  None: the kind has no status struct, or its defaulter sets it.
+    zero_status: dict[str, Any] | None = None
+
+    def fill_zero_status(self, obj: dict[str, Any]) -> None:
+        """Give `obj` the fields of `zero_status` it lacks (after defaulting, on every write)."""
+        if self.zero_status is None:
+            return
+        status = obj.get("status")
+        if not isinstance(status, dict):
+            obj["status"] = copy.deepcopy(self.zero_status)
+            return
+        for k, v in self.zero_status.items():
+            if k not in status:
+                status[k] = copy.deepcopy(v)
 
     @property
     def api_version(self) -> str:

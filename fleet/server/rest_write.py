@@ -84,6 +84,7 @@ class WriteVerbs(ResourceBase):
             obj.pop("status", None)
         if info.default is not None:
             info.default(obj)
+        info.fill_zero_status(obj)
         if info.prepare_create is not None:
             info.prepare_create(obj, user)
         if info.namespaced:
@@ -232,6 +233,7 @@ class WriteVerbs(ResourceBase):
             new["metadata"]["resourceVersion"] = str(old_rv)
             if info.default is not None:
                 info.default(new)
+            info.fill_zero_status(new)
             if info.prepare_update is not None and route.subresource not in ("status", "approval"):
                 info.prepare_update(new, old)
             if info.prepare_status_update is not None and route.subresource == "status":

@@ -474,6 +474,7 @@ def _cluster_ip(o: dict[str, Any]) -> str:
 
 
 SERVICE = KindInfo(
+    zero_status={"loadBalancer": {}},
     group="", version="v1", kind="Service", plural="services", singular="service",
     short_names=("svc",), categories=("all",), subresources=("status",),
     columns_override=table(
