@@ -141,13 +141,7 @@ class KindInfo:
         """Give `obj` the fields of `zero_status` it lacks (after defaulting, on every write)."""
         if self.zero_status is None:
             return
-        status = obj.get("status")
-        if not isinstance(status, dict):
-            obj["status"] = copy.deepcopy(self.zero_status)
-            return
-        for k, v in self.zero_status.items():
-            if k not in status:
-                status[k] = copy.deepcopy(v)
+        _fill(obj, "status", self.zero_status)
 
     @property
     def api_version(self) -> str:
@@ -184,6 +178,19 @@ class KindInfo:
         from fleet.api import smp_schema
 
         return smp_schema.schema_for(self.kind)
+
+
+def _fill(parent: dict[str, Any], key: str, zero: dict[str, Any]) -> None:
+    """parent[key] given every field of `zero` it lacks, nested structs included."""
+    have = parent.get(key)
+    if not isinstance(have, dict):
+        parent[key] = copy.deepcopy(zero)
+        return
+    for k, v in zero.items():
+        if isinstance(v, dict) and v:
+            _fill(have, k, v)
+        elif k not in have:
+            have[k] = copy.deepcopy(v)
 
 
 @dataclass

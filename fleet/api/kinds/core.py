@@ -192,6 +192,11 @@ def validate_node(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause
 
 
 NODE = KindInfo(
+    # NodeStatus's nested structs: DaemonEndpoint.Port and every NodeSystemInfo field lack omitempty.
+    zero_status={"daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+                 "nodeInfo": {k: "" for k in ("machineID", "systemUUID", "bootID", "kernelVersion", "osImage",
+                                              "containerRuntimeVersion", "kubeletVersion", "kubeProxyVersion",
+                                              "operatingSystem", "architecture")}},
     group="", version="v1", kind="Node", plural="nodes", singular="node",
     status_on_create=True,
     namespaced=False, short_names=("no",),

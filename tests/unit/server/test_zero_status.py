@@ -75,3 +75,17 @@ async def test_a_status_write_keeps_the_fields(api) -> None:  # type: ignore[no-
     assert code == 200
     assert got["status"] == {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
                              "numberReady": 1}
+
+
+async def test_a_node_gets_the_nested_zero_structs(api) -> None:  # type: ignore[no-untyped-def]
+    # A Node keeps the status its creator sends (status_on_create); what it lacks of
+    # NodeStatus's nested structs is filled in, field by field.
+    code, made = await api.json("POST", "/api/v1/nodes", {
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+        "status": {"nodeInfo": {"kubeletVersion": "v1.32.0"}, "capacity": {"cpu": "2"}}})
+    assert code == 201, made
+    st = made["status"]
+    assert st["capacity"] == {"cpu": "2"}
+    assert st["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 0}}
+    assert st["nodeInfo"]["kubeletVersion"] == "v1.32.0"
+    assert st["nodeInfo"]["machineID"] == "" and len(st["nodeInfo"]) == 10
