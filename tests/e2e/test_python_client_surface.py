@@ -378,3 +378,41 @@ def test_dynamic_server_side_apply_is_refused_until_wired(dyn: dynamic.DynamicCl
     with pytest.raises(ApiException) as e:
         cms.server_side_apply(body=KINDS[2].body("ssa"), name="ssa", namespace=namespace, field_manager="t")
     assert e.value.status == 415
+
+
+# -- what client-go's metadata client asks (controller-runtime's metadata-only informers) ------
+
+METADATA_LIST_ACCEPT = ("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
+                        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json")
+METADATA_ACCEPT = ("application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,"
+                   "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json")
+
+
+def test_metadata_only_list_and_watch(fleet_server: FleetServer, api_client: client.ApiClient,
+                                      namespace: str) -> None:
+    import json
+
+    v1 = client.CoreV1Api(api_client)
+    v1.create_namespaced_config_map(namespace, KINDS[2].body("meta1"))
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    with fleet_server.client() as c:
+        r = c.get(path, headers={"Accept": METADATA_LIST_ACCEPT})
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        body = r.json()
+        assert (body["kind"], body["apiVersion"]) == ("PartialObjectMetadataList", "meta.k8s.io/v1")
+        assert [i["metadata"]["name"] for i in body["items"]] == ["meta1"]
+        assert all(set(i) == {"kind", "apiVersion", "metadata"} for i in body["items"])
+        r = c.get(f"{path}/meta1", headers={"Accept": METADATA_ACCEPT})
+        assert r.json()["kind"] == "PartialObjectMetadata" and "data" not in r.json()
+        r = c.get(path, headers={"Accept": "text/html"})
+        assert (r.status_code, r.reason_phrase, r.json()["reason"]) == (406, "Not Acceptable", "NotAcceptable")
+        rv = body["metadata"]["resourceVersion"]
+        with c.stream("GET", path, params={"watch": "1", "resourceVersion": rv, "timeoutSeconds": "10"},
+                      headers={"Accept": METADATA_ACCEPT}) as s:
+            v1.patch_namespaced_config_map("meta1", namespace, {"data": {"k": "w"}})
+            for line in s.iter_lines():
+                ev = json.loads(line)
+                assert ev["type"] == "MODIFIED"
+                assert ev["object"]["kind"] == "PartialObjectMetadata"
+                assert ev["object"]["metadata"]["name"] == "meta1" and "data" not in ev["object"]
+                break
