@@ -201,8 +201,6 @@ def _convert_line(line: bytes) -> bytes:
     except ValueError:
         return line
     if isinstance(doc, dict) and isinstance(doc.get("object"), dict):
-        if doc["object"].get("kind") != KIND:  # a Status, or a PartialObjectMetadata (negotiate.py)
-            return line
         doc["object"] = to_v1(doc["object"])
     elif isinstance(doc, dict) and doc.get("kind") == KIND:
         doc = to_v1(doc)
