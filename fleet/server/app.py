@@ -252,9 +252,11 @@ class APIServer(ConnectVerbs):
             if segs == ["openapi", "v2"]:
                 return await serve_openapi_v2(self.openapi_v2, req.headers), "get", "openapi"
             return self.openapi_route(segs), "get", "openapi"
-        if segs in (["api"], ["apis"]) and discovery.wants_aggregated(req.headers.get("accept", "")):
-            doc = discovery.aggregated(self.registry, core=segs == ["api"])
-            return Resp(200, dumps(doc), discovery.AGGREGATED_CTYPE), "get", "discovery"
+        agg_version = discovery.aggregated_version(req.headers.get("accept", "")) if segs in (
+            ["api"], ["apis"]) else None
+        if agg_version is not None:
+            doc = discovery.aggregated(self.registry, core=segs == ["api"], version=agg_version)
+            return Resp(200, dumps(doc), discovery.aggregated_ctype(agg_version)), "get", "discovery"
         if segs == ["api"]:
             return Resp.json(200, discovery.api_versions(self.server_address)), "get", "discovery"
         if segs == ["apis"]:
