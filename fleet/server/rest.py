@@ -6,7 +6,8 @@ validation, tables, scale, status.  What differs per kind is a strategy, never
 a branch on a kind's name: fields of the `KindInfo` (`status_on_create`,
 `delete_grace` — the Pod's graceful deletion —, `prepare_update`), the
 allocation strategies (`allocators`, see allocation.py), and three tables on
-`ResourceAPI` — the POSTed subresources (`pods/binding`, `pods/eviction`), the
+`ResourceAPI` — the POSTed subresources (`pods/binding`, `pods/eviction`) and
+collections (`bindings`), the
 PUT ones (`namespaces/finalize`) and the kinds whose DELETE is their own (a
 namespace starts finalization instead of being removed at once).  Resources
 served by a handler of their own
@@ -72,6 +73,11 @@ class ResourceAPI(WriteVerbs, SubresourceVerbs):
         self.create_subresources: dict[tuple[str, str, str], Any] = {
             ("", "pods", "binding"): self.bind,
             ("", "pods", "eviction"): self.evict,
+        }
+        # Collections whose POST is a verb of another resource rather than a stored
+        # create: `bindings` binds the pod its Binding names (pods/{name}/binding).
+        self.create_strategies: dict[tuple[str, str], Any] = {
+            ("", "bindings"): self._create_binding,
         }
         self.update_subresources: dict[tuple[str, str, str], Any] = {
             ("", "namespaces", "finalize"): self._finalize_namespace,

@@ -55,6 +55,9 @@ class WriteVerbs(ResourceBase):
             return await handler(info, route, req, user)
         if route.name is not None:
             raise errors.MethodNotAllowed(f"POST is not supported on a named {info.kind}")
+        strategy = self.create_strategies.get((info.group, info.plural))
+        if strategy is not None:
+            return await strategy(info, route, req, user)
         decoded = decode_request(req)
         obj = self.check_type(info, decoded.value)
         warnings = self.field_validation(info, obj, req, decoded.duplicates)

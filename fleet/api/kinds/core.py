@@ -750,4 +750,16 @@ SERVICE_ACCOUNT = KindInfo(
     validate=validate_service_account,
 )
 
-KINDS = (NAMESPACE, POD, NODE, SERVICE, ENDPOINTS, CONFIG_MAP, SECRET, SERVICE_ACCOUNT)
+# ---------------------------------------------------------------------------
+# Binding: `POST /api/v1/namespaces/{ns}/bindings`, the older spelling of
+# pods/{name}/binding (kube-apiserver serves both from one BindingREST; custom
+# schedulers written with the Python client call `create_namespaced_binding`).
+# Create only: nothing is stored under it (see ResourceAPI.create_strategies).
+# ---------------------------------------------------------------------------
+
+BINDING = KindInfo(
+    group="", version="v1", kind="Binding", plural="bindings", singular="binding",
+    verbs=("create",),
+)
+
+KINDS = (NAMESPACE, POD, NODE, SERVICE, ENDPOINTS, CONFIG_MAP, SECRET, SERVICE_ACCOUNT, BINDING)
