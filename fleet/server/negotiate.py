@@ -1,7 +1,7 @@
 """Accept negotiation of the read verbs, and the `as=` transformations it selects.
 
 kube-apiserver reads the `Accept` header of a get, list or watch as a list of
-media ranges (goautoneg: sorted by q, then by specificity), takes the first one
+media ranges (goautoneg: sorted by q, then by wildcards), takes the first one
 it can serve, and a range may ask for the answer in another shape with the
 `as`/`g`/`v` parameters (`negotiation.NegotiateMediaTypeOptions`,
 `handlers/response.go`):
@@ -98,8 +98,9 @@ def parse_accept(header: str) -> list[Clause]:
             else:
                 params[k] = v
         out.append(Clause(typ.strip().lower(), sub.strip().lower(), q, params))
-    # Stable: equal ranges keep the client's order.
-    out.sort(key=lambda c: (-c.q, c.type == "*", c.subtype == "*", -len(c.params)))
+    # goautoneg's order: q, then a concrete type, then a concrete subtype; parameters do
+    # not count, and equal ranges keep the client's order (Go sorts these few stably).
+    out.sort(key=lambda c: (-c.q, c.type == "*", c.subtype == "*"))
     return out
 
 

@@ -45,6 +45,9 @@ NOT_ACCEPTABLE_STREAM = ("only the following media types are accepted: applicati
     # q orders the ranges; the client's order is kept between equals.
     ("application/json;q=0.5," + POM + ";q=0.9", Target("PartialObjectMetadata", "v1")),
     ("text/html,application/json;q=0.9", OBJECT),
+    # Parameters do not make a range more specific: the client's order decides.
+    ("application/json," + TABLE, OBJECT),
+    ("*/*," + POM, Target("PartialObjectMetadata", "v1")),
 ])
 def test_negotiate(accept: str, want: Target) -> None:
     assert negotiate(accept) == want
