@@ -10,6 +10,7 @@ subresource.  CRDs (a later issue) add entries at run time through the same
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,6 +129,19 @@ class KindInfo:
     # The kind's OpenAPI v3 schema when fleet/api/k8s_schema.json has none (a custom
     # resource's `openAPIV3Schema`): /openapi/v2 publishes it under the kind's own definition.
     openapi_schema: dict[str, Any] | None = None
+    # The status every stored object of this kind carries at least: what Go's
+    # encoding/json writes for the kind's zero status struct — its fields without
+    # `omitempty` and its nested structs (`omitempty` never drops a struct): a
+    # Service's `status.loadBalancer: {}`, a StatefulSet's `replicas: 0`.  Clients
+    # rely on them (the Python client's models refuse a DaemonSetStatus without
+    # `numberReady`).  None: the kind has no status struct, or its defaulter sets it.
+    zero_status: dict[str, Any] | None = None
+
+    def fill_zero_status(self, obj: dict[str, Any]) -> None:
+        """Give `obj` the fields of `zero_status` it lacks (after defaulting, on every write)."""
+        if self.zero_status is None:
+            return
+        _fill(obj, "status", self.zero_status)
 
     @property
     def api_version(self) -> str:
@@ -177,6 +191,19 @@ class KindInfo:
         from fleet.api import smp_schema
 
         return smp_schema.schema_for(self.kind)
+
+
+def _fill(parent: dict[str, Any], key: str, zero: dict[str, Any]) -> None:
+    """parent[key] given every field of `zero` it lacks, nested structs included."""
+    have = parent.get(key)
+    if not isinstance(have, dict):
+        parent[key] = copy.deepcopy(zero)
+        return
+    for k, v in zero.items():
+        if isinstance(v, dict) and v:
+            _fill(have, k, v)
+        elif k not in have:
+            have[k] = copy.deepcopy(v)
 
 
 @dataclass

@@ -32,9 +32,10 @@ from fleet.auth import Attributes, Authenticator, Authorizer, UserInfo
 from fleet.auth.audit import AUDIT_ID_RESPONSE_HEADER, Auditor, auth_methods, record_decision
 from fleet.auth.audit import CURRENT as AUDIT_CURRENT
 from fleet.auth.impersonation import ImpersonationHeaderError
-from fleet.server import discovery
+from fleet.server import discovery, health
 from fleet.server.connect import ConnectVerbs
 from fleet.server.drain import NodeMaintenance
+from fleet.server.health import HealthChecks
 from fleet.server.hpa_v1 import GROUP as HPA_GROUP
 from fleet.server.hpa_v1 import PLURAL as HPA_PLURAL
 from fleet.server.hpa_v1 import AutoscalingV1
@@ -138,7 +139,23 @@ class APIServer(ConnectVerbs):
         # Non-resource paths served by a handler (the ServiceAccount issuer's
         # /.well-known/openid-configuration and /openid/v1/jwks): path -> async fn(req).
         self.path_handlers: dict[str, Any] = {}
+        # False once the server drains: /readyz's `shutdown` check fails.
         self.ready = True
+        self.health = HealthChecks(self._health_checks())
+
+    def _health_checks(self) -> dict[str, dict[str, Any]]:
+        """The checks of /healthz, /livez and /readyz, in kube-apiserver's order (health.py)."""
+        namespaces = self.resources.namespaces
+
+        async def informer_sync() -> str | None:
+            return None if namespaces is None or namespaces.synced else "the namespace cache has not synced"
+
+        async def shutdown() -> str | None:
+            return None if self.ready else "the server is shutting down"
+
+        common = {"ping": health.ping, "etcd": health.store_check(self.store)}
+        return {"healthz": dict(common), "livez": dict(common),
+                "readyz": {**common, "informer-sync": informer_sync, "shutdown": shutdown}}
 
     async def handle(self, req: Req) -> tuple[Resp, str, str]:
         """Returns the response and the (verb, resource) labels for metrics."""
@@ -216,9 +233,10 @@ class APIServer(ConnectVerbs):
         segs = found
         if parse_route(segs) is None:  # not a resource: authorized on its path
             self.authorize_path(req, "/" + "/".join(segs))
-        if segs and segs[0] in ("healthz", "livez", "readyz"):
-            ok = self.ready
-            return Resp(200 if ok else 503, b"ok" if ok else b"not ready", "text/plain"), "get", "health"
+        if segs and segs[0] in health.ENDPOINTS:
+            if len(segs) > 2 or (len(segs) == 2 and not self.health.has(segs[0], segs[1])):
+                raise errors.NotFound("the server could not find the requested resource")
+            return await self.health.serve(req, segs), "get", "health"
         if segs == ["version"]:
             return Resp.json(200, version_info()), "get", "version"
         path_handler = self.path_handlers.get("/" + "/".join(segs)) if segs else None
@@ -236,9 +254,11 @@ class APIServer(ConnectVerbs):
             if segs == ["openapi", "v2"]:
                 return await serve_openapi_v2(self.openapi_v2, req.headers), "get", "openapi"
             return self.openapi_route(segs), "get", "openapi"
-        if segs in (["api"], ["apis"]) and discovery.wants_aggregated(req.headers.get("accept", "")):
-            doc = discovery.aggregated(self.registry, core=segs == ["api"])
-            return Resp(200, dumps(doc), discovery.AGGREGATED_CTYPE), "get", "discovery"
+        agg_version = discovery.aggregated_version(req.headers.get("accept", "")) if segs in (
+            ["api"], ["apis"]) else None
+        if agg_version is not None:
+            doc = discovery.aggregated(self.registry, core=segs == ["api"], version=agg_version)
+            return Resp(200, dumps(doc), discovery.aggregated_ctype(agg_version)), "get", "discovery"
         if segs == ["api"]:
             return Resp.json(200, discovery.api_versions(self.server_address)), "get", "discovery"
         if segs == ["apis"]:

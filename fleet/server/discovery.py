@@ -115,17 +115,30 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict[str,
 
 
 # ---------------------------------------------------------------- aggregated
-AGGREGATED_CTYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+AGGREGATED_VERSIONS = ("v2", "v2beta1")
 
 
-def wants_aggregated(accept: str) -> bool:
-    """True when the client asks for apidiscovery.k8s.io/v2 (kubectl, client-go do)."""
+def aggregated_ctype(version: str = "v2") -> str:
+    return f"application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList"
+
+
+AGGREGATED_CTYPE = aggregated_ctype()
+
+
+def aggregated_version(accept: str) -> str | None:
+    """The apidiscovery.k8s.io version the client asks for first (kubectl 1.32 and
+    client-go ask v2, then v2beta1; kubectl 1.26-1.27 v2beta1 only), or None: legacy."""
     for part in accept.split(","):
         params = dict(p.strip().split("=", 1) for p in part.split(";")[1:] if "=" in p)
         if (params.get("as") == "APIGroupDiscoveryList" and params.get("g") == "apidiscovery.k8s.io"
-                and params.get("v") == "v2"):
-            return True
-    return False
+                and params.get("v") in AGGREGATED_VERSIONS):
+            return params["v"]
+    return None
+
+
+def wants_aggregated(accept: str) -> bool:
+    """True when the client asks for aggregated discovery (kubectl, client-go do)."""
+    return aggregated_version(accept) is not None
 
 
 def _scope(info: KindInfo) -> str:
@@ -156,8 +169,9 @@ def _aggregated_resource(info: KindInfo) -> dict[str, Any]:
     return r
 
 
-def aggregated(registry: Registry, *, core: bool) -> dict[str, Any]:
-    """APIGroupDiscoveryList for /api (core=True) or /apis (every named group)."""
+def aggregated(registry: Registry, *, core: bool, version: str = "v2") -> dict[str, Any]:
+    """APIGroupDiscoveryList for /api (core=True) or /apis (every named group), at
+    apidiscovery.k8s.io `version` (v2 and v2beta1 have the same shape)."""
     items = []
     for group, versions in ordered_group_versions(registry).items():
         if (group == "") != core:
@@ -170,5 +184,5 @@ def aggregated(registry: Registry, *, core: bool) -> dict[str, Any]:
                 "freshness": "Current",
             } for v in versions],
         })
-    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
+    return {"kind": "APIGroupDiscoveryList", "apiVersion": f"apidiscovery.k8s.io/{version}", "metadata": {},
             "items": items}

@@ -6,7 +6,8 @@ validation, tables, scale, status.  What differs per kind is a strategy, never
 a branch on a kind's name: fields of the `KindInfo` (`status_on_create`,
 `delete_grace` — the Pod's graceful deletion —, `prepare_update`), the
 allocation strategies (`allocators`, see allocation.py), and three tables on
-`ResourceAPI` — the POSTed subresources (`pods/binding`, `pods/eviction`), the
+`ResourceAPI` — the POSTed subresources (`pods/binding`, `pods/eviction`) and
+collections (`bindings`), the
 PUT ones (`namespaces/finalize`) and the kinds whose DELETE is their own (a
 namespace starts finalization instead of being removed at once).  Resources
 served by a handler of their own
@@ -18,7 +19,8 @@ table), `request_params.py` (body decoding, query parameters, continue
 tokens, DeleteOptions), `rest_base.py` (the shared pipeline steps),
 `rest_write.py` (create, update, patch, delete), `rest_subresources.py`
 (binding, eviction, scale); this module composes them into `ResourceAPI`
-and holds the read verbs (get, list; watch is watch.py).
+and holds the read verbs (get, list; watch is watch.py), whose answer's shape
+— the object, a Table, PartialObjectMetadata(List) — negotiate.py chooses.
 
 Every handler follows the pipeline order of kube-apiserver: decode → default
 → mutating admission → validate → validating admission → store.
@@ -38,6 +40,7 @@ from fleet.api.registry import KindInfo, Registry
 from fleet.server import eviction
 from fleet.server.allocation import AllocationStrategy
 from fleet.server.http import Req, Resp
+from fleet.server.negotiate import negotiate, render_list, render_object
 from fleet.server.nscache import NamespaceCache
 from fleet.server.request_params import (
     _MAX_INT64,
@@ -49,7 +52,6 @@ from fleet.server.request_params import (
 from fleet.server.rest_subresources import SubresourceVerbs, to_scale
 from fleet.server.rest_write import WriteVerbs
 from fleet.server.routes import Route
-from fleet.server.tables import table, wants_table
 from fleet.store import RevisionCompacted, RevisionTooLarge, Store
 
 
@@ -72,6 +74,11 @@ class ResourceAPI(WriteVerbs, SubresourceVerbs):
             ("", "pods", "binding"): self.bind,
             ("", "pods", "eviction"): self.evict,
         }
+        # Collections whose POST is a verb of another resource rather than a stored
+        # create: `bindings` binds the pod its Binding names (pods/{name}/binding).
+        self.create_strategies: dict[tuple[str, str], Any] = {
+            ("", "bindings"): self._create_binding,
+        }
         self.update_subresources: dict[tuple[str, str, str], Any] = {
             ("", "namespaces", "finalize"): self._finalize_namespace,
         }
@@ -86,13 +93,11 @@ class ResourceAPI(WriteVerbs, SubresourceVerbs):
 
     # -------------------------------------------------------------------- read
     async def get(self, info: KindInfo, route: Route, req: Req) -> Resp:
+        target = negotiate(req.headers.get("accept", ""))
         obj = await self.get_current(info, route)
         if route.subresource == "scale":
             return Resp.json(200, to_scale(info, obj))
-        if wants_table(req.headers.get("accept", "")):
-            return Resp.json(200, table(info, [obj], resource_version=obj["metadata"].get("resourceVersion", ""),
-                                        include=req.query.get("includeObject", "Metadata")))
-        return Resp.json(200, obj)
+        return Resp.json(200, render_object(info, obj, target, req.query))
 
     def selectors(self, info: KindInfo, req: Req) -> tuple[selectors.LabelSelector, selectors.FieldSelector]:
         ls = selectors.parse_label_selector(req.query.get("labelSelector", ""))
@@ -100,6 +105,7 @@ class ResourceAPI(WriteVerbs, SubresourceVerbs):
         return ls, fs
 
     async def list(self, info: KindInfo, route: Route, req: Req) -> Resp:
+        target = negotiate(req.headers.get("accept", ""))
         ls, fs = self.selectors(info, req)
         limit = _int_param(req, "limit", 0)
         cont = req.query.get("continue", "")
@@ -192,18 +198,8 @@ class ResourceAPI(WriteVerbs, SubresourceVerbs):
                 remaining = res.remaining
                 break
         token = encode_continue(revision, next_key) if next_key else ""
-        rv_s = str(revision)
-        if wants_table(req.headers.get("accept", "")):
-            return Resp.json(200, table(info, items, resource_version=rv_s, cont=token,
-                                        include=req.query.get("includeObject", "Metadata"),
-                                        remaining=remaining if (ls.empty() and fs.empty()) else None))
-        md: dict[str, Any] = {"resourceVersion": rv_s}
-        if token:
-            md["continue"] = token
-            if remaining is not None and ls.empty() and fs.empty():
-                md["remainingItemCount"] = remaining
-        body = {"kind": info.list_kind, "apiVersion": info.api_version, "metadata": md, "items": items}
-        return Resp.json(200, body)
+        return Resp.json(200, render_list(info, items, target, req.query, resource_version=str(revision),
+                                          cont=token, remaining=remaining if (ls.empty() and fs.empty()) else None))
 
 
 __all__ = ["ResourceAPI"]

@@ -35,6 +35,7 @@ class ResourceBase:
     admission: AdmissionChain
     budgets: eviction.DisruptionBudgets
     create_subresources: dict[tuple[str, str, str], Any]
+    create_strategies: dict[tuple[str, str], Any]
     update_subresources: dict[tuple[str, str, str], Any]
     delete_strategies: dict[tuple[str, str], Any]
     allocators: dict[tuple[str, str], AllocationStrategy]

@@ -1,5 +1,5 @@
 """The subresources of the generic REST handlers: pods/binding (the scheduler's
-bind), pods/eviction (with the disruption-budget seam of eviction.py), and
+bind, also POSTed to the `bindings` collection), pods/eviction (with the disruption-budget seam of eviction.py), and
 scale (the autoscaling/v1 Scale view of any kind with a `ScaleInfo`).
 status is the generic write of rest_write.py on the status fields.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from typing import Any
 
 from fleet.api import errors, meta, selectors, typecheck
@@ -15,6 +16,7 @@ from fleet.api.registry import KindInfo
 from fleet.auth import Attributes, UserInfo
 from fleet.server import eviction
 from fleet.server.http import Req, Resp
+from fleet.server.paths import check_name
 from fleet.server.request_params import check_delete_options, decode_body, is_dry_run, parse_rv
 from fleet.server.rest_base import PATCH_RETRIES, ResourceBase
 from fleet.server.routes import Route, conflict, not_found
@@ -23,6 +25,20 @@ from fleet.store import KeyNotFound, RevisionConflict
 
 class SubresourceVerbs(ResourceBase):
     """binding, eviction and scale of `ResourceAPI`."""
+
+    async def _create_binding(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
+        """POST bindings: the Binding names its pod; then exactly pods/{name}/binding."""
+        body = decode_body(req)
+        md = body.get("metadata") if isinstance(body, dict) and isinstance(body.get("metadata"), dict) else {}
+        name = md.get("name")
+        if not name or not isinstance(name, str):
+            raise errors.Invalid.for_object("Binding", "", "", [
+                errors.cause("metadata.name", "Required value: name or generateName is required",
+                             "FieldValueRequired")])
+        check_name(name)
+        pods = self.registry.get("", "v1", "pods")
+        assert pods is not None
+        return await self.bind(pods, replace(route, plural="pods", name=name, subresource="binding"), req, user)
 
     async def bind(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
         """POST pods/{name}/binding: assign an unbound pod to a node (what the scheduler calls).

@@ -56,6 +56,9 @@ class WriteVerbs(ApplyVerbs):
             return await handler(info, route, req, user)
         if route.name is not None:
             raise errors.MethodNotAllowed(f"POST is not supported on a named {info.kind}")
+        strategy = self.create_strategies.get((info.group, info.plural))
+        if strategy is not None:
+            return await strategy(info, route, req, user)
         decoded = decode_request(req)
         obj = self.check_type(info, decoded.value)
         warnings = self.field_validation(info, obj, req, decoded.duplicates)
@@ -97,6 +100,7 @@ class WriteVerbs(ApplyVerbs):
             obj.pop("status", None)
         if info.default is not None:
             info.default(obj)
+        info.fill_zero_status(obj)
         if info.prepare_create is not None:
             info.prepare_create(obj, user)
         if not applied:
@@ -262,6 +266,7 @@ class WriteVerbs(ApplyVerbs):
             new["metadata"]["resourceVersion"] = str(old_rv)
             if info.default is not None:
                 info.default(new)
+            info.fill_zero_status(new)
             if info.prepare_update is not None and route.subresource not in ("status", "approval"):
                 info.prepare_update(new, old)
             if info.prepare_status_update is not None and route.subresource == "status":

@@ -3,7 +3,8 @@
 kubectl asks for tables (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`)
 for human output; a row's `object` is the object, its metadata only
 (`PartialObjectMetadata`, the default — enough for -A and --show-labels) or
-nothing, per the `includeObject` query parameter.
+nothing, per the `includeObject` query parameter.  Which answer a request gets
+(a Table, PartialObjectMetadata, the object) is negotiate.py's job.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ def wants_table(accept: str) -> bool:
     return False
 
 
-def _row_object(obj: dict[str, Any], include: str) -> dict[str, Any] | None:
+def _row_object(obj: dict[str, Any], include: str, api_version: str) -> dict[str, Any] | None:
     if include == "None":
         return None
     if include == "Object":
         return obj
     return {
         "kind": "PartialObjectMetadata",
-        "apiVersion": "meta.k8s.io/v1",
+        "apiVersion": api_version,
         "metadata": obj.get("metadata", {}),
     }
 
@@ -41,9 +42,10 @@ def _cell(col: Any, obj: dict[str, Any]) -> Any:
         return "<unknown>"
 
 
-def row(info: KindInfo, obj: dict[str, Any], include: str = "Metadata") -> dict[str, Any]:
+def row(info: KindInfo, obj: dict[str, Any], include: str = "Metadata",
+        api_version: str = "meta.k8s.io/v1") -> dict[str, Any]:
     r: dict[str, Any] = {"cells": [_cell(c, obj) for c in info.table_columns()]}
-    o = _row_object(obj, include)
+    o = _row_object(obj, include, api_version)
     if o is not None:
         r["object"] = o
     return r
@@ -55,7 +57,8 @@ def column_definitions(info: KindInfo) -> list[dict[str, Any]]:
 
 def table(info: KindInfo, objs: list[dict[str, Any]], *, resource_version: str = "",
           cont: str = "", include: str = "Metadata", with_columns: bool = True,
-          remaining: int | None = None) -> dict[str, Any]:
+          remaining: int | None = None, api_version: str = "meta.k8s.io/v1") -> dict[str, Any]:
+    """A Table of `objs`; `api_version`: meta.k8s.io/v1 or v1beta1, as the client asked."""
     meta: dict[str, Any] = {}
     if resource_version:
         meta["resourceVersion"] = resource_version
@@ -65,8 +68,8 @@ def table(info: KindInfo, objs: list[dict[str, Any]], *, resource_version: str =
         meta["remainingItemCount"] = remaining
     return {
         "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
+        "apiVersion": api_version,
         "metadata": meta,
         "columnDefinitions": column_definitions(info) if with_columns else [],
-        "rows": [row(info, o, include) for o in objs],
+        "rows": [row(info, o, include, api_version) for o in objs],
     }

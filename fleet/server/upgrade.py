@@ -13,7 +13,8 @@ plain HTTP stream, so this module adds one, the way hypercorn does WebSocket:
   `RawUpgradeStream` and passes every later byte through untouched — hypercorn's
   own WebSocket pass-through connection (`H11WSConnection`) does that part.  Every
   other request, and every listener without the attribute (the agent's, the
-  metrics port), behaves exactly as before.
+  metrics port), behaves exactly as before — but for the reason phrase its
+  status line gets (statusline.py).
 * `RawUpgradeStream` gives the application an ASGI-like scope of type
   `fleet.raw_upgrade` (the HTTP scope's fields) with these messages:
 
@@ -51,6 +52,8 @@ from hypercorn.protocol.events import (
 )
 from hypercorn.protocol.h11 import STREAM_ID, H11Protocol, H11WSConnection
 
+from fleet.server.statusline import with_reason
+
 SCOPE_TYPE = "fleet.raw_upgrade"
 CONFIG_ATTR = "fleet_raw_upgrades"
 
@@ -75,6 +78,12 @@ def upgrade_token(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 
 class UpgradeH11Protocol(H11Protocol):
+    async def _send_h11_event(self, event: Any) -> None:
+        # The status line's reason phrase, which hypercorn leaves empty (statusline.py).
+        if isinstance(event, (h11.Response, h11.InformationalResponse)):
+            event = with_reason(event)
+        await super()._send_h11_event(event)
+
     async def _create_stream(self, request: h11.Request) -> None:
         wanted = getattr(self.config, CONFIG_ATTR, ())
         headers = list(request.headers)

@@ -14,6 +14,8 @@ filtered by the request's selectors and shaped for the client:
   restart their list+watch only on that).
 - `allowWatchBookmarks`: a BOOKMARK with the watch's progress revision when
   the stream has been idle for a while, so clients resume from a recent RV.
+- the Accept header (negotiate.py) may turn every event's object into a Table
+  or a PartialObjectMetadata (bookmarks too, as kube-apiserver's encoder does).
 
 The serialized line of an event is cached on the store's Event object so a
 fan-out to many plain watchers serializes each event once.
@@ -29,10 +31,19 @@ import trio
 from fleet.api import errors
 from fleet.api.registry import KindInfo
 from fleet.server.http import Req, Resp, dumps
+from fleet.server.negotiate import (
+    OBJECT,
+    PARTIAL,
+    TABLE,
+    include_object,
+    negotiate,
+    partial,
+    watch_target,
+)
 from fleet.server.request_params import parse_rv
 from fleet.server.rest import ResourceAPI
 from fleet.server.routes import Route
-from fleet.server.tables import table, wants_table
+from fleet.server.tables import table
 from fleet.store import ADDED, DELETED, MODIFIED, RevisionCompacted, StoreError
 
 DEFAULT_TIMEOUT = 1800.0
@@ -88,8 +99,15 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
     timeout = float(int(timeout_s)) if timeout_s else DEFAULT_TIMEOUT
     if timeout <= 0:
         timeout = DEFAULT_TIMEOUT
-    as_table = wants_table(req.headers.get("accept", ""))
-    include = req.query.get("includeObject", "Metadata")
+    # Fleet's SSE watch is asked for as text/event-stream: its events take a conversion
+    # the Accept header names, and otherwise carry the object.
+    try:
+        target = watch_target(negotiate(req.headers.get("accept", ""), stream=True))
+    except errors.NotAcceptable:
+        if not sse:
+            raise
+        target = OBJECT
+    include = include_object(target, req.query)
     prefix = info.key(route.namespace)
     if name_pin and (route.namespace or not info.namespaced):
         prefix = info.key(route.namespace, name_pin)  # exact key; filtered below for longer names
@@ -119,10 +137,13 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
 
     def encode(type_: str, obj: dict[str, Any]) -> bytes:
         rv_s = obj.get("metadata", {}).get("resourceVersion", "")
-        if as_table and type_ not in ("BOOKMARK", "ERROR"):
-            payload = table(info, [obj], include=include, with_columns=first_table[0])
+        if target.kind == TABLE and type_ not in ("BOOKMARK", "ERROR"):
+            payload = table(info, [obj], include=include, with_columns=first_table[0],
+                            api_version=target.api_version)
             first_table[0] = False
             obj = payload
+        elif target.kind == PARTIAL and type_ != "ERROR":
+            obj = partial(obj, target)
         if sse:
             return _sse_line(type_, obj, rv_s)
         return _event_line(type_, obj)
@@ -132,9 +153,11 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
         if initial_end:
             md["annotations"] = {"k8s.io/initial-events-end": "true"}
         obj = {"kind": info.kind, "apiVersion": info.api_version, "metadata": md}
+        if target.kind == PARTIAL:
+            obj = partial(obj, target)
         return _sse_line("BOOKMARK", obj, str(revision)) if sse else _event_line("BOOKMARK", obj)
 
-    cache_key = ("sse" if sse else "nd", as_table)
+    cache_key = ("sse" if sse else "nd", target)
 
     async def stream() -> AsyncIterator[bytes]:
         # No `yield` may sit inside a cancel scope in an async generator (the
@@ -173,7 +196,7 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
                     if out is None:
                         continue
                     type_, obj = out
-                    if not filtered and not as_table:
+                    if not filtered and target.kind != TABLE:
                         line = e.cache.get(cache_key)
                         if line is None:
                             line = encode(type_, obj)

@@ -104,6 +104,14 @@ def test_health_endpoints(fleet_server: FleetServer) -> None:
             assert r.text.strip() == "ok", (path, r.text)
         r = c.get("/readyz", params={"verbose": "1"})
         assert r.status_code == 200 and "ok" in r.text
+        # kube-apiserver's healthz output and spellings (fleet/server/health.py), and the
+        # status line's reason phrase (fleet/server/statusline.py; httpx speaks HTTP/1.1).
+        assert r.reason_phrase == "OK" and r.headers["content-type"] == "text/plain; charset=utf-8"
+        assert r.text.startswith("[+]ping ok\n") and r.text.endswith("readyz check passed\n"), r.text
+        for path in ("/healthz/", "/livez/ping", "/readyz/etcd", "/readyz/informer-sync", "/version/"):
+            assert c.get(path).status_code == 200, path
+        r = c.get("/readyz/no-such-check")
+        assert (r.status_code, r.reason_phrase) == (404, "Not Found")
     with fleet_server.client() as c:
         r = c.get("/version")
         assert r.status_code == 200

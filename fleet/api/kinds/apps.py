@@ -150,6 +150,7 @@ def _validate_rolling(ru: dict[str, Any], path: str, out: list[Cause]) -> None:
 
 
 DEPLOYMENT = KindInfo(
+    zero_status={},
     group="apps", version="v1", kind="Deployment", plural="deployments", singular="deployment",
     short_names=("deploy",), categories=("all",), subresources=("status", "scale"),
     columns_override=table(
@@ -189,6 +190,7 @@ def _selector_column() -> Any:
 
 
 REPLICA_SET = KindInfo(
+    zero_status={"replicas": 0},
     group="apps", version="v1", kind="ReplicaSet", plural="replicasets", singular="replicaset",
     short_names=("rs",), categories=("all",), subresources=("status", "scale"),
     columns_override=table(
@@ -306,6 +308,7 @@ def validate_stateful_set(obj: dict[str, Any], old: dict[str, Any] | None) -> li
 
 
 STATEFUL_SET = KindInfo(
+    zero_status={"replicas": 0, "availableReplicas": 0},
     group="apps", version="v1", kind="StatefulSet", plural="statefulsets", singular="statefulset",
     short_names=("sts",), categories=("all",), subresources=("status", "scale"),
     columns_override=table(
@@ -355,6 +358,8 @@ def _ds_status(key: str):
 
 
 DAEMON_SET = KindInfo(
+    zero_status={"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
+                 "numberReady": 0},
     group="apps", version="v1", kind="DaemonSet", plural="daemonsets", singular="daemonset",
     short_names=("ds",), categories=("all",), subresources=("status",),
     columns_override=table(

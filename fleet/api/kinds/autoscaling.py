@@ -387,6 +387,7 @@ def _min_pods(o: dict[str, Any]) -> str:
 
 
 HORIZONTAL_POD_AUTOSCALER = KindInfo(
+    zero_status={"desiredReplicas": 0},
     group="autoscaling", version="v2", kind="HorizontalPodAutoscaler",
     plural="horizontalpodautoscalers", singular="horizontalpodautoscaler",
     short_names=("hpa",), categories=("all",), subresources=("status",),

@@ -367,6 +367,7 @@ def _job_template_spec(o: dict[str, Any]) -> dict[str, Any]:
 
 
 JOB = KindInfo(
+    zero_status={},
     group="batch", version="v1", kind="Job", plural="jobs", singular="job",
     categories=("all",), subresources=("status",),
     columns_override=table(
@@ -474,6 +475,7 @@ def _cron_template_spec(o: dict[str, Any]) -> dict[str, Any]:
 
 
 CRON_JOB = KindInfo(
+    zero_status={},
     group="batch", version="v1", kind="CronJob", plural="cronjobs", singular="cronjob",
     short_names=("cj",), categories=("all",), subresources=("status",),
     columns_override=table(

@@ -332,6 +332,7 @@ def condition_cell(o: dict[str, Any]) -> str:
 
 
 CSR = KindInfo(
+    zero_status={},
     group=GROUP, version="v1", kind="CertificateSigningRequest", plural="certificatesigningrequests",
     singular="certificatesigningrequest", namespaced=False, short_names=("csr",),
     subresources=("status", "approval"),

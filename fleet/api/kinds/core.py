@@ -192,6 +192,11 @@ def validate_node(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause
 
 
 NODE = KindInfo(
+    # NodeStatus's nested structs: DaemonEndpoint.Port and every NodeSystemInfo field lack omitempty.
+    zero_status={"daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+                 "nodeInfo": {k: "" for k in ("machineID", "systemUUID", "bootID", "kernelVersion", "osImage",
+                                              "containerRuntimeVersion", "kubeletVersion", "kubeProxyVersion",
+                                              "operatingSystem", "architecture")}},
     group="", version="v1", kind="Node", plural="nodes", singular="node",
     status_on_create=True,
     namespaced=False, short_names=("no",),
@@ -474,6 +479,7 @@ def _cluster_ip(o: dict[str, Any]) -> str:
 
 
 SERVICE = KindInfo(
+    zero_status={"loadBalancer": {}},
     group="", version="v1", kind="Service", plural="services", singular="service",
     short_names=("svc",), categories=("all",), subresources=("status",),
     columns_override=table(
@@ -744,4 +750,16 @@ SERVICE_ACCOUNT = KindInfo(
     validate=validate_service_account,
 )
 
-KINDS = (NAMESPACE, POD, NODE, SERVICE, ENDPOINTS, CONFIG_MAP, SECRET, SERVICE_ACCOUNT)
+# ---------------------------------------------------------------------------
+# Binding: `POST /api/v1/namespaces/{ns}/bindings`, the older spelling of
+# pods/{name}/binding (kube-apiserver serves both from one BindingREST; custom
+# schedulers written with the Python client call `create_namespaced_binding`).
+# Create only: nothing is stored under it (see ResourceAPI.create_strategies).
+# ---------------------------------------------------------------------------
+
+BINDING = KindInfo(
+    group="", version="v1", kind="Binding", plural="bindings", singular="binding",
+    verbs=("create",),
+)
+
+KINDS = (NAMESPACE, POD, NODE, SERVICE, ENDPOINTS, CONFIG_MAP, SECRET, SERVICE_ACCOUNT, BINDING)

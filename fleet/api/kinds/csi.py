@@ -303,6 +303,7 @@ def validate_volume_attachment(obj: dict[str, Any], old: dict[str, Any] | None) 
 
 
 VOLUME_ATTACHMENT = KindInfo(
+    zero_status={"attached": False},
     group=GROUP, version="v1", kind="VolumeAttachment", plural="volumeattachments", singular="volumeattachment",
     namespaced=False, subresources=("status",),
     columns=(

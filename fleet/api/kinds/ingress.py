@@ -383,6 +383,7 @@ def ingress_class_parameters(o: dict[str, Any]) -> str:
 
 
 INGRESS = KindInfo(
+    zero_status={"loadBalancer": {}},
     group=GROUP, version="v1", kind="Ingress", plural="ingresses", singular="ingress",
     short_names=("ing",), subresources=("status",),
     columns=(

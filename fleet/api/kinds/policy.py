@@ -93,6 +93,8 @@ def _limit_cell(obj: dict[str, Any], key: str) -> str:
 
 
 POD_DISRUPTION_BUDGET = KindInfo(
+    zero_status={"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
+                 "expectedPods": 0},
     group="policy", version="v1", kind="PodDisruptionBudget", plural="poddisruptionbudgets",
     singular="poddisruptionbudget", short_names=("pdb",), subresources=("status",),
     # kubectl's printPodDisruptionBudget: NAME MIN AVAILABLE MAX UNAVAILABLE ALLOWED DISRUPTIONS AGE.

@@ -179,6 +179,7 @@ def _quantity_str(raw: Any) -> str:
 
 
 RESOURCE_QUOTA = KindInfo(
+    zero_status={},
     group="", version="v1", kind="ResourceQuota", plural="resourcequotas", singular="resourcequota",
     short_names=("quota",), subresources=("status",),
     # kubectl prints NAME AGE REQUEST LIMIT (AGE second).

@@ -169,6 +169,7 @@ def validate_replication_controller_status(status: Any) -> list[Cause]:
 
 
 REPLICATION_CONTROLLER = KindInfo(
+    zero_status={"replicas": 0},
     group="", version="v1", kind="ReplicationController", plural="replicationcontrollers",
     singular="replicationcontroller", short_names=("rc",), categories=("all",),
     subresources=("status", "scale"),

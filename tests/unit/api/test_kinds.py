@@ -30,6 +30,7 @@ IDENTITY = [
     ("apiregistration.k8s.io", "v1", "APIService", "apiservices", "apiservice", False, (), (), ("status",)),
     ("", "v1", "Secret", "secrets", "secret", True, (), (), ()),
     ("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", True, ("sa",), (), ("token",)),
+    ("", "v1", "Binding", "bindings", "binding", True, (), (), ()),
     ("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim", True, ("pvc",), (),
      ("status",)),
     ("", "v1", "Event", "events", "event", True, ("ev",), (), ()),
@@ -107,6 +108,9 @@ IDENTITY = [
 ]
 READ_ONLY_GROUPS = ("metrics.k8s.io",)
 CREATE_ONLY_GROUPS = ("authorization.k8s.io", "authentication.k8s.io")
+# Create-only kinds of other groups, validated by the handler their POST runs
+# (v1 Binding: pods/binding's).
+CREATE_ONLY_KINDS = (("", "Binding"),)
 
 
 @pytest.mark.parametrize("row", IDENTITY, ids=[f"{r[0]}/{r[2]}" for r in IDENTITY])
@@ -120,11 +124,12 @@ def test_identity(row):
     assert info.subresources == subs
     assert REG.by_kind(info.api_version, kind) is info
     assert info.default is None or callable(info.default)
-    assert callable(info.validate) or group in CREATE_ONLY_GROUPS
+    create_only = group in CREATE_ONLY_GROUPS or (group, kind) in CREATE_ONLY_KINDS
+    assert callable(info.validate) or create_only
     assert info.scale is not None if "scale" in subs else info.scale is None
     if group in READ_ONLY_GROUPS:
         assert info.verbs == ("get", "list")
-    elif group in CREATE_ONLY_GROUPS:
+    elif create_only:
         assert info.verbs == ("create",)
     else:
         assert set(info.verbs) >= {"get", "list", "watch", "create", "update", "patch", "delete"}

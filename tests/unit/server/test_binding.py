@@ -112,3 +112,27 @@ def test_default_pod_keeps_an_existing_status():
     obj["status"] = {"phase": "Running"}
     default_pod(obj)
     assert obj["status"] == {"phase": "Running"}
+
+
+async def test_the_bindings_collection_binds_the_named_pod(api):
+    # POST /api/v1/namespaces/{ns}/bindings: kube-apiserver's other spelling of pods/binding
+    # (the Python client's create_namespaced_binding, custom schedulers).
+    await api.json("POST", PODS, pod("q"))
+    bindings = "/api/v1/namespaces/default/bindings"
+    code, body = await api.json("POST", bindings, binding("q", "n1"))
+    assert code == 201 and body["status"] == "Success", body
+    _, got = await api.json("GET", f"{PODS}/q")
+    assert got["spec"]["nodeName"] == "n1"
+    code, body = await api.json("POST", bindings, binding("q", "n2"))
+    assert code == 409 and 'pod q is already assigned to node "n1"' in body["message"]
+    code, body = await api.json("POST", bindings, binding("nope", "n1"))
+    assert code == 404 and body["message"] == 'pods "nope" not found'
+    code, body = await api.json("POST", bindings, {"apiVersion": "v1", "kind": "Binding", "metadata": {},
+                                                   "target": {"kind": "Node", "name": "n1"}})
+    assert code == 422 and body["details"]["causes"][0]["field"] == "metadata.name"
+    # Create only: nothing is listed or read there.
+    code, _ = await api.json("GET", bindings)
+    assert code == 405
+    code, disc = await api.json("GET", "/api/v1")
+    assert {"name": "bindings", "singularName": "binding", "namespaced": True, "kind": "Binding",
+            "verbs": ["create"]}.items() <= next(r for r in disc["resources"] if r["name"] == "bindings").items()

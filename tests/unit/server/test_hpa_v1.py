@@ -174,3 +174,24 @@ async def test_v1_protobuf_create_like_kubectl_autoscale(tmp_path):
         assert code == 201, created
         assert created["spec"] == {"scaleTargetRef": REF, "minReplicas": 2, "maxReplicas": 5,
                                    "targetCPUUtilizationPercentage": 60}
+
+
+async def test_v1_metadata_only_reads_pass_unconverted(tmp_path):
+    # PartialObjectMetadata (fleet/server/negotiate.py) is no HorizontalPodAutoscaler:
+    # the v1 conversion leaves it, its list and its watch events as they are.
+    pom = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+    async with open_api(tmp_path) as api:
+        code, made = await api.json("POST", V2_PATH, v2([CPU60]))
+        assert code == 201, made
+        code, got = await api.json("GET", f"{V1_PATH}/web", headers={"accept": pom})
+        assert got == {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                       "metadata": made["metadata"]}
+        code, listed = await api.json("GET", V1_PATH, headers={
+            "accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"})
+        assert listed["kind"] == "PartialObjectMetadataList" and listed["items"][0]["metadata"]["name"] == "web"
+        resp = await api.call("GET", V1_PATH, query={"watch": "1"}, headers={"accept": pom})
+        it = resp.body.__aiter__()
+        line = await it.__anext__()
+        ev = json.loads(line)
+        assert ev["type"] == "ADDED" and ev["object"] == got
+        await it.aclose()

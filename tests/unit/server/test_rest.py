@@ -349,6 +349,14 @@ async def test_aggregated_discovery(api):
     # Plain JSON still gets the legacy shape.
     code, legacy = await api.json("GET", "/api")
     assert legacy["kind"] == "APIVersions"
+    # kubectl 1.26-1.27 ask apidiscovery.k8s.io/v2beta1 only; 1.32 serves it too.
+    beta = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+    for path in ("/api", "/apis/"):
+        resp = await api.call("GET", path, headers={"accept": beta})
+        assert resp.content_type == "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+        doc = json.loads(resp.body)
+        assert (doc["kind"], doc["apiVersion"]) == ("APIGroupDiscoveryList", "apidiscovery.k8s.io/v2beta1")
+        assert doc["items"]
 
 
 async def test_job_selector_uses_the_stored_uid(api):
