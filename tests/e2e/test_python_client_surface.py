@@ -5,8 +5,8 @@ sent back), watch (kubernetes.watch.Watch) and delete — each answer deserializ
 the client's models, which refuse objects missing what kube-apiserver always sends —
 then the same kinds through `kubernetes.dynamic.DynamicClient`.
 
-Server-side apply is answered 415 until it is wired into the REST handlers (issue 16,
-part 2); `test_dynamic_server_side_apply_is_refused_until_wired` pins that.
+Server-side apply goes through the dynamic client's `server_side_apply` too
+(`test_dynamic_server_side_apply`).
 """
 
 from __future__ import annotations
@@ -383,13 +383,23 @@ def test_dynamic_subresources_and_watch(dyn: dynamic.DynamicClient, namespace: s
     assert {r.group_version for r in dyn.resources.search(kind="HorizontalPodAutoscaler")} >= {"autoscaling/v2"}
 
 
-def test_dynamic_server_side_apply_is_refused_until_wired(dyn: dynamic.DynamicClient, namespace: str) -> None:
-    # Issue 16 part 2 wires the SSA library (fleet/api/ssa) into the REST handlers;
-    # until then kube-apiserver's 415 for an unsupported patch type is the honest answer.
+def test_dynamic_server_side_apply(dyn: dynamic.DynamicClient, namespace: str) -> None:
+    # The dynamic client's server_side_apply: create-on-apply, then a second manager's
+    # conflicting apply is a 409 until it forces; managedFields name both managers.
     cms = dyn.resources.get(api_version="v1", kind="ConfigMap")
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {"a": "1", "b": "1"}}
+    got = cms.server_side_apply(body=body, name="ssa", namespace=namespace, field_manager="first")
+    assert got.data.a == "1"
+    assert [e.manager for e in got.metadata.managedFields] == ["first"]
+    other = {**body, "data": {"a": "2"}}  # "first" keeps .data.b, so both stay recorded
     with pytest.raises(ApiException) as e:
-        cms.server_side_apply(body=KINDS[2].body("ssa"), name="ssa", namespace=namespace, field_manager="t")
-    assert e.value.status == 415
+        cms.server_side_apply(body=other, name="ssa", namespace=namespace, field_manager="second")
+    assert e.value.status == 409
+    assert "first" in e.value.body and ".data.a" in e.value.body
+    got = cms.server_side_apply(body=other, name="ssa", namespace=namespace, field_manager="second",
+                                force_conflicts=True)
+    assert got.data.a == "2"
+    assert {e.manager for e in got.metadata.managedFields} == {"first", "second"}
 
 
 # -- what client-go's metadata client asks (controller-runtime's metadata-only informers) ------
