@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from functools import partial
 from typing import Any
 
 from fleet.api import meta
@@ -36,6 +37,7 @@ from fleet.api.kinds.apiextensions import API_VERSION, FINALIZER
 from fleet.api.registry import KindInfo, Registry
 from fleet.client import ApiException
 from fleet.controllers.runtime import Context, QueueWorker, SharedInformer
+from fleet.server import crd_conversion
 from fleet.store import Store
 
 log = logging.getLogger(__name__)
@@ -168,6 +170,7 @@ class Registrar:
         keys = []
         for info in kinds_for(crd):
             info.source = crd
+            info.convert = partial(crd_conversion.convert, crd)
             if terminating(crd):
                 info.verbs = tuple(v for v in info.verbs if v not in CREATE_FORBIDDEN_VERBS)
             self.registry.register(info)
