@@ -192,3 +192,19 @@ def test_two_versions_convert_none_and_webhook() -> None:
         assert await crd_conversion.convert(hook, [obj], "stable.example.com/v1") == [obj]
 
     trio.run(main)
+
+
+def test_discovery_group_version_with_scale_subresource() -> None:
+    """A kind whose last subresource is `scale` (autoscaling/v1 Scale) keeps its list's groupVersion
+    (it once became autoscaling/v1, and clients listed the kind there: 404)."""
+    from fleet.server.discovery import api_resource_list
+
+    c = established(crd())
+    c["spec"]["versions"][0]["subresources"]["scale"] = {"specReplicasPath": ".spec.replicas",
+                                                         "statusReplicasPath": ".status.replicas"}
+    reg = Registry()
+    Registrar(reg).sync(c)
+    doc = api_resource_list(reg, "stable.example.com", "v1")
+    assert doc is not None and doc["groupVersion"] == "stable.example.com/v1"
+    scale = next(r for r in doc["resources"] if r["name"] == "crontabs/scale")
+    assert (scale["group"], scale["version"], scale["kind"]) == ("autoscaling", "v1", "Scale")
