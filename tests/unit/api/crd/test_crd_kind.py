@@ -149,7 +149,7 @@ def test_kinds_for_and_registrar() -> None:
     r = Registrar(reg)
     r.sync(c)
     assert reg.get("stable.example.com", "v1", "crontabs") is not None
-    r.remove("crontabs.stable.example.com")
+    r.forget("crontabs.stable.example.com")
     assert reg.get("stable.example.com", "v1", "crontabs") is None
 
 
@@ -208,3 +208,30 @@ def test_discovery_group_version_with_scale_subresource() -> None:
     assert doc is not None and doc["groupVersion"] == "stable.example.com/v1"
     scale = next(r for r in doc["resources"] if r["name"] == "crontabs/scale")
     assert (scale["group"], scale["version"], scale["kind"]) == ("autoscaling", "v1", "Scale")
+
+
+def test_status_subresource_restricts_root_keywords() -> None:
+    c = crd()
+    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["anyOf"] = [{"required": ["spec"]}]
+    got = messages(c)
+    assert any(m.startswith("spec.versions[0].schema.openAPIV3Schema: Invalid value: ") and
+               m.endswith("fields are allowed at the root of the schema if the status subresource is enabled")
+               for m in got), got
+    del c["spec"]["versions"][0]["subresources"]
+    assert not any("at the root of the schema" in m for m in messages(c))
+
+
+def test_registrar_keeps_entries_for_the_same_revision() -> None:
+    c = established(crd())
+    c["metadata"]["resourceVersion"] = "5"
+    reg = Registry()
+    r = Registrar(reg)
+    r.sync(c)
+    first = reg.get("stable.example.com", "v1", "crontabs")
+    r.sync(copy.deepcopy(c))
+    assert reg.get("stable.example.com", "v1", "crontabs") is first
+    c["metadata"]["resourceVersion"] = "6"
+    c["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    r.sync(c)
+    info = reg.get("stable.example.com", "v1", "crontabs")
+    assert info is not first and info is not None and "create" not in info.verbs
