@@ -152,6 +152,9 @@ class KindInfo:
     # Strategy: `await convert(objects, api_version)` gives objects of this kind stored at
     # another version at `api_version` (a CRD's conversion, fleet/server/crd_conversion.py).
     convert: Callable[[list[dict[str, Any]], str], Awaitable[list[dict[str, Any]]]] | None = None
+    # Why a verb left out of `verbs` is refused, when it is not simply unsupported (a
+    # terminating CRD's kinds: `create not allowed while custom resource definition is terminating`).
+    refused_verbs: dict[str, str] = field(default_factory=dict)
 
     def fill_zero_status(self, obj: dict[str, Any]) -> None:
         """Give `obj` the fields of `zero_status` it lacks (after defaulting, on every write)."""

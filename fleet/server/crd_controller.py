@@ -178,6 +178,8 @@ class Registrar:
             info.convert = partial(crd_conversion.convert, crd)
             if terminating(crd):
                 info.verbs = tuple(v for v in info.verbs if v not in CREATE_FORBIDDEN_VERBS)
+                info.refused_verbs = {v: f"{v} not allowed while custom resource definition is terminating"
+                                      for v in CREATE_FORBIDDEN_VERBS}
             self.registry.register(info)
             keys.append((info.group, info.version, info.plural))
         self.served[name] = keys

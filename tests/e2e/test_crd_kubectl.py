@@ -283,10 +283,33 @@ def test_crd_two_versions_none_conversion(kubectl, namespace: str, tmp_path: Pat
 def test_crd_deletion_removes_objects_first(kubectl, namespace: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     g = unique_group()
     apply_crd(kubectl, tmp_path, crd(g))
-    for n in ("d1", "d2"):
-        rc, out, err = kubectl("create", "-n", namespace, "-f", write(tmp_path, cron(g, n)))
+    held = cron(g, "d1")
+    held["metadata"]["finalizers"] = ["example.com/hold"]
+    for obj in (held, cron(g, "d2")):
+        rc, out, err = kubectl("create", "-n", namespace, "-f", write(tmp_path, obj))
         assert rc == 0, err
-    rc, out, err = kubectl("delete", "crd", f"crontabs.{g}", "--timeout=60s")
+    rc, out, err = kubectl("delete", "crd", f"crontabs.{g}", "--wait=false")
+    assert rc == 0, err
+    # The CRs go first; one held by its own finalizer keeps the CRD terminating.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rc, out, err = kubectl("get", f"crontabs.{g}", "-n", namespace, "-o", "name")
+        if out.split() == [f"crontab.{g}/d1"]:
+            break
+        time.sleep(0.3)
+    else:
+        pytest.fail(f"d2 was not deleted: {out} {err}")
+    d1 = json.loads(kubectl("get", f"crontabs.{g}", "d1", "-n", namespace, "-o", "json")[1])
+    assert d1["metadata"].get("deletionTimestamp")
+    crd_obj = json.loads(kubectl("get", "crd", f"crontabs.{g}", "-o", "json")[1])
+    assert {c["type"]: c["status"] for c in crd_obj["status"]["conditions"]}["Terminating"] == "True"
+    assert "customresourcecleanup.apiextensions.k8s.io" in crd_obj["metadata"]["finalizers"]
+    rc, out, err = kubectl("create", "-n", namespace, "-f", write(tmp_path, cron(g, "d3")))
+    assert rc == 1 and "create not allowed while custom resource definition is terminating" in err, err
+    rc, out, err = kubectl("patch", f"crontabs.{g}", "d1", "-n", namespace, "--type=merge",
+                           "-p", '{"metadata":{"finalizers":null}}')
+    assert rc == 0, err
+    rc, out, err = kubectl("wait", "--for=delete", f"crd/crontabs.{g}", "--timeout=60s")
     assert rc == 0, err
     rc, out, err = kubectl("get", "crd", f"crontabs.{g}")
     assert rc == 1 and "NotFound" in err
