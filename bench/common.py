@@ -379,14 +379,23 @@ def ensure_namespace(info: ServerInfo, name: str) -> None:
             raise RuntimeError(f"creating namespace {name}: {r.status_code} {r.text[:300]}")
 
 
-def bulk_create(info: ServerInfo, namespace: str, names: list[str], concurrency: int = 20) -> None:
-    """Create objects quickly (setup, not measured) through a thread pool of sync clients."""
+def bulk_create(info: ServerInfo, namespace: str, names: list[str], concurrency: int = 20,
+                collection: str | None = None, template: dict[str, Any] | None = None) -> None:
+    """Create objects quickly (setup, not measured) through a thread pool of sync clients:
+    ConfigMaps, or copies of `template` POSTed to `collection`."""
     from concurrent.futures import ThreadPoolExecutor
+
+    path = collection or f"/api/v1/namespaces/{namespace}/configmaps"
+
+    def body(n: str) -> dict[str, Any]:
+        if template is None:
+            return configmap(n, namespace)
+        return {**template, "metadata": {**template.get("metadata", {}), "name": n, "namespace": namespace}}
 
     def one(chunk: list[str]) -> None:
         with sync_client(info) as c:
             for n in chunk:
-                r = c.post(f"/api/v1/namespaces/{namespace}/configmaps", json=configmap(n, namespace))
+                r = c.post(path, json=body(n))
                 if r.status_code not in (200, 201, 409):
                     raise RuntimeError(f"setup create {n}: {r.status_code} {r.text[:300]}")
 

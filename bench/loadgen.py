@@ -206,6 +206,17 @@ async def paced(spec: dict[str, Any]) -> dict[str, Any]:
     rvs: dict[str, str] = dict(spec.get("resource_versions", {}))
     payload = "x" * int(spec.get("payload_bytes", 64))
     list_ns = spec.get("list_namespace", ns)
+    # Another resource than ConfigMaps (bench_crd: custom resources): `collection` is the
+    # collection's path in the objects' namespace, `list_collection` the one listed,
+    # `template` the object created (its metadata.name and namespace are filled in).
+    collection = spec.get("collection", f"/api/v1/namespaces/{ns}/configmaps")
+    list_collection = spec.get("list_collection", f"/api/v1/namespaces/{list_ns}/configmaps")
+    template: dict[str, Any] | None = spec.get("template")
+
+    def new_object(name: str) -> dict[str, Any]:
+        if template is None:
+            return _cm(name, ns, payload)
+        return {**template, "metadata": {**template.get("metadata", {}), "name": name, "namespace": ns}}
     latencies: list[float] = []  # from scheduled time to response
     service: list[float] = []  # from actual send to response
     statuses: dict[str, int] = {}
@@ -221,13 +232,11 @@ async def paced(spec: dict[str, Any]) -> dict[str, Any]:
         sent = time.perf_counter()
         try:
             if op == "create":
-                r = await client.post(
-                    f"/api/v1/namespaces/{ns}/configmaps", json=_cm(f"{prefix}{i}", ns, payload)
-                )
+                r = await client.post(collection, json=new_object(f"{prefix}{i}"))
             elif op == "get":
-                r = await client.get(f"/api/v1/namespaces/{ns}/configmaps/{names[i % len(names)]}")
+                r = await client.get(f"{collection}/{names[i % len(names)]}")
             elif op == "list":
-                r = await client.get(f"/api/v1/namespaces/{list_ns}/configmaps")
+                r = await client.get(list_collection)
             elif op == "update":
                 # Objects not being updated right now: an update never races another on
                 # the same object, so a 409 here would be a server bug, not the bench.
