@@ -152,6 +152,10 @@ class KindInfo:
     # Strategy: `await convert(objects, api_version)` gives objects of this kind stored at
     # another version at `api_version` (a CRD's conversion, fleet/server/crd_conversion.py).
     convert: Callable[[list[dict[str, Any]], str], Awaitable[list[dict[str, Any]]]] | None = None
+    # Strategy: a stored object as it is read (kube applies a CRD schema's defaults on every
+    # read from storage, so a default added later shows on old objects): a new object, or
+    # the same one when nothing changes.  Applied by fleet/server/crd_conversion.py.
+    read_defaults: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     # Why a verb left out of `verbs` is refused, when it is not simply unsupported (a
     # terminating CRD's kinds: `create not allowed while custom resource definition is terminating`).
     refused_verbs: dict[str, str] = field(default_factory=dict)

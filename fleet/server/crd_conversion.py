@@ -12,8 +12,9 @@ without touching the REST or watch code:
 
 The generic REST and watch code call `to_version(info, objects, api_version)`, which
 uses the kind's `convert` strategy (`KindInfo.convert`, set by the CRD registrar,
-fleet/server/crd_controller.py) only for objects not already at the wanted version —
-built-in kinds have none and are returned as they are.
+fleet/server/crd_controller.py) only for objects not already at the wanted version, then
+applies the schema's defaults as kube does on every read from storage
+(`KindInfo.read_defaults`) — built-in kinds have neither and are returned as they are.
 """
 
 from __future__ import annotations
@@ -49,9 +50,11 @@ async def to_version(info: KindInfo, objects: list[dict[str, Any]], api_version:
                      ) -> list[dict[str, Any]]:
     """`objects` at `api_version` (default: the kind's own) through the kind's convert strategy."""
     want = api_version or info.api_version
-    if info.convert is None or all(o.get("apiVersion") == want for o in objects):
-        return objects
-    return await info.convert(objects, want)
+    if info.convert is not None and any(o.get("apiVersion") != want for o in objects):
+        objects = await info.convert(objects, want)
+    if info.read_defaults is not None and api_version is None:
+        objects = [info.read_defaults(o) for o in objects]
+    return objects
 
 
 async def one(info: KindInfo, obj: dict[str, Any], api_version: str | None = None) -> dict[str, Any]:

@@ -197,15 +197,17 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
                     if out is None:
                         continue
                     type_, obj = out
-                    if obj.get("apiVersion") != info.api_version and info.convert is not None:
-                        obj = await crd_conversion.one(info, obj)  # a custom resource at another version
+                    # A custom resource read from storage: converted and defaulted (once per event
+                    # and version when the line is cached).
+                    read = info.read_defaults is not None or (info.convert is not None
+                                                              and obj.get("apiVersion") != info.api_version)
                     if not filtered and target.kind != TABLE:
                         line = e.cache.get(cache_key)
                         if line is None:
-                            line = encode(type_, obj)
+                            line = encode(type_, await crd_conversion.one(info, obj) if read else obj)
                             e.cache[cache_key] = line
                     else:
-                        line = encode(type_, obj)
+                        line = encode(type_, await crd_conversion.one(info, obj) if read else obj)
                     lines.append(line)
                 if not lines:
                     continue

@@ -278,6 +278,19 @@ def test_crd_two_versions_none_conversion(kubectl, namespace: str, tmp_path: Pat
     assert [i["apiVersion"] for i in json.loads(out)["items"]] == [f"{g}/v1beta1"]
     st = json.loads(kubectl("get", "crd", f"crontabs.{g}", "-o", "json")[1])["status"]
     assert st["storedVersions"] == ["v1"]
+    # A default added later shows on the stored object when it is read (kube defaults on read).
+    for v in versions:
+        v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"] = {
+            "tier": {"type": "string", "default": "gold"}}
+    apply_crd(kubectl, tmp_path, crd(g, versions=versions))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        got = json.loads(kubectl("get", f"crontabs.v1.{g}", "old", "-n", namespace, "-o", "json")[1])
+        if got["spec"].get("tier") == "gold":
+            break
+        time.sleep(0.3)
+    else:
+        pytest.fail(f"the new default was not applied on read: {got}")
 
 
 def test_crd_deletion_removes_objects_first(kubectl, namespace: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -74,6 +74,16 @@ def _validator(schema: dict[str, Any], namespaced: bool) -> Any:
     return validate_cr
 
 
+def has_defaults(schema: Any) -> bool:
+    """Whether any node of `schema` declares a `default` (read-time defaulting is skipped otherwise)."""
+    if isinstance(schema, dict):
+        return "default" in schema or any(has_defaults(v) for k, v in schema.items()
+                                          if k not in ("enum", "example", "x-kubernetes-validations"))
+    if isinstance(schema, list):
+        return any(has_defaults(v) for v in schema)
+    return False
+
+
 def _path(json_path: Any) -> str:
     return json_path[1:] if isinstance(json_path, str) and json_path.startswith(".") else str(json_path or "")
 
@@ -105,6 +115,11 @@ def kinds_for(crd: dict[str, Any]) -> list[KindInfo]:
         def default(obj: dict[str, Any], schema: dict[str, Any] = schema) -> None:
             apply_defaults(obj, schema)
 
+        def read_defaults(obj: dict[str, Any], schema: dict[str, Any] = schema) -> dict[str, Any]:
+            out = copy.deepcopy(obj)  # stored objects are shared (watch cache): never mutated
+            apply_defaults(out, schema)
+            return obj if out == obj else out
+
         info = KindInfo(
             group=group, version=str(ver.get("name")), kind=str(names.get("kind") or ""),
             plural=str(names.get("plural") or ""), singular=str(names.get("singular") or ""),
@@ -116,6 +131,7 @@ def kinds_for(crd: dict[str, Any]) -> list[KindInfo]:
             # Without the status subresource a status change is a spec change (kube bumps generation).
             non_spec_fields=("metadata", "status") if "status" in subresources else ("metadata",),
             openapi_schema=schema, prune_unknown=prune_unknown,
+            read_defaults=read_defaults if has_defaults(schema) else None,
             storage_version=storage if storage != ver.get("name") else None,
             list_kind_name=str(names.get("listKind") or "") or None,
         )

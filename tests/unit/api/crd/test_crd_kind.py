@@ -235,3 +235,20 @@ def test_registrar_keeps_entries_for_the_same_revision() -> None:
     r.sync(c)
     info = reg.get("stable.example.com", "v1", "crontabs")
     assert info is not first and info is not None and "create" not in info.verbs
+
+
+def test_defaults_on_read_leave_the_stored_object_alone() -> None:
+    (info,) = kinds_for(established(crd()))
+    stored = {"apiVersion": "stable.example.com/v1", "kind": "CronTab", "metadata": {"name": "a"}, "spec": {}}
+
+    async def main() -> None:
+        (got,) = await crd_conversion.to_version(info, [stored])
+        assert got["spec"] == {"replicas": 1} and stored["spec"] == {}
+        # Nothing to default: the very object (no copy kept).
+        full = {**stored, "spec": {"replicas": 2}}
+        assert (await crd_conversion.to_version(info, [full]))[0] is full
+
+    trio.run(main)
+    c = crd()
+    del c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["replicas"]["default"]
+    assert kinds_for(established(c))[0].read_defaults is None
