@@ -309,7 +309,7 @@ class APIServer(ConnectVerbs):
             raise errors.MethodNotAllowed(f"{method} is not supported on {resource}")
         base_verb = verb if not route.subresource else verb
         if base_verb not in info.verbs and not route.subresource:
-            raise errors.MethodNotAllowed(f"{verb} is not supported on {info.plural}")
+            raise errors.MethodNotAllowed(info.refused_verbs.get(verb) or f"{verb} is not supported on {info.plural}")
         assert req.user is not None
         decision = self.authorizer.authorize(req.user, Attributes(
             verb, route.group, route.version, route.plural, route.subresource,
