@@ -10,7 +10,8 @@ admission webhooks use (fleet/admission/webhook_client.py: pooled clients per ca
                        resolve_service=functools.partial(resolve_service, store),
                        clients=pool)
 
-returns the objects at the desired apiVersion (in their order; those already there are
+(or, in the server, `WebhookConverter(store).convert(webhook_spec, objects, desired)`,
+which holds the pool and the store) returns the objects at the desired apiVersion (in their order; those already there are
 not sent, and nothing to convert makes no call), or raises `ConversionError` with the
 message kube-apiserver answers (a 500 Status without a reason).
 
@@ -22,16 +23,18 @@ answer with one (`the server rejected our request for an unknown reason`, ...).
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from typing import Any
 
-from fleet.admission.webhook_client import ServiceResolver, WebhookClients, post
+from fleet.admission.webhook_client import ServiceResolver, WebhookClients, post, resolve_service
 from fleet.admission.webhook_review import CallError
 from fleet.api.crd import conversion
 from fleet.api.crd.conversion import ConversionError
+from fleet.store import Store
 
-__all__ = ["DEFAULT_TIMEOUT", "ConversionError", "convert_by_webhook", "response_error"]
+__all__ = ["DEFAULT_TIMEOUT", "ConversionError", "WebhookConverter", "convert_by_webhook", "response_error"]
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -98,3 +101,25 @@ async def convert_by_webhook(webhook_spec: dict[str, Any], objects: list[dict[st
     if resp.status_code < 200 or resp.status_code >= 300:
         raise conversion.failed(gvk, response_error(resp.status_code, resp.content))
     return conversion.answer(objects, indexes, desired_api_version, version, uid, resp.content)
+
+
+class WebhookConverter:
+    """The server's conversion webhook caller: one pool of clients for its life and Service
+    references resolved from its store.  `await converter.convert(webhook_spec, objects,
+    desired_api_version)`; `await converter.aclose()` when the server stops (connections
+    belong to the Trio run that opened them)."""
+
+    def __init__(self, store: Store, *, clients: WebhookClients | None = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.store = store
+        self.clients = clients if clients is not None else WebhookClients()
+        self.timeout = timeout
+
+    async def convert(self, webhook_spec: dict[str, Any], objects: list[dict[str, Any]],
+                      desired_api_version: str) -> list[dict[str, Any]]:
+        return await convert_by_webhook(webhook_spec, objects, desired_api_version,
+                                        resolve_service=functools.partial(resolve_service, self.store),
+                                        clients=self.clients, timeout=self.timeout)
+
+    async def aclose(self) -> None:
+        await self.clients.aclose()

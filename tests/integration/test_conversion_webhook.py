@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from fleet.admission.webhook_client import WebhookClients, resolve_service
+from fleet.admission.webhook_client import resolve_service
 from fleet.api import meta
-from fleet.server.conversion_webhook import ConversionError, convert_by_webhook
+from fleet.server.conversion_webhook import ConversionError, WebhookConverter, convert_by_webhook
 from fleet.store import open_store
 from fleet.testing.oidc import loopback_tls
 from fleet.testing.webhook import WebhookServer
@@ -110,20 +110,20 @@ async def test_service_reference_resolved_from_the_store(tmp_path: Path) -> None
             hook = {"clientConfig": {"service": {"namespace": "hooks", "name": "conv", "path": "/to", "port": 443},
                                      "caBundle": bundle(ca)},
                     "conversionReviewVersions": ["v1"]}
-            clients = WebhookClients()
+            converter = WebhookConverter(store)  # the server's: pooled clients, services from its store
             try:
-                resolve = functools.partial(resolve_service, store)
                 for name in ("ann", "bob"):
-                    got = await convert_by_webhook(hook, [cr(name)], V2, resolve_service=resolve, clients=clients)
+                    got = await converter.convert(hook, [cr(name)], V2)
                     assert got[0]["spec"] == {"first": name, "last": "smith"}
                 # A Service with no such port: the clean error.
                 bad = copy.deepcopy(hook)
                 bad["clientConfig"]["service"]["port"] = 444
                 with pytest.raises(ConversionError) as e:
-                    await convert_by_webhook(bad, [cr("cy")], V2, resolve_service=resolve, clients=clients)
+                    await convert_by_webhook(bad, [cr("cy")], V2,
+                                             resolve_service=functools.partial(resolve_service, store))
                 assert e.value.message == f'conversion webhook for {GVK} failed: service "conv" has no port 444'
             finally:
-                await clients.aclose()
+                await converter.aclose()
         assert [r["path"] for r in srv.reviews] == ["/to", "/to"]
         # The pooled client kept its connection for the second call.
         assert len(set(srv.peers)) == 1, srv.peers
