@@ -198,7 +198,14 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
                         continue
                     type_, obj = out
                     if obj.get("apiVersion") != info.api_version and info.convert is not None:
-                        obj = await crd_conversion.one(info, obj)  # a custom resource at another version
+                        try:
+                            obj = await crd_conversion.one(info, obj)  # a custom resource at another version
+                        except errors.APIError as conv_err:
+                            # A conversion (webhook) that failed ends the watch with an ERROR event
+                            # carrying the Status, as kube's watcher sends a decode error.
+                            lines.append(encode("ERROR", conv_err.status()))
+                            yield b"".join(lines)
+                            return
                     if not filtered and target.kind != TABLE:
                         line = e.cache.get(cache_key)
                         if line is None:
