@@ -10,20 +10,10 @@ do nothing.
 
 Decisions live beside this module: which webhooks a request calls in
 webhook_match.py, the AdmissionReview and the meaning of an answer in
-webhook_review.py.  This module is the I/O: the HTTPS POST (httpx, verified with
-the webhook's `caBundle`, or the system roots when it has none), the timeout
-(`timeoutSeconds`, default 10), and the Service reference.  Clients are pooled
-per trust (`WebhookClients`, one per caBundle, shared by the two plugins), so
-calls to a webhook reuse kept-alive connections instead of paying a TCP and TLS
-handshake each, as kube-apiserver's webhook client manager keeps its clients.
-
-A `service` reference is resolved to one of the Service's ready *endpoints*
-(its Endpoints object), not to its ClusterIP: the API server runs on the host,
-where a ClusterIP only works if this host's agent has programmed the service
-rules, while endpoint addresses are reachable from the host whenever the pod
-network is.  The TLS name checked is `<service>.<namespace>.svc`, as
-kube-apiserver checks it, so the webhook's certificate is the same one it would
-present in Kubernetes.
+webhook_review.py.  This module is the I/O around them: the timeout
+(`timeoutSeconds`, default 10) and the call, made with the HTTPS client shared with CRD
+conversion webhooks (webhook_client.py: pooled clients per caBundle, `service`
+references resolved to a ready endpoint and verified as `<service>.<namespace>.svc`).
 
 Mutating webhooks run one after the other, each seeing the previous one's
 result; with `reinvocationPolicy: IfNeeded` a webhook is called once more if a
@@ -38,23 +28,19 @@ matcher decides.
 
 from __future__ import annotations
 
-import base64
 import copy
 import functools
 import logging
-import socket
-import ssl
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
 import trio
 
 from fleet import cel
 from fleet.admission import add_warning
 from fleet.admission.policy_eval import authorizer_for, match_conditions_hold, request_variable
+from fleet.admission.webhook_client import WebhookClients, post, resolve_service
 from fleet.admission.webhook_match import OPERATION_OF_VERB, Request, hooks_of, webhook_matches
 from fleet.admission.webhook_review import (
     CallError,
@@ -70,7 +56,7 @@ from fleet.admission.webhook_review import (
 from fleet.api import meta
 from fleet.api.kinds.admissionregistration import WEBHOOK_VARIABLES
 from fleet.auth import Attributes, UserInfo
-from fleet.store import KeyNotFound, Store
+from fleet.store import Store
 from fleet.store.watchcache import WatchCache
 
 log = logging.getLogger(__name__)
@@ -90,149 +76,14 @@ class WebhookConfigCache(WatchCache):
 
 # --------------------------------------------------------------------------- the call
 
-@functools.lru_cache(maxsize=64)
-def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
-    """A client context trusting `ca_bundle` (base64 PEM) or the system roots; cached, since
-    loading roots costs milliseconds and every call of a webhook uses the same one."""
-    if ca_bundle:
-        try:
-            pem = base64.b64decode(ca_bundle, validate=True).decode()
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CallError(f"invalid caBundle: {e}") from None
-        try:
-            return ssl.create_default_context(cadata=pem)
-        except ssl.SSLError as e:
-            raise CallError(f"invalid caBundle: {e}") from None
-    return ssl.create_default_context()
-
-
-class WebhookClients:
-    """Pooled HTTPS clients, one per trust (caBundle; None = the system roots), kept for
-    the server's life so connections to a webhook stay open between calls.  At most
-    `size` clients: the least recently used one is closed when a new trust needs room.
-    Owned by one server's plugins (connections belong to the Trio run that opened them)."""
-
-    def __init__(self, size: int = 64) -> None:
-        self.size = size
-        self._clients: OrderedDict[str | None, httpx.AsyncClient] = OrderedDict()
-
-    async def get(self, ca_bundle: str | None) -> httpx.AsyncClient:
-        client = self._clients.get(ca_bundle)
-        if client is not None:
-            self._clients.move_to_end(ca_bundle)
-            return client
-        client = httpx.AsyncClient(verify=_ssl_context(ca_bundle),
-                                   limits=httpx.Limits(keepalive_expiry=30.0))
-        self._clients[ca_bundle] = client
-        while len(self._clients) > self.size:
-            _, old = self._clients.popitem(last=False)
-            await old.aclose()
-        return client
-
-    async def aclose(self) -> None:
-        while self._clients:
-            _, client = self._clients.popitem()
-            await client.aclose()
-
-
-async def resolve_service(store: Store, svc: dict[str, Any]) -> tuple[str, int]:
-    """A ready endpoint (ip, port) of the referenced Service, for its `port`."""
-    ns, name, port = svc.get("namespace", ""), svc.get("name", ""), int(svc.get("port") or 443)
-    try:
-        service = await store.get(meta.store_key("", "services", ns, name))
-    except KeyNotFound:
-        raise CallError(f'service "{name}" not found') from None
-    target: Any = port
-    port_name = ""
-    for p in (service.get("spec") or {}).get("ports") or []:
-        if p.get("port") == port:
-            target, port_name = p.get("targetPort", port), p.get("name") or ""
-            break
-    else:
-        raise CallError(f'service "{name}" has no port {port}')
-    try:
-        eps = await store.get(meta.store_key("", "endpoints", ns, name))
-    except KeyNotFound:
-        raise CallError(f'endpoints "{name}" not found') from None
-    for subset in eps.get("subsets") or []:
-        addrs = subset.get("addresses") or []
-        if not addrs:
-            continue
-        num = None
-        for p in subset.get("ports") or []:
-            if (p.get("name") or "") == port_name or len(subset.get("ports") or []) == 1:
-                num = p.get("port")
-                break
-        if num is None and isinstance(target, int):
-            num = target
-        if num is not None and addrs[0].get("ip"):
-            return addrs[0]["ip"], int(num)
-    raise CallError(f'service "{ns}/{name}" has no ready endpoints')
-
-
-def _deepest(e: BaseException) -> BaseException:
-    """The root cause: follow __cause__/__context__ and the first member of exception groups."""
-    seen: set[int] = set()
-    cur = e
-    while id(cur) not in seen:
-        seen.add(id(cur))
-        nxt = cur.__cause__ or cur.__context__
-        if isinstance(cur, BaseExceptionGroup) and cur.exceptions:
-            nxt = cur.exceptions[0]
-        if nxt is None:
-            break
-        cur = nxt
-    return cur
-
-
-def describe(e: BaseException, host: str, port: int) -> str:
-    """Why a call failed, worded as Go's net/http and crypto/tls word it (what
-    kube-apiserver's message carries); the root cause's own text otherwise."""
-    root = _deepest(e)
-    if isinstance(root, ConnectionRefusedError):
-        return f"dial tcp {host}:{port}: connect: connection refused"
-    if isinstance(root, socket.gaierror):
-        return f"dial tcp: lookup {host}: no such host"
-    if isinstance(root, ssl.SSLCertVerificationError):
-        return f"tls: failed to verify certificate: {root.verify_message or root.reason}"
-    return str(root) or str(e) or type(root).__name__
-
-
 async def call_webhook(store: Store, hook: dict[str, Any], review: dict[str, Any], *,
                        clients: WebhookClients | None = None) -> bytes:
     """POST the review to the webhook; the raw answer body.  Raises CallError.  With
     `clients`, the call reuses that pool's client for the webhook's caBundle (and its
     open connections); without, it opens and closes a client of its own."""
-    cc = hook.get("clientConfig") or {}
-    timeout = hook.get("timeoutSeconds") or DEFAULT_TIMEOUT
-    ctx = _ssl_context(cc.get("caBundle"))
-    extensions: dict[str, Any] = {}
-    if cc.get("url"):
-        url = cc["url"]
-    else:
-        svc = cc.get("service") or {}
-        ip, port = await resolve_service(store, svc)
-        host = f"[{ip}]" if ":" in ip else ip
-        url = f"https://{host}:{port}{svc.get('path') or ''}"
-        # Verify the certificate for the Service's DNS name, as kube-apiserver does.
-        extensions["sni_hostname"] = f"{svc.get('name')}.{svc.get('namespace')}.svc"
-    try:
-        with trio.fail_after(timeout):
-            if clients is not None:
-                client = await clients.get(cc.get("caBundle"))
-                resp = await client.post(url, json=review, extensions=extensions, timeout=timeout,
-                                         headers={"Accept": "application/json"})
-            else:
-                async with httpx.AsyncClient(verify=ctx, timeout=timeout) as own:
-                    resp = await own.post(url, json=review, extensions=extensions,
-                                          headers={"Accept": "application/json"})
-    except trio.TooSlowError:
-        raise CallError("context deadline exceeded") from None
-    except httpx.TimeoutException:
-        raise CallError("context deadline exceeded") from None
-    except (httpx.HTTPError, OSError, ssl.SSLError) as e:
-        u = httpx.URL(url)
-        raise CallError(f'Post "{url}": {describe(e, u.host, u.port or 443)}') from None
+    resp = await post(hook.get("clientConfig") or {}, review,
+                      timeout=hook.get("timeoutSeconds") or DEFAULT_TIMEOUT,
+                      resolve=functools.partial(resolve_service, store), clients=clients)
     if resp.status_code < 200 or resp.status_code >= 300:
         raise CallError(f"expected webhook response status 200, got {resp.status_code}")
     return resp.content

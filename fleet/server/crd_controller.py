@@ -38,6 +38,7 @@ from fleet.api.registry import KindInfo, Registry
 from fleet.client import ApiException
 from fleet.controllers.runtime import Context, QueueWorker, SharedInformer
 from fleet.server import crd_conversion
+from fleet.server.conversion_webhook import WebhookConverter
 from fleet.store import Store
 
 log = logging.getLogger(__name__)
@@ -156,8 +157,9 @@ def terminating(crd: dict[str, Any]) -> bool:
 class Registrar:
     """The CRDs' kinds in the server's live registry."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, webhooks: WebhookConverter | None = None) -> None:
         self.registry = registry
+        self.webhooks = webhooks  # the server's conversion webhook caller (strategy Webhook)
         self.served: dict[str, list[tuple[str, str, str]]] = {}  # CRD name -> its (group, version, plural)s
         self.generation = 0  # bumped on every change (caches keyed on it rebuild)
         self.stamps: dict[str, tuple[Any, bool, bool]] = {}  # CRD name -> what `sync` last served
@@ -175,7 +177,7 @@ class Registrar:
         keys = []
         for info in kinds_for(crd):
             info.source = crd
-            info.convert = partial(crd_conversion.convert, crd)
+            info.convert = partial(crd_conversion.convert, crd, webhooks=self.webhooks)
             if terminating(crd):
                 info.verbs = tuple(v for v in info.verbs if v not in CREATE_FORBIDDEN_VERBS)
                 info.refused_verbs = {v: f"{v} not allowed while custom resource definition is terminating"

@@ -7,8 +7,12 @@ that needs I/O (`Webhook`: a ConversionReview to the CRD's webhook) plugs in her
 without touching the REST or watch code:
 
 - `None`: only `apiVersion` is rewritten (kube's nopConverter);
-- `Webhook`: `WebhookConversionUnavailable` until the ConversionReview client is
-  connected here (it is built separately).
+- `Webhook`: a ConversionReview to `spec.conversion.webhook`
+  (fleet/server/conversion_webhook.py; the decisions and kube's messages in
+  fleet/api/crd/conversion.py).  `webhooks` is the server's `WebhookConverter` (its
+  client pool, Service references resolved from its store), bound by the CRD registrar;
+  without one a call still goes out by `url`, with a client of its own.  A failure is a
+  `ConversionError`: 500, `conversion webhook for <gvk> failed: ...`.
 
 The generic REST and watch code call `to_version(info, objects, api_version)`, which
 uses the kind's `convert` strategy (`KindInfo.convert`, set by the CRD registrar,
@@ -21,27 +25,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.api import errors
 from fleet.api.registry import KindInfo
+from fleet.server.conversion_webhook import ConversionError, WebhookConverter, convert_by_webhook
 
 
-class WebhookConversionUnavailable(errors.APIError):
-    """A CRD asks for webhook conversion, which this seam does not do yet."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f'conversion webhook for {name} failed: webhook conversion is not available in this '
-                         "server", code=500, reason="InternalError")
-
-
-async def convert(crd: dict[str, Any], objects: list[dict[str, Any]], desired_api_version: str
-                  ) -> list[dict[str, Any]]:
+async def convert(crd: dict[str, Any], objects: list[dict[str, Any]], desired_api_version: str, *,
+                  webhooks: WebhookConverter | None = None) -> list[dict[str, Any]]:
     """`objects` (any served versions of `crd`'s kind) at `desired_api_version`."""
     strategy = ((crd.get("spec") or {}).get("conversion") or {}).get("strategy") or "None"
     todo = [o for o in objects if o.get("apiVersion") != desired_api_version]
     if not todo:
         return objects
     if strategy == "Webhook":
-        raise WebhookConversionUnavailable(str((crd.get("metadata") or {}).get("name") or ""))
+        spec = ((crd.get("spec") or {}).get("conversion") or {}).get("webhook") or {}
+        if webhooks is not None:
+            return await webhooks.convert(spec, objects, desired_api_version)
+        return await convert_by_webhook(spec, objects, desired_api_version)
     return [o if o.get("apiVersion") == desired_api_version else {**o, "apiVersion": desired_api_version}
             for o in objects]
 
@@ -66,4 +65,4 @@ async def to_storage(info: KindInfo, obj: dict[str, Any]) -> dict[str, Any]:
     return await one(info, obj, info.storage_api_version)
 
 
-__all__ = ["WebhookConversionUnavailable", "convert", "one", "to_storage", "to_version"]
+__all__ = ["ConversionError", "convert", "one", "to_storage", "to_version"]

@@ -77,6 +77,7 @@ from fleet.server import (
 )
 from fleet.server.app import APIServer
 from fleet.server.asgi import FleetASGI, create_app
+from fleet.server.conversion_webhook import WebhookConverter
 from fleet.server.metrics import Metrics
 from fleet.server.nscache import NamespaceCache
 from fleet.server.rest import ResourceAPI
@@ -340,7 +341,7 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                           compact_interval=cfg.compact_interval, codec=codec) as store:
         registry = default_registry()
         # CustomResourceDefinitions: the stored ones' kinds are served from the first request.
-        crds = crd_controller.Registrar(registry)
+        crds = crd_controller.Registrar(registry, WebhookConverter(store))
         await crd_controller.register_stored(store, crds)
         await ensure_default_namespaces(store, registry)
         await ensure_default_service_accounts(store, registry)

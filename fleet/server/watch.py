@@ -201,13 +201,21 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
                     # and version when the line is cached).
                     read = info.read_defaults is not None or (info.convert is not None
                                                               and obj.get("apiVersion") != info.api_version)
-                    if not filtered and target.kind != TABLE:
-                        line = e.cache.get(cache_key)
-                        if line is None:
-                            line = encode(type_, await crd_conversion.one(info, obj) if read else obj)
+                    cacheable = not filtered and target.kind != TABLE
+                    line = e.cache.get(cache_key) if cacheable else None
+                    if line is None:
+                        if read:
+                            try:
+                                obj = await crd_conversion.one(info, obj)
+                            except errors.APIError as conv_err:
+                                # A conversion (webhook) that failed ends the watch with an ERROR
+                                # event carrying the Status, as kube's watcher sends a decode error.
+                                lines.append(encode("ERROR", conv_err.status()))
+                                yield b"".join(lines)
+                                return
+                        line = encode(type_, obj)
+                        if cacheable:
                             e.cache[cache_key] = line
-                    else:
-                        line = encode(type_, await crd_conversion.one(info, obj) if read else obj)
                     lines.append(line)
                 if not lines:
                     continue

@@ -3,7 +3,9 @@
 `WebhookServer(cert_file, key_file, answer)` serves HTTPS on 127.0.0.1 (an ephemeral
 port, `.port`) from threads (`http.server`): every POSTed AdmissionReview is kept in
 `.reviews` (with the URL path it came to) and answered by `answer(path, review)` — a
-dict sent as JSON, or bytes sent as they are (to answer garbage).  Its certificate comes
+dict sent as JSON, or bytes sent as they are (to answer garbage), with status 200; a
+`(status, dict | bytes)` pair answers with that status.  The server serves any review
+kind (AdmissionReview, ConversionReview).  Its certificate comes
 from `fleet.testing.oidc.loopback_tls`; the configurations carry that CA as their
 `caBundle`.
 
@@ -29,7 +31,7 @@ from typing import Any
 
 API = "admissionregistration.k8s.io/v1"
 
-Answer = Callable[[str, dict[str, Any]], "dict[str, Any] | bytes"]
+Answer = Callable[[str, dict[str, Any]], "dict[str, Any] | bytes | tuple[int, dict[str, Any] | bytes]"]
 
 
 class WebhookServer:
@@ -53,8 +55,9 @@ class WebhookServer:
                 outer.reviews.append({"path": self.path, **review})  # list.append: thread-safe
                 outer.peers.append(self.client_address[:2])
                 out = answer(self.path, review)
+                code, out = out if isinstance(out, tuple) else (200, out)
                 body = out if isinstance(out, bytes) else json.dumps(out).encode()
-                self.send_response(200)
+                self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

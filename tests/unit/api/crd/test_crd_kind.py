@@ -181,11 +181,11 @@ def test_two_versions_convert_none_and_webhook() -> None:
         out = await crd_conversion.convert(c, [obj], "stable.example.com/v1beta1")
         assert out[0]["apiVersion"] == "stable.example.com/v1beta1" and obj["apiVersion"] == "stable.example.com/v1"
         hook = copy.deepcopy(c)
-        hook["spec"]["conversion"] = {"strategy": "Webhook"}
+        hook["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v2"]}}
         try:
             await crd_conversion.convert(hook, [obj], "stable.example.com/v1beta1")
-        except crd_conversion.WebhookConversionUnavailable as e:
-            assert e.code == 500
+        except crd_conversion.ConversionError as e:
+            assert e.code == 500 and e.message == "no supported conversion review versions"
         else:
             raise AssertionError("webhook conversion must not pass silently")
         # Nothing to convert: no webhook call either.
