@@ -88,6 +88,7 @@ ROOTS = {
         "V1ValidatingAdmissionPolicyBinding",
     ("authorization.k8s.io", "v1", "SelfSubjectRulesReview"): "V1SelfSubjectRulesReview",
     ("apiregistration.k8s.io", "v1", "APIService"): "V1APIService",
+    ("apiextensions.k8s.io", "v1", "CustomResourceDefinition"): "V1CustomResourceDefinition",
 }
 
 SCALARS = {"str": "string", "int": "integer", "bool": "boolean", "float": "number",

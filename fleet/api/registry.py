@@ -136,6 +136,19 @@ class KindInfo:
     # rely on them (the Python client's models refuse a DaemonSetStatus without
     # `numberReady`).  None: the kind has no status struct, or its defaulter sets it.
     zero_status: dict[str, Any] | None = None
+    # Strategy: kube's pruning at decode (custom resources): removes, in place, the fields
+    # the kind's schema does not know and returns their paths (`spec.foo`), which
+    # fieldValidation turns into warnings (Warn) or a 400 (Strict).  None: the built-in
+    # kinds' unknown-field check from k8s_schema.json.
+    prune_unknown: Callable[[dict[str, Any]], list[str]] | None = None
+    # Objects of a kind served at several versions are stored once: the version they
+    # are stored at when it is not this entry's own (a CRD's storage version), and the
+    # server converts between the two (fleet/server/crd_conversion.py).  None: stored as served.
+    storage_version: str | None = None
+    # The list kind when it is not `<Kind>List` (a CRD's `names.listKind`).
+    list_kind_name: str | None = None
+    # The object that declared this kind at run time (a CRD), for the conversion seam.
+    source: dict[str, Any] | None = None
 
     def fill_zero_status(self, obj: dict[str, Any]) -> None:
         """Give `obj` the fields of `zero_status` it lacks (after defaulting, on every write)."""
@@ -148,12 +161,19 @@ class KindInfo:
         return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
+    def storage_api_version(self) -> str:
+        """The apiVersion objects of this kind are stored at."""
+        if self.storage_version is None:
+            return self.api_version
+        return f"{self.group}/{self.storage_version}" if self.group else self.storage_version
+
+    @property
     def group_version(self) -> str:
         return self.api_version
 
     @property
     def list_kind(self) -> str:
-        return self.kind + "List"
+        return self.list_kind_name or self.kind + "List"
 
     @property
     def has_status(self) -> bool:

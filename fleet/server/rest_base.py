@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fleet.admission import AdmissionChain
-from fleet.api import errors, meta, schema, typecheck
+from fleet.api import crd, errors, meta, schema, typecheck
 from fleet.api.registry import KindInfo, Registry
 from fleet.auth import Attributes, UserInfo
 from fleet.server import eviction
@@ -89,6 +89,18 @@ class ResourceBase:
         mode = req.query.get("fieldValidation", "")
         if mode not in ("", "Strict", "Warn", "Ignore"):
             raise errors.BadRequest(f'fieldValidation must be one of "Ignore", "Warn", or "Strict" (got "{mode}")')
+        if info.prune_unknown is not None:
+            # A custom resource: kube prunes at decode in every mode; Strict refuses instead.
+            pruned = info.prune_unknown(obj)
+            if mode == "Ignore":
+                return []
+            dup = [f'duplicate field "{d}"' for d in duplicates or []]
+            if mode == "Strict" and (pruned or dup):
+                if pruned and not dup:
+                    raise errors.BadRequest(crd.strict_decoding_message(info.kind, info.version, pruned))
+                raise errors.BadRequest("strict decoding error: " + ", ".join(
+                    dup + crd.unknown_field_warnings(pruned)))
+            return dup + crd.unknown_field_warnings(pruned)
         if mode in ("Ignore",):
             return []
         msgs = [f'duplicate field "{d}"' for d in duplicates or []]

@@ -61,10 +61,20 @@ from fleet.controllers.manager import default_manager
 from fleet.controllers.nodeipam import NodeIPAMConfig
 from fleet.controllers.nodelifecycle import NodeLifecycleConfig
 from fleet.controllers.rootcacertpublisher import RootCAPublisherConfig
+from fleet.controllers.runtime import Manager
 from fleet.network.cluster_dns import ClusterDNSConfig, kube_dns_spec, run_cluster_dns
 from fleet.network.dns import DNSStats
 from fleet.network.ingress import IngressConfig, run_ingress
-from fleet.server import apiservices, limits, security, svcrepair, systemsvc, tlsconn, upgrade
+from fleet.server import (
+    apiservices,
+    crd_controller,
+    limits,
+    security,
+    svcrepair,
+    systemsvc,
+    tlsconn,
+    upgrade,
+)
 from fleet.server.app import APIServer
 from fleet.server.asgi import FleetASGI, create_app
 from fleet.server.metrics import Metrics
@@ -329,6 +339,9 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
     async with open_store(data_dir / "fleet.db", retention=cfg.retention, sync=cfg.sync,
                           compact_interval=cfg.compact_interval, codec=codec) as store:
         registry = default_registry()
+        # CustomResourceDefinitions: the stored ones' kinds are served from the first request.
+        crds = crd_controller.Registrar(registry)
+        await crd_controller.register_stored(store, crds)
         await ensure_default_namespaces(store, registry)
         await ensure_default_service_accounts(store, registry)
         await ensure_system_priority_classes(store, registry)
@@ -404,6 +417,8 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
                                          PortRange.parse(cfg.service_node_port_range))
             await nursery.start(_supervised("service-allocator", allocator.run, store))
             rest.allocators[("", "services")] = allocator
+            rest.delete_strategies[("apiextensions.k8s.io", "customresourcedefinitions")] = \
+                crd_controller.delete_strategy(rest)
             # System Services (`default/kubernetes`, `kube-system/kube-dns`): ensured now
             # and again at every pass of the repair loop.
             system_services = [partial(systemsvc.ensure_default_service_cidr, store, registry,
@@ -484,6 +499,9 @@ async def run(cfg: ServerConfig, *, task_status: trio.TaskStatus[ServerInfo] = t
             def identity(user: str, groups: tuple[str, ...] = ()) -> ClientConfig:
                 return component_client_config(pki, url, user, groups, certs)
 
+            # The CRD controller: names, Established, the live registry, the cleanup finalizer.
+            nursery.start_soon(_supervised("crd-controller", Manager([crd_controller.CRDController(crds)]).run,
+                                           client_cfg))
             nursery.start_soon(_supervised("service-allocation-repair", svcrepair.run_repair, store, allocator,
                                            client_cfg, cfg.service_repair_interval, system_services))
             if cfg.scheduler:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fleet.api.kinds import (
     admissionregistration,
+    apiextensions,
     apiregistration,
     apps,
     authentication,
@@ -45,6 +46,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     *replication.KINDS,
     *quota.KINDS,
     *apiregistration.KINDS,
+    *apiextensions.KINDS,
     *storage.KINDS,
     *persistentvolume.KINDS,
     events.CORE_EVENT,
