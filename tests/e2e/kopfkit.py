@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import FleetServer
 
@@ -136,3 +137,52 @@ def wait_logged(kp: KopfProcess, text: str, *, timeout: float = 30.0) -> None:
                                  + kp.digest(8000))
         time.sleep(0.1)
     raise AssertionError(f"kopf did not log {text!r} within {timeout}s:\n" + kp.digest(8000))
+
+
+# -- CustomResourceDefinitions: kopf's peering kinds (as in kopf's docs/peering.yaml) and
+#    the test operators' own kind (kopf's examples/crd.yaml, with a status subresource). ---
+
+def _crd(plural: str, kind: str, *, scope: str = "Namespaced", short_names: Sequence[str] = (),
+         status_subresource: bool = False, spec: bool = False) -> dict[str, Any]:
+    props: dict[str, Any] = {"status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    if spec:
+        props["spec"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    version: dict[str, Any] = {"name": "v1", "served": True, "storage": True,
+                               "schema": {"openAPIV3Schema": {"type": "object", "properties": props}}}
+    if status_subresource:
+        version["subresources"] = {"status": {}}
+    if spec:
+        version["additionalPrinterColumns"] = [
+            {"name": "Field", "type": "string", "jsonPath": ".spec.field"}]
+    names: dict[str, Any] = {"kind": kind, "plural": plural, "singular": kind.lower()}
+    if short_names:
+        names["shortNames"] = list(short_names)
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.kopf.dev"},
+            "spec": {"group": "kopf.dev", "scope": scope, "names": names, "versions": [version]}}
+
+
+PEERING_CRDS = (
+    _crd("clusterkopfpeerings", "ClusterKopfPeering", scope="Cluster"),
+    _crd("kopfpeerings", "KopfPeering"),
+)
+EXAMPLE_CRD = _crd("kopfexamples", "KopfExample", short_names=("kopfexes", "kex"),
+                   status_subresource=True, spec=True)
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def ensure_crds(srv: FleetServer, *crds: dict[str, Any], timeout: float = 30.0) -> None:
+    """Create the CRDs (an existing one is kept) and wait until each is Established."""
+    with srv.client() as c:
+        for crd in crds:
+            r = c.post(CRD_PATH, json=crd)
+            assert r.status_code in (201, 409), (r.status_code, r.text)
+        deadline = time.monotonic() + timeout
+        for crd in crds:
+            while True:
+                r = c.get(f"{CRD_PATH}/{crd['metadata']['name']}")
+                conds = {x["type"]: x["status"] for x in (r.json().get("status") or {}).get("conditions") or []}
+                if conds.get("Established") == "True":
+                    break
+                assert time.monotonic() < deadline, f"{crd['metadata']['name']} not Established: {r.text}"
+                time.sleep(0.1)

@@ -175,7 +175,7 @@ def _exercise(srv: FleetServer, ns: str, early: dict[str, Any]) -> None:
         cm = get_cm(srv, ns, "app")
         ann = (cm or {}).get("metadata", {}).get("annotations") or {}
         raw = ann.get("kopf.zalando.org/flaky")
-        return json.loads(raw) if raw else None
+        return json.loads(raw) if raw and json.loads(raw).get("retries") else None
 
     progress = wait_until(progress_seen, timeout=30, what="kopf's progress annotation for 'flaky'")
     assert progress["retries"] == 1 and progress["success"] is False, progress
