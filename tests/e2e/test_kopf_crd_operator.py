@@ -12,11 +12,16 @@ the server's admin kubeconfig.
 - peering: two operator processes in one KopfPeering; both record themselves in the
   peering object's status, the one with the higher priority handles and the other pauses;
   when it exits, the other resumes and handles.
+- cluster-wide: `--all-namespaces` with a ClusterKopfPeering, paused by `kopf freeze` and
+  resumed by `kopf resume` (kopf's own CLI, writing the peering object).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +29,14 @@ import pytest
 
 from tests.conftest import FleetServer
 from tests.e2e.helpers import api_get, wait_until
-from tests.e2e.kopfkit import EXAMPLE_CRD, PEERING_CRDS, ensure_crds, run_kopf, wait_logged
+from tests.e2e.kopfkit import (
+    EXAMPLE_CRD,
+    PEERING_CRDS,
+    ensure_crds,
+    kopf_env,
+    run_kopf,
+    wait_logged,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -290,4 +302,69 @@ def test_kopf_peering_two_operators(fleet_server: FleetServer, kopf_crds: None, 
             assert not a.problems(), "\n".join(a.problems())
         except BaseException:
             print(a.digest())
+            raise
+
+
+CLUSTER_WIDE = '''
+import kopf
+
+SELECT = {"kopf-e2e-cw": "NAMESPACE"}
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_):
+    settings.watching.server_timeout = 3
+
+
+@kopf.on.create("kopf.dev", "v1", "kopfexamples", labels=SELECT)
+@kopf.on.update("kopf.dev", "v1", "kopfexamples", labels=SELECT, field="spec")
+def handle(spec, patch, **_):
+    patch.status["handledBy"] = "cluster-wide"
+    patch.status["field"] = spec.get("field")
+'''
+
+
+def test_kopf_cluster_wide_peering_freeze_resume(fleet_server: FleetServer, kopf_crds: None, namespace: str,
+                                                 tmp_path: Path) -> None:
+    """`--all-namespaces` with a ClusterKopfPeering; `kopf freeze` pauses it, `kopf resume` resumes."""
+    srv, ns = fleet_server, namespace
+    peering = ns  # cluster-scoped: unique per test
+    with srv.client() as c:
+        r = c.post(f"{EX}/clusterkopfpeerings",
+                   json={"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": peering}})
+    assert r.status_code == 201, r.text
+
+    def create(name: str, field: str) -> None:
+        with srv.client() as c:
+            r = c.post(f"{EX}/namespaces/{ns}/kopfexamples",
+                       json={"apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+                             "metadata": {"name": name, "labels": {"kopf-e2e-cw": ns}}, "spec": {"field": field}})
+        assert r.status_code == 201, r.text
+
+    def kopf_cli(*args: str) -> None:
+        proc = subprocess.run([sys.executable, "-m", "kopf", *args, "--all-namespaces", f"--peering={peering}"],
+                              env=kopf_env(srv), capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+
+    with run_kopf(srv, CLUSTER_WIDE.replace("NAMESPACE", ns), tmp_path / "cw", all_namespaces=True,
+                  standalone=False, peering=peering) as op:
+        try:
+            wait_logged(op, "Resuming operations after the pause", timeout=30)
+            create("cw", "1")
+            wait_until(lambda: handled(srv, ns, "cw") == ("cluster-wide", "1"), timeout=30, what="handled")
+            code, cw_peering = api_get(srv, f"{EX}/clusterkopfpeerings/{peering}")
+            assert code == 200 and len(cw_peering.get("status") or {}) == 1, cw_peering
+
+            kopf_cli("freeze", "--lifetime=60", "--message=e2e maintenance")
+            wait_logged(op, "Pausing operations in favour of", timeout=30)
+            patch_kex(srv, ns, "cw", "2")
+            time.sleep(3)  # long enough for a running operator to handle it (it took < 1s above)
+            assert handled(srv, ns, "cw") == ("cluster-wide", "1"), "a frozen operator handled a change"
+
+            kopf_cli("resume")
+            wait_until(lambda: handled(srv, ns, "cw") == ("cluster-wide", "2"), timeout=30,
+                       what="the change handled after resume")
+            assert not op.problems(), "\n".join(op.problems())
+        except BaseException:
+            print(op.digest())
             raise
