@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tests.conftest import FleetServer
 
 STOP_TIMEOUT = 15.0
@@ -80,9 +82,9 @@ class KopfProcess:
         return self.proc.returncode
 
 
-def kopf_env(srv: FleetServer) -> dict[str, str]:
+def kopf_env(srv: FleetServer, kubeconfig: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
-    env["KUBECONFIG"] = str(srv.kubeconfig)
+    env["KUBECONFIG"] = str(kubeconfig or srv.kubeconfig)
     env["PYTHONUNBUFFERED"] = "1"
     # The operator file imports only kopf and the official client: keep the checkout
     # under test off its path so nothing of Fleet's leaks into the "real operator".
@@ -109,7 +111,7 @@ def kopf_argv(operator_file: Path, *, namespaces: Sequence[str] = (), all_namesp
 
 @contextmanager
 def run_kopf(srv: FleetServer, source: str, workdir: Path, *, name: str = "operator",
-             **argv_kw: object) -> Iterator[KopfProcess]:
+             kubeconfig: Path | None = None, **argv_kw: object) -> Iterator[KopfProcess]:
     """Start a kopf operator from `source`; stopped by pid when the block ends."""
     workdir.mkdir(parents=True, exist_ok=True)
     operator_file = workdir / f"{name}.py"
@@ -118,7 +120,7 @@ def run_kopf(srv: FleetServer, source: str, workdir: Path, *, name: str = "opera
     argv = kopf_argv(operator_file, **argv_kw)  # type: ignore[arg-type]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=kopf_env(srv), cwd=str(workdir), start_new_session=True)
+                                env=kopf_env(srv, kubeconfig), cwd=str(workdir), start_new_session=True)
     kp = KopfProcess(proc, log_path)
     try:
         yield kp
@@ -137,6 +139,22 @@ def wait_logged(kp: KopfProcess, text: str, *, timeout: float = 30.0) -> None:
                                  + kp.digest(8000))
         time.sleep(0.1)
     raise AssertionError(f"kopf did not log {text!r} within {timeout}s:\n" + kp.digest(8000))
+
+
+def service_account_kubeconfig(srv: FleetServer, namespace: str, name: str, path: Path) -> Path:
+    """A kubeconfig for ServiceAccount `namespace/name`: the admin one's cluster, with a
+    token from the TokenRequest API (what `kubectl create token` asks for)."""
+    with srv.client() as c:
+        r = c.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                   json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                         "spec": {"expirationSeconds": 3600}})
+    assert r.status_code == 201, (r.status_code, r.text)
+    cfg = yaml.safe_load(srv.kubeconfig.read_text())
+    cfg["users"] = [{"name": name, "user": {"token": r.json()["status"]["token"]}}]
+    for ctx in cfg["contexts"]:
+        ctx["context"]["user"] = name
+    path.write_text(yaml.safe_dump(cfg))
+    return path
 
 
 # -- CustomResourceDefinitions: kopf's peering kinds (as in kopf's docs/peering.yaml) and

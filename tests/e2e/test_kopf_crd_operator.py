@@ -35,6 +35,7 @@ from tests.e2e.kopfkit import (
     ensure_crds,
     kopf_env,
     run_kopf,
+    service_account_kubeconfig,
     wait_logged,
 )
 
@@ -365,6 +366,72 @@ def test_kopf_cluster_wide_peering_freeze_resume(fleet_server: FleetServer, kopf
             wait_until(lambda: handled(srv, ns, "cw") == ("cluster-wide", "2"), timeout=30,
                        what="the change handled after resume")
             assert not op.problems(), "\n".join(op.problems())
+        except BaseException:
+            print(op.digest())
+            raise
+
+
+def kopf_rbac(ns: str, sa: str) -> list[tuple[str, dict[str, Any]]]:
+    """kopf's documented RBAC (docs/deployment-rbac.yaml) for a namespaced operator, plus
+    `kopfexamples/status` (this CRD has a status subresource) — (collection path, object)."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    cluster_rules = [
+        {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"], "verbs": ["list", "watch", "patch", "get"]},
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["kopf.dev"], "resources": ["kopfexamples"], "verbs": ["list", "watch"]},
+    ]
+    ns_rules = [
+        {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"], "verbs": ["list", "watch", "patch", "get"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        {"apiGroups": ["kopf.dev"], "resources": ["kopfexamples", "kopfexamples/status"],
+         "verbs": ["list", "watch", "patch"]},
+    ]
+    subject = [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
+    return [
+        (f"/api/v1/namespaces/{ns}/serviceaccounts",
+         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}}),
+        (f"{rbac}/clusterroles",
+         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": f"{ns}-kopf"},
+          "rules": cluster_rules}),
+        (f"{rbac}/clusterrolebindings",
+         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": f"{ns}-kopf"},
+          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"{ns}-kopf"},
+          "subjects": subject}),
+        (f"{rbac}/namespaces/{ns}/roles",
+         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "kopf"},
+          "rules": ns_rules}),
+        (f"{rbac}/namespaces/{ns}/rolebindings",
+         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "kopf"},
+          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kopf"},
+          "subjects": subject}),
+        (f"{EX}/namespaces/{ns}/kopfpeerings",
+         {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "peers"}}),
+    ]
+
+
+def test_kopf_as_service_account_with_its_documented_rbac(fleet_server: FleetServer, kopf_crds: None,
+                                                          namespace: str, tmp_path: Path) -> None:
+    """How kopf is deployed: a ServiceAccount with the RBAC kopf's docs give, a token, peering."""
+    srv, ns = fleet_server, namespace
+    with srv.client() as c:
+        for path, obj in kopf_rbac(ns, "kopf-operator"):
+            r = c.post(path, json=obj)
+            assert r.status_code == 201, (path, r.status_code, r.text)
+    kubeconfig = service_account_kubeconfig(srv, ns, "kopf-operator", tmp_path / "sa.kubeconfig")
+    with run_kopf(srv, PEERED.replace("OPERATOR_ID", "sa"), tmp_path / "sa", namespaces=[ns],
+                  standalone=False, peering="peers", kubeconfig=kubeconfig) as op:
+        try:
+            wait_logged(op, "Resuming operations after the pause", timeout=30)
+            create_kex(srv, ns, "rbac", "1")
+            wait_until(lambda: handled(srv, ns, "rbac") == ("sa", "1"), timeout=30, what="handled as the SA")
+            patch_kex(srv, ns, "rbac", "2")
+            wait_until(lambda: handled(srv, ns, "rbac") == ("sa", "2"), timeout=30, what="update handled")
+            st = peers(srv, ns, "peers")
+            assert len(st) == 1, st
+            assert not op.problems(), "\n".join(op.problems())
+            # Nothing kopf needed was refused (it logs and falls back when it is).
+            assert "Not enough permissions" not in op.output(), op.digest(8000)
         except BaseException:
             print(op.digest())
             raise
