@@ -11,7 +11,7 @@ subresource.  CRDs (a later issue) add entries at run time through the same
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,6 +149,9 @@ class KindInfo:
     list_kind_name: str | None = None
     # The object that declared this kind at run time (a CRD), for the conversion seam.
     source: dict[str, Any] | None = None
+    # Strategy: `await convert(objects, api_version)` gives objects of this kind stored at
+    # another version at `api_version` (a CRD's conversion, fleet/server/crd_conversion.py).
+    convert: Callable[[list[dict[str, Any]], str], Awaitable[list[dict[str, Any]]]] | None = None
 
     def fill_zero_status(self, obj: dict[str, Any]) -> None:
         """Give `obj` the fields of `zero_status` it lacks (after defaulting, on every write)."""

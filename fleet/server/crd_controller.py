@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from functools import partial
 from typing import Any
 
 from fleet.api import meta
@@ -36,6 +37,7 @@ from fleet.api.kinds.apiextensions import API_VERSION, FINALIZER
 from fleet.api.registry import KindInfo, Registry
 from fleet.client import ApiException
 from fleet.controllers.runtime import Context, QueueWorker, SharedInformer
+from fleet.server import crd_conversion
 from fleet.store import Store
 
 log = logging.getLogger(__name__)
@@ -158,22 +160,33 @@ class Registrar:
         self.registry = registry
         self.served: dict[str, list[tuple[str, str, str]]] = {}  # CRD name -> its (group, version, plural)s
         self.generation = 0  # bumped on every change (caches keyed on it rebuild)
+        self.stamps: dict[str, tuple[Any, bool, bool]] = {}  # CRD name -> what `sync` last served
 
     def sync(self, crd: dict[str, Any]) -> None:
         """Serve `crd`'s versions as it says now (nothing unless Established)."""
         name = str((crd.get("metadata") or {}).get("name") or "")
+        stamp = ((crd.get("metadata") or {}).get("resourceVersion"), terminating(crd), established(crd))
+        if stamp[0] is not None and self.stamps.get(name) == stamp:
+            return  # already serving this revision (fresh entries would only invalidate caches)
+        self.stamps[name] = stamp
         self.remove(name)
         if not established(crd):
             return
         keys = []
         for info in kinds_for(crd):
             info.source = crd
+            info.convert = partial(crd_conversion.convert, crd)
             if terminating(crd):
                 info.verbs = tuple(v for v in info.verbs if v not in CREATE_FORBIDDEN_VERBS)
             self.registry.register(info)
             keys.append((info.group, info.version, info.plural))
         self.served[name] = keys
         self.generation += 1
+
+    def forget(self, name: str) -> None:
+        """The CRD is gone: its kinds leave the registry."""
+        self.stamps.pop(name, None)
+        self.remove(name)
 
     def remove(self, name: str) -> None:
         for g, v, p in self.served.pop(name, []):
@@ -215,7 +228,7 @@ class CRDController(QueueWorker):
         crd = self.crds.get(key)
         name = key.rpartition("/")[2]
         if crd is None:
-            self.registrar.remove(name)
+            self.registrar.forget(name)
             return None
         if terminating(crd):
             self.registrar.sync(crd)
@@ -230,7 +243,7 @@ class CRDController(QueueWorker):
             stored = await self.ctx.client.replace(API_VERSION, PLURAL, name, body, subresource="status")
         except ApiException as e:
             if e.code == 404:
-                self.registrar.remove(name)
+                self.registrar.forget(name)
                 return None
             if e.code == 409:
                 return 0.05

@@ -101,9 +101,9 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict[str,
                 "kind": info.kind,
                 "verbs": SUBRESOURCE_VERBS[sub],
             }
-            group, version, kind = _subresource_kind(info, sub)
-            if (group, version) != (info.group, info.version):
-                entry.update(group=group, version=version)
+            sub_group, sub_version, kind = _subresource_kind(info, sub)
+            if (sub_group, sub_version) != (info.group, info.version):
+                entry.update(group=sub_group, version=sub_version)
             entry["kind"] = kind
             resources.append(entry)
     return {

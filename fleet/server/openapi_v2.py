@@ -125,14 +125,7 @@ def _operation(info: KindInfo, spec: OpSpec, ref: dict[str, Any], scope: str) ->
     collection = "Collection" if spec.action == "deletecollection" else ""
     suffix = "ForAllNamespaces" if scope == "all" else ""
     namespaced = "Namespaced" if scope == "namespaced" else ""
-    # PATCH operations do not advertise `fieldValidation` in v2 (v3 does, as kube-apiserver).
-    # kubectl asks v3 first; for a kind with no PATCH there (the reviews) it falls back to
-    # v2, and when v2 says Namespaces take `fieldValidation` it lists CustomResourceDefinitions
-    # to tell a custom kind from a built-in one — an API Fleet does not serve yet, so kubectl
-    # would refuse `create -f` of a SubjectAccessReview.  Without it, kubectl validates such
-    # kinds against the v2 schemas itself.  Back to kube's parameter list once CRDs are served.
-    params = [_param(p, desc=_QUERY.get(p, "")) for p in spec.params
-              if not (spec.method == "patch" and p == "fieldValidation")]
+    params = [_param(p, desc=_QUERY.get(p, "")) for p in spec.params]
     if spec.body:
         body = {"$ref": "#/definitions/" + PATCH_DEF} if spec.patch else ref
         params.insert(0, {"name": "body", "in": "body", "required": True, "schema": body})

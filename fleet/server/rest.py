@@ -37,7 +37,7 @@ import trio
 from fleet.admission import AdmissionChain
 from fleet.api import errors, selectors
 from fleet.api.registry import KindInfo, Registry
-from fleet.server import eviction
+from fleet.server import crd_conversion, eviction
 from fleet.server.allocation import AllocationStrategy
 from fleet.server.http import Req, Resp
 from fleet.server.negotiate import negotiate, render_list, render_object
@@ -198,6 +198,7 @@ class ResourceAPI(WriteVerbs, SubresourceVerbs):
                 remaining = res.remaining
                 break
         token = encode_continue(revision, next_key) if next_key else ""
+        items = await crd_conversion.to_version(info, items)
         return Resp.json(200, render_list(info, items, target, req.query, resource_version=str(revision),
                                           cont=token, remaining=remaining if (ls.empty() and fs.empty()) else None))
 

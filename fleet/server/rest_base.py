@@ -15,7 +15,7 @@ from fleet.admission import AdmissionChain
 from fleet.api import crd, errors, meta, schema, typecheck
 from fleet.api.registry import KindInfo, Registry
 from fleet.auth import Attributes, UserInfo
-from fleet.server import eviction
+from fleet.server import crd_conversion, eviction
 from fleet.server.allocation import AllocationStrategy
 from fleet.server.http import Req
 from fleet.server.nscache import NamespaceCache
@@ -168,6 +168,7 @@ class ResourceBase:
     async def get_current(self, info: KindInfo, route: Route) -> dict[str, Any]:
         assert route.name is not None
         try:
-            return await self.store.get(info.key(route.namespace, route.name))
+            obj = await self.store.get(info.key(route.namespace, route.name))
         except KeyNotFound:
             raise not_found(info, route.name) from None
+        return await crd_conversion.one(info, obj)

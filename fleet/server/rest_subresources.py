@@ -217,6 +217,8 @@ def to_scale(info: KindInfo, obj: dict[str, Any]) -> dict[str, Any]:
         sel_s = selectors.label_selector_to_string(sel)
     elif isinstance(sel, dict):
         sel_s = ",".join(f"{k}={v}" for k, v in sorted(sel.items()))
+    elif isinstance(sel, str):
+        sel_s = sel  # a custom resource's labelSelectorPath names a serialized selector
     else:
         sel_s = ""
     scale_md = {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in md}

@@ -21,7 +21,7 @@ from typing import Any
 from fleet.api import errors, meta, patch
 from fleet.api.registry import KindInfo
 from fleet.auth import Attributes, UserInfo
-from fleet.server import deletion
+from fleet.server import crd_conversion, deletion
 from fleet.server.allocation import removed_by_update
 from fleet.server.apply import ApplyVerbs, refuse_force_on_patch, track_update
 from fleet.server.http import Req, Resp
@@ -124,7 +124,8 @@ class WriteVerbs(ApplyVerbs):
             md.setdefault("generation", 1)
             return Resp.json(201, obj, warning_headers(warnings))
         try:
-            stored = await self.store.create(info.key(route.namespace, md["name"]), obj)
+            stored = await self.store.create(info.key(route.namespace, md["name"]),
+                                             await crd_conversion.to_storage(info, obj))
         except BaseException as e:
             if txn is not None:
                 await txn.revert()
@@ -134,6 +135,7 @@ class WriteVerbs(ApplyVerbs):
             raise
         if txn is not None:
             await txn.commit()
+        stored = await crd_conversion.one(info, stored)
         return Resp.json(201, stored, warning_headers(warnings))
 
     async def update(self, info: KindInfo, route: Route, req: Req, user: UserInfo) -> Resp:
@@ -285,7 +287,8 @@ class WriteVerbs(ApplyVerbs):
             if is_dry_run(req):
                 return Resp.json(200, new, warning_headers(warnings or []))
             try:
-                stored = await self.store.update(key, new, expected_revision=old_rv)
+                stored = await self.store.update(key, await crd_conversion.to_storage(info, new),
+                                                 expected_revision=old_rv)
             except BaseException as e:
                 if txn is not None:
                     await txn.revert()
@@ -300,6 +303,7 @@ class WriteVerbs(ApplyVerbs):
                 await txn.commit()
             if allocator is not None and removed_by_update(stored):
                 await allocator.after_delete(stored)
+            stored = await crd_conversion.one(info, stored)
             if route.subresource == "scale":
                 return Resp.json(200, to_scale(info, stored))
             return Resp.json(200, stored, warning_headers(warnings or []))
@@ -333,6 +337,7 @@ class WriteVerbs(ApplyVerbs):
         asked for cascading with the legacy `orphanDependents: false` — the one
         case kube-apiserver answers 202."""
         assert route.name is not None
+        old = await crd_conversion.to_storage(info, old)
         try:
             obj, removed = await deletion.delete_stored(self.store, info, info.key(route.namespace, route.name),
                                                         opts, current=old, dry_run=dry_run, mark=mark)
@@ -345,6 +350,7 @@ class WriteVerbs(ApplyVerbs):
         allocator = self.allocators.get((info.group, info.plural))
         if removed and not dry_run and allocator is not None:
             await allocator.after_delete(obj)
+        obj = await crd_conversion.one(info, obj)
         return obj, 202 if not removed and opts.get("orphanDependents") is False else 200
 
     async def _delete_namespace(self, info: KindInfo, route: Route, old: dict[str, Any], opts: dict[str, Any],

@@ -30,6 +30,7 @@ import trio
 
 from fleet.api import errors
 from fleet.api.registry import KindInfo
+from fleet.server import crd_conversion
 from fleet.server.http import Req, Resp, dumps
 from fleet.server.negotiate import (
     OBJECT,
@@ -125,7 +126,7 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
     if send_initial or not rv:
         res = await api.store.list(prefix)
         start = res.revision
-        initial = [o for o in res.items if match(o)]
+        initial = await crd_conversion.to_version(info, [o for o in res.items if match(o)])
     else:
         start = rv
     try:
@@ -157,7 +158,7 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
             obj = partial(obj, target)
         return _sse_line("BOOKMARK", obj, str(revision)) if sse else _event_line("BOOKMARK", obj)
 
-    cache_key = ("sse" if sse else "nd", target)
+    cache_key = ("sse" if sse else "nd", target, info.api_version)
 
     async def stream() -> AsyncIterator[bytes]:
         # No `yield` may sit inside a cancel scope in an async generator (the
@@ -196,6 +197,8 @@ async def watch(api: ResourceAPI, info: KindInfo, route: Route, req: Req, counte
                     if out is None:
                         continue
                     type_, obj = out
+                    if obj.get("apiVersion") != info.api_version and info.convert is not None:
+                        obj = await crd_conversion.one(info, obj)  # a custom resource at another version
                     if not filtered and target.kind != TABLE:
                         line = e.cache.get(cache_key)
                         if line is None:

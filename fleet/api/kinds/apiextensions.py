@@ -37,10 +37,17 @@ PRINTER_COLUMN_FORMATS = ("byte", "date", "date-time", "double", "float", "int32
 SCOPES = ("Cluster", "Namespaced")
 CONVERSION_STRATEGIES = ("None", "Webhook")
 REVIEW_VERSIONS = ("v1", "v1beta1")
-# With the status subresource, kube allows only these keywords at the root of a schema.
-ROOT_KEYWORDS_WITH_STATUS = ("description", "type", "items", "properties", "required", "allOf", "anyOf",
-                             "oneOf", "not", "x-kubernetes-preserve-unknown-fields",
-                             "x-kubernetes-validations")
+# With the status subresource, kube allows only these keywords at the root of a schema
+# (allowedAtRootSchema, Go field names in its message, JSON names here).
+ALLOWED_AT_ROOT = {
+    "description": "Description", "type": "Type", "format": "Format", "title": "Title", "maximum": "Maximum",
+    "exclusiveMaximum": "ExclusiveMaximum", "minimum": "Minimum", "exclusiveMinimum": "ExclusiveMinimum",
+    "maxLength": "MaxLength", "minLength": "MinLength", "pattern": "Pattern", "maxItems": "MaxItems",
+    "minItems": "MinItems", "uniqueItems": "UniqueItems", "multipleOf": "MultipleOf", "required": "Required",
+    "items": "Items", "properties": "Properties", "externalDocs": "ExternalDocs", "example": "Example",
+    "x-kubernetes-preserve-unknown-fields": "XPreserveUnknownFields",
+    "x-kubernetes-validations": "XValidations",
+}
 
 
 def default_crd(obj: dict[str, Any]) -> None:
@@ -211,10 +218,10 @@ def _version(ver: dict[str, Any], i: int) -> list[Cause]:
     else:
         out += crdlib.schema_violations(schema, sp)
         if isinstance(schema, dict) and "status" in d(ver, "subresources"):
-            extra = sorted(k for k in schema if k not in ROOT_KEYWORDS_WITH_STATUS)
-            if extra:
-                out.append(v.forbidden(sp, f"only {', '.join(ROOT_KEYWORDS_WITH_STATUS)} fields are allowed at "
-                                           "the root of the schema if the status subresource is enabled"))
+            if any(k not in ALLOWED_AT_ROOT for k in schema):
+                out.append(v.invalid(sp, "object", f"only [{' '.join(ALLOWED_AT_ROOT.values())}] fields are "
+                                                   "allowed at the root of the schema if the status subresource "
+                                                   "is enabled"))
     subs = d(ver, "subresources")
     if isinstance(subs.get("scale"), dict):
         out += _scale(subs["scale"], f"{p}.subresources.scale")

@@ -28,6 +28,8 @@ IDENTITY = [
     ("", "v1", "ReplicationController", "replicationcontrollers", "replicationcontroller", True, ("rc",),
      ("all",), ("status", "scale")),
     ("apiregistration.k8s.io", "v1", "APIService", "apiservices", "apiservice", False, (), (), ("status",)),
+    ("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions",
+     "customresourcedefinition", False, ("crd", "crds"), ("api-extensions",), ("status",)),
     ("", "v1", "Secret", "secrets", "secret", True, (), (), ()),
     ("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", True, ("sa",), (), ("token",)),
     ("", "v1", "Binding", "bindings", "binding", True, (), (), ()),
