@@ -128,11 +128,12 @@ def run_kopf(srv: FleetServer, source: str, workdir: Path, *, name: str = "opera
         kp.stop()
 
 
-def wait_logged(kp: KopfProcess, text: str, *, timeout: float = 30.0) -> None:
-    """Wait (bounded) until the operator's log contains `text`; fail early if kopf exits."""
+def wait_logged(kp: KopfProcess, text: str, *, timeout: float = 30.0, count: int = 1) -> None:
+    """Wait (bounded) until the operator's log contains `text` (`count` times); fail early
+    if kopf exits."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if text in kp.output():
+        if kp.output().count(text) >= count:
             return
         if not kp.alive():
             raise AssertionError(f"kopf exited ({kp.proc.returncode}) before logging {text!r}:\n"

@@ -44,6 +44,7 @@ pytestmark = pytest.mark.e2e
 FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 LAST_HANDLED = "kopf.zalando.org/last-handled-configuration"
 EX = "/apis/kopf.dev/v1"
+PAUSED_STREAM = "Pausing the watch-stream for kopfexamples.v1.kopf.dev"
 
 STANDALONE = '''
 import asyncio
@@ -274,10 +275,13 @@ def test_kopf_peering_two_operators(fleet_server: FleetServer, kopf_crds: None, 
             create_kex(srv, ns, "one", "1")
             wait_until(lambda: status_of(srv, ns, "one").get("handledBy") == "a", timeout=30, what="a handles one")
 
+            paused_before = a.output().count(PAUSED_STREAM)
             with run_kopf(srv, PEERED.replace("OPERATOR_ID", "b"), tmp_path / "b", namespaces=[ns],
                           standalone=False, peering="peers", priority=20) as b:
                 try:
                     wait_logged(a, "Pausing operations in favour of", timeout=30)
+                    # ... and its watch is closed.
+                    wait_logged(a, PAUSED_STREAM, timeout=30, count=paused_before + 1)
                     # Both keep themselves alive in the peering object's status.
                     st = wait_until(lambda: len(p := peers(srv, ns, "peers")) == 2 and p, timeout=30,
                                     what="two peers")
@@ -356,8 +360,10 @@ def test_kopf_cluster_wide_peering_freeze_resume(fleet_server: FleetServer, kopf
             code, cw_peering = api_get(srv, f"{EX}/clusterkopfpeerings/{peering}")
             assert code == 200 and len(cw_peering.get("status") or {}) == 1, cw_peering
 
+            paused_before = op.output().count(PAUSED_STREAM)
             kopf_cli("freeze", "--lifetime=60", "--message=e2e maintenance")
             wait_logged(op, "Pausing operations in favour of", timeout=30)
+            wait_logged(op, PAUSED_STREAM, timeout=30, count=paused_before + 1)  # its watch is closed
             patch_kex(srv, ns, "cw", "2")
             time.sleep(3)  # long enough for a running operator to handle it (it took < 1s above)
             assert handled(srv, ns, "cw") == ("cluster-wide", "1"), "a frozen operator handled a change"
