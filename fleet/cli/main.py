@@ -35,6 +35,9 @@ def server(
     metrics_port: Annotated[int, cyclopts.Parameter(help="Prometheus metrics port.")] = 9302,
     address: Annotated[str, cyclopts.Parameter(help="Address to listen on.")] = "127.0.0.1",
     retention: Annotated[int, cyclopts.Parameter(help="Revisions of history kept for watches.")] = 10000,
+    compaction_interval: Annotated[float, cyclopts.Parameter(
+        help="Seconds between two compactions of the history beyond --retention (kube-apiserver's "
+             "--etcd-compaction-interval); 0 never compacts.")] = 60.0,
     cluster_cidr: Annotated[str, cyclopts.Parameter(help="Pod address range; each node gets a /24.")] = "10.42.0.0/16",
     service_cidr: Annotated[str, cyclopts.Parameter(
         help="Service ClusterIP range; the first address is the `kubernetes` Service's.")] = "10.43.0.0/16",
@@ -211,7 +214,8 @@ def server(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = ServerConfig(data_dir=data_dir or default_data_dir(), port=port, metrics_port=metrics_port,
-                       address=address, retention=retention, cluster_cidr=cluster_cidr,
+                       address=address, retention=retention, compact_interval=compaction_interval,
+                       cluster_cidr=cluster_cidr,
                        agent=not no_agent, agent_port=agent_port, agent_driver=agent_driver,
                        agent_bridge=agent_bridge, agent_network_policy_strict=network_policy_strict,
                        storage_plugins=list(storage_plugin or []))
