@@ -68,6 +68,21 @@ def _server_env() -> dict[str, str]:
     return env
 
 
+def terminate(proc: subprocess.Popen, timeout: float) -> int | None:
+    """End a process this test started: SIGTERM, then SIGKILL after `timeout`; its exit code."""
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=timeout)
+    return proc.returncode
+
+
 @dataclass
 class FleetServer:
     """One `fleet server` subprocess and how to reach it."""
@@ -212,18 +227,9 @@ class FleetServer:
         """SIGTERM, then SIGKILL after `timeout`; returns the exit code."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=timeout)
+        code = terminate(self.proc, timeout)
         self._close_log()
-        return self.proc.returncode
+        return code
 
     def _close_log(self) -> None:
         if self._log_file is not None:

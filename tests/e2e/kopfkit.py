@@ -11,7 +11,6 @@ lines where kopf reported an API failure it hit (tracebacks, unexpected watch er
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import FleetServer
+from tests.conftest import FleetServer, terminate
 
 STOP_TIMEOUT = 15.0
 
@@ -69,17 +68,7 @@ class KopfProcess:
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
         """SIGTERM (kopf stops its daemons and exits), then SIGKILL after `timeout`."""
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=timeout)
-        return self.proc.returncode
+        return terminate(self.proc, timeout)
 
 
 def kopf_env(srv: FleetServer, kubeconfig: Path | None = None) -> dict[str, str]:

@@ -63,3 +63,35 @@ def _default(x: Any, s: dict[str, Any] | None) -> None:
             if _non_nullable_null(v, items) and items is not None and items.get("default") is not None:
                 x[i] = copy.deepcopy(items["default"])
             _default(x[i], items)
+
+
+def needs_defaults(obj: Any, schema: dict[str, Any] | None) -> bool:
+    """Whether `apply_defaults(obj, schema)` would change `obj` — a read-only walk, so the
+    read path (kube defaults objects read from storage) copies only objects it must change;
+    objects written through the API were defaulted then and almost never need it."""
+    return _needs(obj, schema if isinstance(schema, dict) else None)
+
+
+def _needs(x: Any, s: dict[str, Any] | None) -> bool:
+    if s is None:
+        return False
+    if isinstance(x, dict):
+        props = properties(s)
+        for k, p in props.items():
+            prop = schema_dict(p)
+            if prop is not None and prop.get("default") is not None and (
+                    k not in x or _non_nullable_null(x[k], prop)):
+                return True
+        addl = schema_dict(s.get("additionalProperties"))
+        for k, v in x.items():
+            sub = schema_dict(props[k]) if k in props else addl
+            if sub is not None and (_non_nullable_null(v, sub) or _needs(v, sub)):
+                return True
+    elif isinstance(x, list):
+        items = schema_dict(s.get("items"))
+        if items is None:
+            return False
+        for v in x:
+            if (_non_nullable_null(v, items) and items.get("default") is not None) or _needs(v, items):
+                return True
+    return False

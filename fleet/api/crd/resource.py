@@ -25,7 +25,7 @@ from typing import Any
 
 from fleet.api import validation as v
 from fleet.api.crd import columns
-from fleet.api.crd.defaults import apply_defaults
+from fleet.api.crd.defaults import apply_defaults, needs_defaults
 from fleet.api.crd.listtype import list_violations
 from fleet.api.crd.objectmeta import embedded_violations
 from fleet.api.crd.prune import prune
@@ -116,9 +116,11 @@ def kinds_for(crd: dict[str, Any]) -> list[KindInfo]:
             apply_defaults(obj, schema)
 
         def read_defaults(obj: dict[str, Any], schema: dict[str, Any] = schema) -> dict[str, Any]:
+            if not needs_defaults(obj, schema):  # a read-only walk: the usual case costs no copy
+                return obj
             out = copy.deepcopy(obj)  # stored objects are shared (watch cache): never mutated
             apply_defaults(out, schema)
-            return obj if out == obj else out
+            return out
 
         info = KindInfo(
             group=group, version=str(ver.get("name")), kind=str(names.get("kind") or ""),

@@ -138,24 +138,16 @@ def _columns(cols: list[Any], path: str) -> list[Cause]:
 def _scale(scale: dict[str, Any], path: str) -> list[Cause]:
     """ValidateCustomResourceDefinitionSubresources' scale part."""
     out: list[Cause] = []
-    spec_p = scale.get("specReplicasPath")
-    if not spec_p:
-        out.append(v.required(f"{path}.specReplicasPath"))
-    else:
-        errs = simple_json_path(spec_p, f"{path}.specReplicasPath")
+    for field, under in (("specReplicasPath", ".spec"), ("statusReplicasPath", ".status")):
+        p = scale.get(field)
+        if not p:
+            out.append(v.required(f"{path}.{field}"))
+            continue
+        errs = simple_json_path(p, f"{path}.{field}")
         if errs:
             out += errs
-        elif not spec_p.startswith(".spec."):
-            out.append(v.invalid(f"{path}.specReplicasPath", spec_p, "should be a json path under .spec"))
-    status_p = scale.get("statusReplicasPath")
-    if not status_p:
-        out.append(v.required(f"{path}.statusReplicasPath"))
-    else:
-        errs = simple_json_path(status_p, f"{path}.statusReplicasPath")
-        if errs:
-            out += errs
-        elif not status_p.startswith(".status."):
-            out.append(v.invalid(f"{path}.statusReplicasPath", status_p, "should be a json path under .status"))
+        elif not p.startswith(under + "."):
+            out.append(v.invalid(f"{path}.{field}", p, f"should be a json path under {under}"))
     sel = scale.get("labelSelectorPath")
     if sel:
         errs = simple_json_path(sel, f"{path}.labelSelectorPath")

@@ -57,3 +57,24 @@ def test_defaults_are_idempotent_keep_set_values_and_validate(obj):
             assert once["spec"][k] == v
     assert once["spec"]["a"] is not None and "n" in once["spec"]
     assert validate(once, SCHEMA) == []
+
+
+nullish = st.one_of(st.none(), json_values)
+objects_with_nulls = st.fixed_dictionaries({}, optional={
+    "spec": st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+        "a": st.one_of(st.none(), st.text(max_size=3)), "n": st.one_of(st.none(), st.integers(0, 9)),
+        "l": st.lists(st.one_of(st.none(), st.fixed_dictionaries({}, optional={"k": st.one_of(st.none(), st.text(max_size=2))})),
+                      max_size=3),
+        "m": st.dictionaries(st.text(max_size=2), st.one_of(st.none(), st.integers(0, 3)), max_size=3),
+        "free": st.dictionaries(st.text(max_size=2), nullish, max_size=3)}))})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(objects, objects_with_nulls))
+def test_needs_defaults_says_exactly_when_defaulting_changes_the_object(obj):
+    # The read path copies an object only when needs_defaults says so: it must never miss a change.
+    from fleet.api.crd.defaults import needs_defaults
+
+    before = copy.deepcopy(obj)
+    assert needs_defaults(obj, SCHEMA) == (apply_defaults(copy.deepcopy(obj), SCHEMA) != obj)
+    assert obj == before  # read-only
